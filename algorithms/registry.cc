@@ -1,0 +1,70 @@
+#include "algorithms/algorithm.h"
+
+namespace braid::algo {
+namespace {
+
+constexpr Algorithm kAlgorithms[] = {
+    {CollectiveKind::kAllReduce, "ring", planAllReduceRing},
+    {CollectiveKind::kReduceScatter, "ring", planReduceScatterRing},
+    {CollectiveKind::kAllGather, "ring", planAllGatherRing},
+    {CollectiveKind::kBroadcast, "tree", planBroadcastTree},
+    {CollectiveKind::kReduce, "tree", planReduceTree},
+    {CollectiveKind::kGather, "linear", planGatherLinear},
+    {CollectiveKind::kScatter, "linear", planScatterLinear},
+    {CollectiveKind::kAllToAll, "pairwise", planAllToAllPairwise},
+    {CollectiveKind::kBarrier, "dissemination", planBarrierDissemination},
+};
+
+}  // namespace
+
+std::span<const Algorithm> allAlgorithms() { return kAlgorithms; }
+
+const Algorithm* findAlgorithm(CollectiveKind kind, std::string_view name) {
+  for (const auto& a : kAlgorithms)
+    if (a.kind == kind && a.name == name) return &a;
+  return nullptr;
+}
+
+const Algorithm* defaultAlgorithm(CollectiveKind kind) {
+  for (const auto& a : kAlgorithms)
+    if (a.kind == kind) return &a;
+  return nullptr;
+}
+
+std::string_view collectiveName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "allreduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kReduce: return "reduce";
+    case CollectiveKind::kAllGather: return "allgather";
+    case CollectiveKind::kReduceScatter: return "reducescatter";
+    case CollectiveKind::kAllToAll: return "alltoall";
+    case CollectiveKind::kGather: return "gather";
+    case CollectiveKind::kScatter: return "scatter";
+    case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kSendRecv: return "sendrecv";
+  }
+  return "?";
+}
+
+size_t sendBufferBytes(const CollectiveArgs& a) {
+  switch (a.kind) {
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kScatter: return a.bytes() * a.nranks;
+    case CollectiveKind::kBarrier: return 0;
+    default: return a.bytes();
+  }
+}
+
+size_t recvBufferBytes(const CollectiveArgs& a) {
+  switch (a.kind) {
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kGather: return a.bytes() * a.nranks;
+    case CollectiveKind::kBarrier: return 0;
+    default: return a.bytes();
+  }
+}
+
+}  // namespace braid::algo

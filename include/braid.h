@@ -1,0 +1,277 @@
+/*
+ * braid: collective communication for distributed training.
+ *
+ * This header is the whole public interface of libbraid. It is plain C99,
+ * needs no CUDA headers, and follows NCCL's names and argument order so that
+ * code written for NCCL ports by renaming `nccl` to `braid`.
+ *
+ * Conventions that hold for every function below:
+ *  - Every function returns braidResult_t. On failure, braidGetLastError()
+ *    returns a message that names the call and the offending argument.
+ *  - Counts are in elements of `datatype`, never bytes.
+ *  - `stream == NULL` runs the call on the calling thread and returns when it
+ *    is complete. A stream from braidStreamCreate() queues the call and
+ *    returns at once; its result is reported by braidStreamSynchronize() or
+ *    braidStreamQuery().
+ *  - `count == 0` is a valid no-op; then any buffer may be NULL.
+ *  - A call that is not in place never modifies its send buffer.
+ *  - A call that makes no progress for BRAID_TIMEOUT seconds (default 300)
+ *    returns braidTimeout; a call that needs a peer that died or aborted
+ *    returns braidRemoteError naming that peer. Ranks whose calls do not match
+ *    (collective, count, datatype, op or root) return braidInvalidUsage.
+ *  - Nothing is thrown across this interface and no call aborts the process.
+ *  - braid state does not cross fork(): a child must not use communicators or
+ *    streams created by its parent, but may create its own.
+ */
+#ifndef BRAID_H_
+#define BRAID_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BRAID_MAJOR 0
+#define BRAID_MINOR 1
+#define BRAID_PATCH 0
+#define BRAID_VERSION_CODE (BRAID_MAJOR * 10000 + BRAID_MINOR * 100 + BRAID_PATCH)
+
+/* Opaque handle of a communicator: a group of ranks that run collectives together. */
+typedef struct braidComm* braidComm_t;
+/* Opaque handle of an ordered queue of calls run asynchronously by braid. */
+typedef struct braidStream* braidStream_t;
+
+#define BRAID_UNIQUE_ID_BYTES 128
+/* Rendezvous token from braidGetUniqueId(): rank 0's address and a random
+ * 128-bit secret. Hand the same bytes to every rank out of band; treat them
+ * as a credential (whoever holds them may join the communicator). */
+typedef struct {
+  char internal[BRAID_UNIQUE_ID_BYTES];
+} braidUniqueId;
+
+typedef enum {
+  braidSuccess = 0,
+  braidSystemError = 1,      /* the OS or network failed (errno-level) */
+  braidInternalError = 2,    /* a bug in braid */
+  braidInvalidArgument = 3,  /* bad pointer, count, datatype, op, root, peer, nranks */
+  braidInvalidUsage = 4,     /* misuse: ranks calling different collectives, counts or roots;
+                                unbalanced group calls; a call on an aborted communicator */
+  braidRemoteError = 5,      /* a peer failed, disconnected or aborted */
+  braidInProgress = 6,       /* an asynchronous operation has not finished */
+  braidTimeout = 7,          /* no progress within the communicator's timeout */
+  braidUnhandledCudaError = 8,
+  braidNotSupported = 9      /* e.g. GPU buffers in a build without CUDA */
+} braidResult_t;
+
+typedef enum {
+  braidInt8,
+  braidUint8,
+  braidInt32,
+  braidUint32,
+  braidInt64,
+  braidUint64,
+  braidFloat16,  /* IEEE 754 binary16; reductions accumulate each pair in fp32 */
+  braidBfloat16, /* bfloat16; reductions accumulate each pair in fp32 */
+  braidFloat32,
+  braidFloat64,
+  braidNumTypes
+} braidDataType_t;
+
+/* Integer Sum and Prod wrap in the type's width. Avg is the sum divided by
+ * nranks, truncated toward zero for integers. */
+typedef enum { braidSum, braidProd, braidMax, braidMin, braidAvg, braidNumOps } braidRedOp_t;
+
+/* ---------------------------------------------------------------------------
+ * Library
+ * ------------------------------------------------------------------------- */
+
+/* A static, human-readable name for `result`; never NULL. */
+const char* braidGetErrorString(braidResult_t result);
+
+/* The message of the calling thread's last failed braid call, "" if none.
+ * Never NULL. `comm` may be NULL; the message is per thread either way. */
+const char* braidGetLastError(braidComm_t comm);
+
+/* Writes BRAID_MAJOR*10000 + BRAID_MINOR*100 + BRAID_PATCH to *version.
+ * Errors: braidInvalidArgument if version is NULL. */
+braidResult_t braidGetVersion(int* version);
+
+/* Creates the rendezvous token on the process that will be rank 0. It opens a
+ * listening socket on the bootstrap interface (BRAID_SOCKET_IFNAME, else the
+ * first non-loopback interface that accepts a connection to itself, else
+ * loopback) and serves the rendezvous from a braid thread until every rank of
+ * the communicator has joined (or BRAID_TIMEOUT passes).
+ * Errors: braidInvalidArgument (NULL), braidSystemError (no usable interface). */
+braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
+
+/* ---------------------------------------------------------------------------
+ * Communicators
+ * ------------------------------------------------------------------------- */
+
+/* Collective over `nranks` processes that share `uniqueId`; each passes its
+ * own `rank` in [0, nranks). Blocks until every rank has joined and every
+ * pair of ranks is connected and authenticated with the id's secret.
+ * Errors: braidInvalidArgument (NULL comm, nranks < 1, rank out of range,
+ * malformed id), braidTimeout (rank 0 unreachable within BRAID_TIMEOUT),
+ * braidInvalidUsage (ranks disagree on nranks, or a rank joined twice),
+ * braidRemoteError (a peer failed the handshake), braidSystemError. */
+braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uniqueId, int rank);
+
+/* Like braidCommInitRank, with rank, size and rank 0's address from the
+ * environment; the first complete set wins:
+ *   BRAID_RANK, BRAID_WORLD_SIZE, BRAID_ADDR (host:port of rank 0);
+ *   RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun);
+ *   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (Open MPI) with BRAID_ADDR or
+ *   MASTER_ADDR/MASTER_PORT; SLURM_PROCID, SLURM_NTASKS (Slurm) likewise.
+ * Rank 0 listens on that address. BRAID_SECRET (32 hex digits), when set on
+ * every rank, authenticates the ranks to each other.
+ * Errors: as braidCommInitRank, and braidInvalidArgument when the variables
+ * are missing or malformed (the message names the variable). */
+braidResult_t braidCommInitFromEnv(braidComm_t* comm);
+
+/* Collective over `comm`: ranks with the same `color` form a new
+ * communicator, ordered by `key`, ties broken by rank in `comm`. A rank with
+ * color < 0 takes part but gets *newcomm = NULL.
+ * Errors: braidInvalidArgument (NULL comm/newcomm), braidInvalidUsage
+ * (aborted comm), and the errors of a collective. */
+braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm);
+
+/* Waits for this rank's outstanding work on `comm` (its streams included),
+ * then frees everything. Never waits for other ranks. NULL is a no-op. */
+braidResult_t braidCommDestroy(braidComm_t comm);
+
+/* Callable from any thread; returns within a second. This rank's in-flight
+ * calls on `comm` return braidInvalidUsage ("communicator aborted"), so do
+ * later calls; its connections are closed, so peers that need this rank see
+ * braidRemoteError. Never waits for other ranks. Only braidCommDestroy
+ * remains valid on the handle afterwards. */
+braidResult_t braidCommAbort(braidComm_t comm);
+
+/* Writes the first error of an asynchronous call on `comm` (one queued on a
+ * stream), or braidSuccess. Errors: braidInvalidArgument (NULL). */
+braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
+
+/* Number of ranks in `comm`. Errors: braidInvalidArgument (NULL). */
+braidResult_t braidCommCount(braidComm_t comm, int* count);
+
+/* This process's rank in `comm`. Errors: braidInvalidArgument (NULL). */
+braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
+
+/* ---------------------------------------------------------------------------
+ * Collectives. Every rank of `comm` calls the same collective with the same
+ * count, datatype, op and root, in the same order. Errors common to all:
+ * braidInvalidArgument (NULL comm; datatype, op or root out of range; NULL
+ * buffer with count > 0; overlapping buffers where not allowed),
+ * braidInvalidUsage (mismatched calls, aborted communicator), braidTimeout,
+ * braidRemoteError, braidNotSupported (GPU memory in a build without CUDA).
+ * ------------------------------------------------------------------------- */
+
+/* recvbuff[i] = op over ranks of sendbuff[i], for i < count, on every rank.
+ * In place when sendbuff == recvbuff. */
+braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                             braidStream_t stream);
+
+/* Copies root's sendbuff into every rank's recvbuff (the root's too).
+ * sendbuff matters only at the root. In place when sendbuff == recvbuff. */
+braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, int root, braidComm_t comm,
+                             braidStream_t stream);
+
+/* Like braidAllReduce, with the result only in root's recvbuff; recvbuff
+ * matters only at the root. In place when sendbuff == recvbuff. */
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
+                          braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm,
+                          braidStream_t stream);
+
+/* recvbuff (nranks * sendcount elements) receives every rank's sendbuff in
+ * rank order. In place when sendbuff == recvbuff + rank * sendcount. */
+braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                             braidDataType_t datatype, braidComm_t comm, braidStream_t stream);
+
+/* sendbuff holds nranks * recvcount elements; rank r receives the reduction
+ * over ranks of part r. In place when recvbuff == sendbuff + rank * recvcount. */
+braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                 braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                                 braidStream_t stream);
+
+/* Rank r sends part j (count elements) of sendbuff to rank j, which stores it
+ * as part r of recvbuff; both hold nranks * count elements. Never in place:
+ * overlapping buffers return braidInvalidArgument. */
+braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                            braidDataType_t datatype, braidComm_t comm, braidStream_t stream);
+
+/* root's recvbuff (nranks * sendcount elements) receives every rank's
+ * sendbuff in rank order; recvbuff matters only at the root. In place at the
+ * root when sendbuff == recvbuff + root * sendcount. */
+braidResult_t braidGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                          braidDataType_t datatype, int root, braidComm_t comm,
+                          braidStream_t stream);
+
+/* Rank r receives part r of root's sendbuff (nranks * recvcount elements);
+ * sendbuff matters only at the root. In place at the root when
+ * recvbuff == sendbuff + root * recvcount. */
+braidResult_t braidScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                           braidDataType_t datatype, int root, braidComm_t comm,
+                           braidStream_t stream);
+
+/* Returns once every rank has entered the barrier. */
+braidResult_t braidBarrier(braidComm_t comm, braidStream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * Point to point. A Send matches the Recv of `peer` with the same position
+ * in the sequence of calls between the two ranks; count and datatype must
+ * agree (else braidInvalidUsage). peer == own rank is allowed inside a group.
+ * Errors: braidInvalidArgument (peer out of range; self outside a group).
+ * ------------------------------------------------------------------------- */
+
+braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
+                        braidComm_t comm, braidStream_t stream);
+braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
+                        braidComm_t comm, braidStream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * Group calls (per thread, nestable). Calls between the outermost
+ * braidGroupStart and braidGroupEnd are checked and queued; braidGroupEnd
+ * runs them together, so any pattern of Send/Recv inside one group (a ring,
+ * an all-to-all) completes without deadlock. Calls on a stream are run on
+ * that stream; the rest are run by braidGroupEnd, which returns when they
+ * are complete. braidGroupEnd returns the first error of the group.
+ * Errors: braidInvalidUsage (braidGroupEnd without braidGroupStart).
+ * ------------------------------------------------------------------------- */
+
+braidResult_t braidGroupStart(void);
+braidResult_t braidGroupEnd(void);
+
+/* ---------------------------------------------------------------------------
+ * Streams
+ * ------------------------------------------------------------------------- */
+
+/* A host stream of `comm`: a braid-owned thread that runs the calls queued
+ * on it in order. Calls on different streams of one communicator run
+ * concurrently; every rank must create its streams on `comm` in the same
+ * order, and calls on the k-th stream match the k-th stream of the peers.
+ * Errors: braidInvalidArgument (NULL), braidInvalidUsage (aborted comm). */
+braidResult_t braidStreamCreate(braidComm_t comm, braidStream_t* stream);
+
+/* Wraps a cudaStream_t (CUDA builds). braidNotSupported otherwise. */
+braidResult_t braidStreamCreateFromCuda(braidComm_t comm, void* cudaStream,
+                                        braidStream_t* stream);
+
+/* Waits until every call queued on `stream` has finished; returns the first
+ * error among them (and keeps returning it). */
+braidResult_t braidStreamSynchronize(braidStream_t stream);
+
+/* braidSuccess when every queued call has finished, braidInProgress while
+ * some has not, or the first error among them. Never blocks. */
+braidResult_t braidStreamQuery(braidStream_t stream);
+
+/* Waits for the queued calls, then frees the stream. NULL is a no-op. */
+braidResult_t braidStreamDestroy(braidStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BRAID_H_ */

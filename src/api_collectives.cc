@@ -1,0 +1,221 @@
+// extern "C" collectives and point-to-point calls: each checks its
+// arguments against the contract, works out whether it is in place, and
+// hands one Operation to the group, the stream or the communicator.
+#include <cstdint>
+#include <limits>
+
+#include "src/common/strcat.h"
+#include "src/handles.h"
+
+using braid::Operation;
+using braid::Status;
+using braid::algo::CollectiveKind;
+using braid::api::guard;
+
+namespace {
+
+bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return aBytes > 0 && bBytes > 0 && pa < pb + bBytes && pb < pa + aBytes;
+}
+
+struct Call {
+  const char* name;
+  CollectiveKind kind;
+  const void* send;
+  void* recv;
+  size_t count;
+  braidDataType_t dtype;
+  braidRedOp_t op = braidSum;
+  bool usesOp = false;
+  int root = -1;
+  bool usesRoot = false;
+};
+
+Status checkAndSubmit(const Call& c, braidComm_t comm, braidStream_t stream) {
+  BRAID_RETURN_IF_ERROR(braid::api::checkComm(comm));
+  if (c.dtype < 0 || c.dtype >= braidNumTypes)
+    return braid::invalidArgument(braid::strCat("datatype=", static_cast<int>(c.dtype), " is not a braidDataType_t"));
+  if (c.usesOp && (c.op < 0 || c.op >= braidNumOps))
+    return braid::invalidArgument(braid::strCat("op=", static_cast<int>(c.op), " is not a braidRedOp_t"));
+  const int nranks = comm->comm->size(), rank = comm->comm->rank();
+  if (c.usesRoot && (c.root < 0 || c.root >= nranks))
+    return braid::invalidArgument(braid::strCat("root=", c.root, " is out of range [0, ", nranks, ")"));
+  if (stream) BRAID_RETURN_IF_ERROR(braid::api::checkStream(stream));
+  if (c.count == 0 && c.kind != CollectiveKind::kBarrier) return Status::ok();
+
+  Operation o;
+  o.name = c.name;
+  o.args.kind = c.kind;
+  o.args.count = c.count;
+  o.args.dtype = static_cast<braid::DataType>(c.dtype);
+  o.args.op = static_cast<braid::RedOp>(c.op);
+  o.args.root = c.usesRoot ? c.root : -1;
+  o.args.rank = rank;
+  o.args.nranks = nranks;
+  const size_t es = braid::dataTypeSize(o.args.dtype);
+  if (c.count > std::numeric_limits<size_t>::max() / es / static_cast<size_t>(nranks))
+    return braid::invalidArgument(braid::strCat("count=", c.count, " is too large"));
+  const size_t bytes = c.count * es;
+  const bool isRoot = rank == c.root;
+  auto* recvBytes = static_cast<uint8_t*>(c.recv);
+  auto* sendBytes = static_cast<const uint8_t*>(c.send);
+
+  // Which buffers must be present on this rank, and the in-place pattern.
+  bool needSend = true, needRecv = true;
+  bool inPlace = false;
+  switch (c.kind) {
+    case CollectiveKind::kAllReduce:
+      inPlace = c.send == c.recv;
+      break;
+    case CollectiveKind::kBroadcast:
+      needSend = isRoot;
+      inPlace = isRoot && c.send == c.recv;
+      break;
+    case CollectiveKind::kReduce:
+      needRecv = isRoot;
+      inPlace = isRoot && c.send == c.recv;
+      break;
+    case CollectiveKind::kAllGather:
+      inPlace = recvBytes && sendBytes == recvBytes + rank * bytes;
+      break;
+    case CollectiveKind::kReduceScatter:
+      inPlace = sendBytes && recvBytes == sendBytes + rank * bytes;
+      break;
+    case CollectiveKind::kAllToAll:
+      break;
+    case CollectiveKind::kGather:
+      needRecv = isRoot;
+      inPlace = isRoot && recvBytes && sendBytes == recvBytes + c.root * bytes;
+      break;
+    case CollectiveKind::kScatter:
+      needSend = isRoot;
+      inPlace = isRoot && sendBytes && recvBytes == sendBytes + c.root * bytes;
+      break;
+    case CollectiveKind::kBarrier:
+      needSend = needRecv = false;
+      break;
+    case CollectiveKind::kSendRecv:
+      break;
+  }
+  if (needSend && !c.send) return braid::invalidArgument(braid::strCat("sendbuff is NULL with count=", c.count));
+  if (needRecv && !c.recv) return braid::invalidArgument(braid::strCat("recvbuff is NULL with count=", c.count));
+  o.args.inPlace = inPlace;
+  if (needSend && needRecv && !inPlace) {
+    size_t sendSize = braid::algo::sendBufferBytes(o.args), recvSize = braid::algo::recvBufferBytes(o.args);
+    if (overlaps(c.send, sendSize, c.recv, recvSize))
+      return braid::invalidArgument(c.kind == CollectiveKind::kAllToAll
+                                        ? std::string("sendbuff and recvbuff overlap (AllToAll is never in place)")
+                                        : std::string("sendbuff and recvbuff overlap without being in place"));
+  }
+  o.send = needSend ? c.send : nullptr;
+  o.recv = needRecv ? c.recv : nullptr;
+  return braid::api::submit(comm, stream, {std::move(o)});
+}
+
+Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t count,
+                    braidDataType_t dtype, int peer, braidComm_t comm, braidStream_t stream) {
+  BRAID_RETURN_IF_ERROR(braid::api::checkComm(comm));
+  if (dtype < 0 || dtype >= braidNumTypes)
+    return braid::invalidArgument(braid::strCat("datatype=", static_cast<int>(dtype), " is not a braidDataType_t"));
+  const int nranks = comm->comm->size();
+  if (peer < 0 || peer >= nranks)
+    return braid::invalidArgument(braid::strCat("peer=", peer, " is out of range [0, ", nranks, ")"));
+  if (peer == comm->comm->rank() && !braid::api::groupOpen())
+    return braid::invalidArgument("peer is the caller's own rank, which is allowed only inside a group");
+  if (stream) BRAID_RETURN_IF_ERROR(braid::api::checkStream(stream));
+  if (count > 0 && !buffer)
+    return braid::invalidArgument(braid::strCat(isSend ? "sendbuff" : "recvbuff", " is NULL with count=", count));
+  Operation o;
+  o.name = name;
+  o.args.kind = CollectiveKind::kSendRecv;
+  o.args.count = count;
+  o.args.dtype = static_cast<braid::DataType>(dtype);
+  o.peer = peer;
+  o.isSend = isSend;
+  if (isSend)
+    o.send = buffer;
+  else
+    o.recv = const_cast<void*>(buffer);
+  return braid::api::submit(comm, stream, {std::move(o)});
+}
+
+}  // namespace
+
+extern "C" {
+
+braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                             braidRedOp_t op, braidComm_t comm, braidStream_t stream) {
+  Call c{"braidAllReduce", CollectiveKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, true};
+  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+}
+
+braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                             int root, braidComm_t comm, braidStream_t stream) {
+  Call c{"braidBroadcast", CollectiveKind::kBroadcast, sendbuff, recvbuff, count, datatype};
+  c.root = root;
+  c.usesRoot = true;
+  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+}
+
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                          braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream) {
+  Call c{"braidReduce", CollectiveKind::kReduce, sendbuff, recvbuff, count, datatype, op, true, root, true};
+  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+}
+
+braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                             braidDataType_t datatype, braidComm_t comm, braidStream_t stream) {
+  Call c{"braidAllGather", CollectiveKind::kAllGather, sendbuff, recvbuff, sendcount, datatype};
+  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+}
+
+braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                 braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                                 braidStream_t stream) {
+  Call c{"braidReduceScatter", CollectiveKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, true};
+  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+}
+
+braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
+                            braidComm_t comm, braidStream_t stream) {
+  Call c{"braidAllToAll", CollectiveKind::kAllToAll, sendbuff, recvbuff, count, datatype};
+  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+}
+
+braidResult_t braidGather(const void* sendbuff, void* recvbuff, size_t sendcount, braidDataType_t datatype,
+                          int root, braidComm_t comm, braidStream_t stream) {
+  Call c{"braidGather", CollectiveKind::kGather, sendbuff, recvbuff, sendcount, datatype};
+  c.root = root;
+  c.usesRoot = true;
+  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+}
+
+braidResult_t braidScatter(const void* sendbuff, void* recvbuff, size_t recvcount, braidDataType_t datatype,
+                           int root, braidComm_t comm, braidStream_t stream) {
+  Call c{"braidScatter", CollectiveKind::kScatter, sendbuff, recvbuff, recvcount, datatype};
+  c.root = root;
+  c.usesRoot = true;
+  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+}
+
+braidResult_t braidBarrier(braidComm_t comm, braidStream_t stream) {
+  Call c{"braidBarrier", CollectiveKind::kBarrier, nullptr, nullptr, 0, braidUint8};
+  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+}
+
+braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
+                        braidComm_t comm, braidStream_t stream) {
+  return guard("braidSend", [&] {
+    return pointToPoint("braidSend", true, sendbuff, count, datatype, peer, comm, stream);
+  });
+}
+
+braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
+                        braidComm_t comm, braidStream_t stream) {
+  return guard("braidRecv", [&] {
+    return pointToPoint("braidRecv", false, recvbuff, count, datatype, peer, comm, stream);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,236 @@
+// extern "C" library and communicator calls: argument checks, then the
+// communicator layer.
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "src/bootstrap.h"
+#include "src/common/env.h"
+#include "src/common/log.h"
+#include "src/common/strcat.h"
+#include "src/handles.h"
+
+using braid::Status;
+using braid::api::guard;
+using braid::api::checkComm;
+
+namespace {
+
+// Parses a non-negative decimal integer variable; "" when unset.
+braid::Result<int> intVariable(const char* name, bool* present) {
+  std::string text = braid::envString(name);
+  *present = !text.empty();
+  if (text.empty()) return 0;
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (errno || *end != '\0' || v < 0 || v > INT_MAX)
+    return braid::invalidArgument(braid::strCat(name, "='", text, "' is not a non-negative integer"));
+  return static_cast<int>(v);
+}
+
+struct LaunchVariables {
+  int rank = 0, size = 0;
+  std::string address;  // host:port of rank 0
+  std::string source;
+};
+
+braid::Result<std::string> rootAddressFromEnv() {
+  std::string addr = braid::envString("BRAID_ADDR");
+  if (!addr.empty()) return addr;
+  std::string host = braid::envString("MASTER_ADDR"), port = braid::envString("MASTER_PORT");
+  if (!host.empty() && !port.empty()) return host + ":" + port;
+  return braid::invalidArgument(
+      "rank 0's address is not set: set BRAID_ADDR=host:port (or MASTER_ADDR and MASTER_PORT)");
+}
+
+braid::Result<LaunchVariables> launchVariablesFromEnv() {
+  struct Source {
+    const char *rank, *size, *label;
+  };
+  const Source sources[] = {{"BRAID_RANK", "BRAID_WORLD_SIZE", "braid"},
+                            {"RANK", "WORLD_SIZE", "torchrun"},
+                            {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
+                            {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"}};
+  for (const auto& s : sources) {
+    bool hasRank = false, hasSize = false;
+    BRAID_ASSIGN_OR_RETURN(int rank, intVariable(s.rank, &hasRank));
+    BRAID_ASSIGN_OR_RETURN(int size, intVariable(s.size, &hasSize));
+    if (!hasRank && !hasSize) continue;
+    if (!hasRank || !hasSize)
+      return braid::invalidArgument(braid::strCat(hasRank ? s.size : s.rank, " is not set but ",
+                                                  hasRank ? s.rank : s.size, " is"));
+    if (size < 1 || rank >= size)
+      return braid::invalidArgument(
+          braid::strCat(s.rank, "=", rank, " is out of range for ", s.size, "=", size));
+    LaunchVariables v{rank, size, "", s.label};
+    BRAID_ASSIGN_OR_RETURN(v.address, rootAddressFromEnv());
+    return v;
+  }
+  return braid::invalidArgument(
+      "no launcher variables: set BRAID_RANK, BRAID_WORLD_SIZE and BRAID_ADDR (or run under "
+      "braidrun, torchrun, mpirun or srun)");
+}
+
+braidResult_t newCommHandle(std::shared_ptr<braid::Communicator> comm, braidComm_t* out) {
+  auto* handle = new braidComm;
+  handle->comm = std::move(comm);
+  *out = handle;
+  return braidSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* braidGetErrorString(braidResult_t result) {
+  switch (result) {
+    case braidSuccess: return "no error";
+    case braidSystemError: return "system error (the OS or network failed)";
+    case braidInternalError: return "internal error (a bug in braid)";
+    case braidInvalidArgument: return "invalid argument";
+    case braidInvalidUsage: return "invalid usage";
+    case braidRemoteError: return "remote error (a peer failed, disconnected or aborted)";
+    case braidInProgress: return "operation in progress";
+    case braidTimeout: return "timeout (no progress within BRAID_TIMEOUT)";
+    case braidUnhandledCudaError: return "unhandled CUDA error";
+    case braidNotSupported: return "not supported";
+  }
+  return "unknown result code";
+}
+
+braidResult_t braidGetVersion(int* version) {
+  return guard("braidGetVersion", [&]() -> Status {
+    if (!version) return braid::invalidArgument("version is NULL");
+    *version = BRAID_VERSION_CODE;
+    return Status::ok();
+  });
+}
+
+braidResult_t braidGetUniqueId(braidUniqueId* uniqueId) {
+  return guard("braidGetUniqueId", [&]() -> Status {
+    if (!uniqueId) return braid::invalidArgument("uniqueId is NULL");
+    BRAID_ASSIGN_OR_RETURN(braid::Config config, braid::loadConfig());
+    braid::RendezvousInfo info;
+    BRAID_RETURN_IF_ERROR(braid::randomBytes(info.secret));
+    BRAID_ASSIGN_OR_RETURN(auto listenAt, braid::chooseBootstrapAddress(
+                                              config.socketIfname, braid::Deadline::after(10)));
+    BRAID_ASSIGN_OR_RETURN(info.root,
+                           braid::startRendezvousServer(listenAt, info.secret, config.timeoutSeconds));
+    info.encode(uniqueId->internal);
+    BRAID_INFO("unique id: rendezvous at ", info.root.toString());
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uniqueId, int rank) {
+  std::shared_ptr<braid::Communicator> created;
+  braidResult_t r = guard("braidCommInitRank", [&]() -> Status {
+    if (!comm) return braid::invalidArgument("comm is NULL");
+    *comm = nullptr;
+    if (nranks < 1) return braid::invalidArgument(braid::strCat("nranks=", nranks, " must be >= 1"));
+    if (rank < 0 || rank >= nranks)
+      return braid::invalidArgument(braid::strCat("rank=", rank, " is out of range [0, ", nranks, ")"));
+    BRAID_ASSIGN_OR_RETURN(braid::RendezvousInfo info, braid::RendezvousInfo::decode(uniqueId.internal));
+    BRAID_ASSIGN_OR_RETURN(braid::Config config, braid::loadConfig());
+    BRAID_ASSIGN_OR_RETURN(created, braid::Communicator::create(info, nranks, rank, config));
+    return Status::ok();
+  });
+  return r == braidSuccess ? newCommHandle(std::move(created), comm) : r;
+}
+
+braidResult_t braidCommInitFromEnv(braidComm_t* comm) {
+  std::shared_ptr<braid::Communicator> created;
+  braidResult_t r = guard("braidCommInitFromEnv", [&]() -> Status {
+    if (!comm) return braid::invalidArgument("comm is NULL");
+    *comm = nullptr;
+    BRAID_ASSIGN_OR_RETURN(braid::Config config, braid::loadConfig());
+    BRAID_ASSIGN_OR_RETURN(LaunchVariables launch, launchVariablesFromEnv());
+    braid::RendezvousInfo info;
+    BRAID_ASSIGN_OR_RETURN(info.root, braid::tcp::SocketAddress::parse(launch.address));
+    std::string secret = braid::envString("BRAID_SECRET");
+    if (!secret.empty() && !braid::fromHex(secret, info.secret))
+      return braid::invalidArgument("BRAID_SECRET must be 32 hex digits");
+    if (secret.empty())
+      BRAID_INFO("BRAID_SECRET is not set: connections are not authenticated beyond the job's address");
+    if (launch.rank == 0) {
+      auto started = braid::startRendezvousServer(info.root, info.secret, config.timeoutSeconds);
+      if (!started.isOk())
+        return started.status().withContext(braid::strCat("rank 0 cannot listen on ", launch.address));
+    }
+    BRAID_INFO("init from ", launch.source, " variables: rank ", launch.rank, " of ", launch.size,
+               ", rank 0 at ", launch.address);
+    BRAID_ASSIGN_OR_RETURN(created, braid::Communicator::create(info, launch.size, launch.rank, config));
+    return Status::ok();
+  });
+  return r == braidSuccess ? newCommHandle(std::move(created), comm) : r;
+}
+
+braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm) {
+  std::shared_ptr<braid::Communicator> created;
+  braidResult_t r = guard("braidCommSplit", [&]() -> Status {
+    BRAID_RETURN_IF_ERROR(checkComm(comm));
+    if (!newcomm) return braid::invalidArgument("newcomm is NULL");
+    *newcomm = nullptr;
+    BRAID_ASSIGN_OR_RETURN(created, comm->comm->split(color, key));
+    return Status::ok();
+  });
+  if (r != braidSuccess || !created) return r;
+  return newCommHandle(std::move(created), newcomm);
+}
+
+braidResult_t braidCommDestroy(braidComm_t comm) {
+  return guard("braidCommDestroy", [&]() -> Status {
+    if (!comm) return Status::ok();
+    if (comm->magic != braidComm::kMagic) return braid::invalidArgument("comm is not a live communicator");
+    std::vector<std::shared_ptr<braid::HostStream>> streams;
+    {
+      std::lock_guard lock(comm->streamsMutex);
+      for (auto& w : comm->streams)
+        if (auto s = w.lock()) streams.push_back(std::move(s));
+    }
+    for (auto& s : streams) (void)s->synchronize();
+    comm->comm->shutdown();
+    comm->magic = 0;
+    delete comm;
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommAbort(braidComm_t comm) {
+  return guard("braidCommAbort", [&]() -> Status {
+    if (!comm) return braid::invalidArgument("comm is NULL");
+    if (comm->magic != braidComm::kMagic) return braid::invalidArgument("comm is not a live communicator");
+    comm->comm->abort();
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError) {
+  return guard("braidCommGetAsyncError", [&]() -> Status {
+    if (!comm || comm->magic != braidComm::kMagic) return braid::invalidArgument("comm is NULL or not live");
+    if (!asyncError) return braid::invalidArgument("asyncError is NULL");
+    *asyncError = static_cast<braidResult_t>(comm->comm->asyncError());
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommCount(braidComm_t comm, int* count) {
+  return guard("braidCommCount", [&]() -> Status {
+    if (!comm || comm->magic != braidComm::kMagic) return braid::invalidArgument("comm is NULL or not live");
+    if (!count) return braid::invalidArgument("count is NULL");
+    *count = comm->comm->size();
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommUserRank(braidComm_t comm, int* rank) {
+  return guard("braidCommUserRank", [&]() -> Status {
+    if (!comm || comm->magic != braidComm::kMagic) return braid::invalidArgument("comm is NULL or not live");
+    if (!rank) return braid::invalidArgument("rank is NULL");
+    *rank = comm->comm->rank();
+    return Status::ok();
+  });
+}
+
+}  // extern "C"

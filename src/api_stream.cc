@@ -1,0 +1,61 @@
+// extern "C" stream calls.
+#include "src/common/strcat.h"
+#include "src/handles.h"
+
+using braid::Status;
+using braid::api::guard;
+
+extern "C" {
+
+braidResult_t braidStreamCreate(braidComm_t comm, braidStream_t* stream) {
+  return guard("braidStreamCreate", [&]() -> Status {
+    BRAID_RETURN_IF_ERROR(braid::api::checkComm(comm));
+    if (!stream) return braid::invalidArgument("stream is NULL");
+    *stream = nullptr;
+    BRAID_ASSIGN_OR_RETURN(int index, comm->comm->newStreamIndex());
+    auto* handle = new braidStream;
+    handle->stream = std::make_shared<braid::HostStream>(comm->comm, index);
+    {
+      std::lock_guard lock(comm->streamsMutex);
+      comm->streams.push_back(handle->stream);
+    }
+    *stream = handle;
+    return Status::ok();
+  });
+}
+
+braidResult_t braidStreamCreateFromCuda(braidComm_t comm, void* cudaStream, braidStream_t* stream) {
+  return guard("braidStreamCreateFromCuda", [&]() -> Status {
+    BRAID_RETURN_IF_ERROR(braid::api::checkComm(comm));
+    if (!stream) return braid::invalidArgument("stream is NULL");
+    (void)cudaStream;
+    return braid::notSupported("this build of braid has no CUDA support");
+  });
+}
+
+braidResult_t braidStreamSynchronize(braidStream_t stream) {
+  return guard("braidStreamSynchronize", [&]() -> Status {
+    BRAID_RETURN_IF_ERROR(braid::api::checkStream(stream));
+    return stream->stream->synchronize();
+  });
+}
+
+braidResult_t braidStreamQuery(braidStream_t stream) {
+  return guard("braidStreamQuery", [&]() -> Status {
+    BRAID_RETURN_IF_ERROR(braid::api::checkStream(stream));
+    return stream->stream->query();
+  });
+}
+
+braidResult_t braidStreamDestroy(braidStream_t stream) {
+  return guard("braidStreamDestroy", [&]() -> Status {
+    if (!stream) return Status::ok();
+    BRAID_RETURN_IF_ERROR(braid::api::checkStream(stream));
+    stream->stream.reset();  // waits for its queue
+    stream->magic = 0;
+    delete stream;
+    return Status::ok();
+  });
+}
+
+}  // extern "C"

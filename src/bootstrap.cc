@@ -1,0 +1,202 @@
+#include "src/bootstrap.h"
+
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "src/common/log.h"
+#include "src/common/strcat.h"
+
+namespace braid {
+
+namespace {
+
+constexpr uint32_t kBootstrapPurpose = 1;
+constexpr char kIdMagic[4] = {'B', 'R', 'D', '1'};
+constexpr uint32_t kMaxAddressBytes = 256;
+
+Status sendU32(int fd, uint32_t v, Deadline d) {
+  return tcp::sendAll(fd, {reinterpret_cast<const uint8_t*>(&v), sizeof(v)}, d);
+}
+Result<uint32_t> recvU32(int fd, Deadline d) {
+  uint32_t v = 0;
+  BRAID_RETURN_IF_ERROR(tcp::recvAll(fd, {reinterpret_cast<uint8_t*>(&v), sizeof(v)}, d));
+  return v;
+}
+Status sendString(int fd, const std::string& s, Deadline d) {
+  BRAID_RETURN_IF_ERROR(sendU32(fd, static_cast<uint32_t>(s.size()), d));
+  return tcp::sendAll(fd, {reinterpret_cast<const uint8_t*>(s.data()), s.size()}, d);
+}
+Result<std::string> recvString(int fd, uint32_t limit, Deadline d) {
+  BRAID_ASSIGN_OR_RETURN(uint32_t n, recvU32(fd, d));
+  if (n > limit) return remoteError("malformed rendezvous message");
+  std::string s(n, '\0');
+  BRAID_RETURN_IF_ERROR(tcp::recvAll(fd, {reinterpret_cast<uint8_t*>(s.data()), n}, d));
+  return s;
+}
+
+struct Joined {
+  tcp::Fd fd;
+  std::string address;
+};
+
+void reject(int fd, const Status& why, Deadline d) {
+  (void)sendU32(fd, static_cast<uint32_t>(why.code()), d);
+  (void)sendString(fd, why.message(), d);
+}
+
+// Collects one join request per rank, then answers everyone with the table.
+void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
+  Deadline deadline = Deadline::after(timeoutSeconds);
+  int nranks = -1;
+  std::map<int, Joined> joined;
+  while (nranks < 0 || static_cast<int>(joined.size()) < nranks) {
+    auto fd = tcp::acceptFrom(listener.get(), deadline);
+    if (!fd.isOk()) {
+      BRAID_WARN("rendezvous: ", joined.size(), " of ", nranks,
+                 " ranks joined before the timeout; giving up");
+      return;  // closing the sockets tells the joined ranks
+    }
+    Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
+    auto rank = tcp::handshakeAccept(fd->get(), secret, kBootstrapPurpose, step);
+    if (!rank.isOk()) {
+      BRAID_WARN("rendezvous: refused a connection: ", rank.status().message());
+      continue;
+    }
+    auto size = recvU32(fd->get(), step);
+    auto address = size.isOk() ? recvString(fd->get(), kMaxAddressBytes, step)
+                               : Result<std::string>(size.status());
+    if (!address.isOk()) continue;
+    int n = static_cast<int>(*size);
+    Status bad;
+    if (nranks >= 0 && n != nranks)
+      bad = invalidUsage(strCat("rank ", *rank, " joined with nranks=", n, " but others with nranks=",
+                                nranks));
+    else if (*rank < 0 || *rank >= n)
+      bad = invalidArgument(strCat("rank ", *rank, " is out of range for nranks=", n));
+    else if (joined.count(*rank))
+      bad = invalidUsage(strCat("rank ", *rank, " joined twice"));
+    if (!bad.isOk()) {
+      BRAID_WARN("rendezvous: ", bad.message());
+      reject(fd->get(), bad, step);
+      if (bad.code() == ErrorCode::kInvalidUsage)
+        for (auto& [r, j] : joined) reject(j.fd.get(), bad, step);
+      if (bad.code() == ErrorCode::kInvalidUsage) return;
+      continue;
+    }
+    nranks = n;
+    joined[*rank] = {std::move(*fd), std::move(*address)};
+  }
+  for (auto& [r, j] : joined) {
+    Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
+    if (!sendU32(j.fd.get(), 0, step).isOk()) continue;
+    for (auto& [r2, j2] : joined) (void)sendString(j.fd.get(), j2.address, step);
+  }
+  BRAID_INFO("rendezvous: ", nranks, " ranks joined");
+}
+
+}  // namespace
+
+void RendezvousInfo::encode(char out[kUniqueIdBytes]) const {
+  std::memset(out, 0, kUniqueIdBytes);
+  std::memcpy(out, kIdMagic, 4);
+  std::string text = root.toString();
+  out[4] = static_cast<char>(text.size());
+  std::memcpy(out + 8, secret.data(), secret.size());
+  std::memcpy(out + 24, text.data(), std::min<size_t>(text.size(), kUniqueIdBytes - 24));
+}
+
+Result<RendezvousInfo> RendezvousInfo::decode(const char in[kUniqueIdBytes]) {
+  if (std::memcmp(in, kIdMagic, 4) != 0)
+    return invalidArgument("uniqueId is not a braid unique id (bad magic); was it made by braidGetUniqueId?");
+  size_t len = static_cast<uint8_t>(in[4]);
+  if (len == 0 || len > kUniqueIdBytes - 24) return invalidArgument("uniqueId is malformed");
+  RendezvousInfo info;
+  std::memcpy(info.secret.data(), in + 8, info.secret.size());
+  auto address = tcp::SocketAddress::parse(std::string(in + 24, len));
+  if (!address.isOk()) return invalidArgument("uniqueId is malformed: " + address.status().message());
+  info.root = *address;
+  return info;
+}
+
+Result<tcp::SocketAddress> chooseBootstrapAddress(const std::string& ifname, Deadline deadline) {
+  BRAID_ASSIGN_OR_RETURN(auto interfaces, tcp::listInterfaces());
+  // IPv4 first: it needs no scope and is what most clusters route.
+  std::stable_sort(interfaces.begin(), interfaces.end(), [](const auto& a, const auto& b) {
+    return a.address.family() == AF_INET && b.address.family() != AF_INET;
+  });
+  if (!ifname.empty()) {
+    std::string names;
+    for (const auto& i : interfaces) {
+      if (i.name == ifname) return i.address;
+      names += " " + i.name;
+    }
+    return invalidArgument(strCat("BRAID_SOCKET_IFNAME=", ifname,
+                                  ": no such interface with an address (have:", names, ")"));
+  }
+  for (const auto& i : interfaces) {
+    if (i.address.isLoopback()) continue;
+    // Verified, not guessed: the address must accept a connection.
+    auto listener = tcp::listenOn(i.address);
+    if (!listener.isOk()) continue;
+    auto bound = tcp::SocketAddress::ofSocket(listener->get(), false);
+    if (!bound.isOk()) continue;
+    Deadline probe = Deadline::after(0.5);
+    if (deadline.expired()) break;
+    if (tcp::connectTo(*bound, probe).isOk()) {
+      BRAID_INFO("bootstrap interface ", i.name, " ", i.address.toString());
+      tcp::SocketAddress chosen = i.address;
+      chosen.setPort(0);
+      return chosen;
+    }
+    BRAID_INFO("bootstrap interface ", i.name, " does not accept connections; skipped");
+  }
+  BRAID_ASSIGN_OR_RETURN(auto loopback, tcp::SocketAddress::parse("127.0.0.1:0"));
+  BRAID_INFO("bootstrap interface: loopback (no other interface accepts connections)");
+  return loopback;
+}
+
+Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& listenAt,
+                                                 const Secret& secret, double timeoutSeconds) {
+  BRAID_ASSIGN_OR_RETURN(tcp::Fd listener, tcp::listenOn(listenAt));
+  BRAID_ASSIGN_OR_RETURN(tcp::SocketAddress bound, tcp::SocketAddress::ofSocket(listener.get(), false));
+  std::thread(serveRendezvous, std::move(listener), secret, timeoutSeconds).detach();
+  return bound;
+}
+
+Result<RendezvousClient> RendezvousClient::connect(const RendezvousInfo& info, int rank,
+                                                   Deadline deadline) {
+  RendezvousClient client;
+  client.rank_ = rank;
+  BRAID_ASSIGN_OR_RETURN(client.fd_, tcp::connectTo(info.root, deadline));
+  BRAID_RETURN_IF_ERROR(
+      tcp::handshakeConnect(client.fd_.get(), info.secret, kBootstrapPurpose, rank, deadline)
+          .withContext(strCat("rendezvous with rank 0 at ", info.root.toString())));
+  BRAID_ASSIGN_OR_RETURN(client.local_, tcp::SocketAddress::ofSocket(client.fd_.get(), false));
+  return client;
+}
+
+Result<std::vector<std::string>> RendezvousClient::exchange(int nranks, const std::string& myAddress,
+                                                            Deadline deadline) {
+  int fd = fd_.get();
+  BRAID_RETURN_IF_ERROR(sendU32(fd, static_cast<uint32_t>(nranks), deadline));
+  BRAID_RETURN_IF_ERROR(sendString(fd, myAddress, deadline));
+  auto code = recvU32(fd, deadline);
+  if (!code.isOk()) {
+    if (code.status().code() == ErrorCode::kTimeout)
+      return timeoutError("not every rank joined the rendezvous before the timeout (BRAID_TIMEOUT)");
+    return remoteError("the rendezvous at rank 0 ended before every rank joined: " +
+                       code.status().message());
+  }
+  if (*code != 0) {
+    BRAID_ASSIGN_OR_RETURN(std::string why, recvString(fd, 4096, deadline));
+    return Status(static_cast<ErrorCode>(*code), "rendezvous refused: " + why);
+  }
+  std::vector<std::string> addresses(nranks);
+  for (auto& a : addresses) {
+    BRAID_ASSIGN_OR_RETURN(a, recvString(fd, kMaxAddressBytes, deadline));
+  }
+  return addresses;
+}
+
+}  // namespace braid

@@ -1,0 +1,118 @@
+#include "src/common/env.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "src/common/log.h"
+#include "src/common/strcat.h"
+
+extern char** environ;
+
+namespace braid {
+namespace {
+
+constexpr EnvParam kParams[] = {
+    {"BRAID_DEBUG", "WARN", "Log level: WARN, INFO (init, transports, selection) or TRACE (every call)."},
+    {"BRAID_TIMEOUT", "300",
+     "Seconds a call may make no progress before it returns braidTimeout (also bounds init)."},
+    {"BRAID_TRANSPORT", "", "Force one transport for every pair of ranks: tcp."},
+    {"BRAID_ALGO", "",
+     "Force algorithms per collective, e.g. allreduce=ring,broadcast=tree (names in docs/ENVIRONMENT.md)."},
+    {"BRAID_SOCKET_IFNAME", "",
+     "Network interface for bootstrap and TCP (exact name, e.g. eth0); default: first non-loopback "
+     "interface that connects, else loopback."},
+    {"BRAID_CHUNK_BYTES", "524288", "Pipelining unit of ring algorithms in bytes (4096 .. 1 GiB)."},
+    {"BRAID_RANK", "", "Launcher: this process's rank (with BRAID_WORLD_SIZE and BRAID_ADDR)."},
+    {"BRAID_WORLD_SIZE", "", "Launcher: number of ranks."},
+    {"BRAID_ADDR", "", "Launcher: host:port where rank 0 listens for the rendezvous."},
+    {"BRAID_SECRET", "",
+     "Launcher: 32 hex digits shared by all ranks; authenticates every connection of the job."},
+};
+
+// Algorithm names per collective accepted by BRAID_ALGO.
+const std::map<std::string, std::vector<std::string>>& knownAlgorithms() {
+  static const std::map<std::string, std::vector<std::string>> known = {
+      {"allreduce", {"ring"}},     {"broadcast", {"tree"}},  {"reduce", {"tree"}},
+      {"allgather", {"ring"}},     {"reducescatter", {"ring"}}, {"alltoall", {"pairwise"}},
+      {"gather", {"linear"}},      {"scatter", {"linear"}},  {"barrier", {"dissemination"}},
+  };
+  return known;
+}
+
+Status parseAlgo(const std::string& text, std::map<std::string, std::string>* out) {
+  size_t pos = 0;
+  while (pos <= text.size() && !text.empty()) {
+    size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      return invalidArgument(strCat("BRAID_ALGO: '", item, "' is not collective=algorithm"));
+    std::string coll = item.substr(0, eq), algo = item.substr(eq + 1);
+    auto it = knownAlgorithms().find(coll);
+    if (it == knownAlgorithms().end())
+      return invalidArgument(strCat("BRAID_ALGO: unknown collective '", coll, "'"));
+    bool found = false;
+    for (const auto& name : it->second) found = found || name == algo;
+    if (!found) return invalidArgument(strCat("BRAID_ALGO: unknown algorithm '", algo, "' for ", coll));
+    (*out)[coll] = algo;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return Status::ok();
+}
+
+Status parseDouble(std::string_view name, const std::string& text, double lo, double hi, double* out) {
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || errno != 0 || *end != '\0' || !std::isfinite(v) || v < lo || v > hi)
+    return invalidArgument(strCat(name, "='", text, "' is not a number in [", lo, ", ", hi, "]"));
+  *out = v;
+  return Status::ok();
+}
+
+}  // namespace
+
+std::span<const EnvParam> envParams() { return kParams; }
+
+std::string envString(std::string_view name) {
+  const char* v = std::getenv(std::string(name).c_str());
+  return v ? std::string(v) : std::string();
+}
+
+Result<Config> loadConfig() {
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view entry(*e);
+    if (!entry.starts_with("BRAID_")) continue;
+    std::string_view name = entry.substr(0, entry.find('='));
+    bool known = false;
+    for (const auto& p : kParams) known = known || p.name == name;
+    if (!known)
+      return invalidArgument(strCat("unknown environment variable ", name,
+                                    " (docs/ENVIRONMENT.md lists every BRAID_* variable)"));
+  }
+  Config config;
+  std::string debug = envString("BRAID_DEBUG");
+  if (!debug.empty() && strcasecmp(debug.c_str(), "WARN") != 0 &&
+      strcasecmp(debug.c_str(), "INFO") != 0 && strcasecmp(debug.c_str(), "TRACE") != 0)
+    return invalidArgument(strCat("BRAID_DEBUG='", debug, "' is not WARN, INFO or TRACE"));
+  if (std::string t = envString("BRAID_TIMEOUT"); !t.empty())
+    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_TIMEOUT", t, 0.001, 1e7, &config.timeoutSeconds));
+  config.transport = envString("BRAID_TRANSPORT");
+  if (!config.transport.empty() && config.transport != "tcp")
+    return invalidArgument(strCat("BRAID_TRANSPORT='", config.transport,
+                                  "' is not an available transport (tcp)"));
+  BRAID_RETURN_IF_ERROR(parseAlgo(envString("BRAID_ALGO"), &config.algo));
+  config.socketIfname = envString("BRAID_SOCKET_IFNAME");
+  if (std::string c = envString("BRAID_CHUNK_BYTES"); !c.empty()) {
+    double v = 0;
+    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_CHUNK_BYTES", c, 4096, 1 << 30, &v));
+    config.chunkBytes = static_cast<size_t>(v);
+  }
+  return config;
+}
+
+}  // namespace braid

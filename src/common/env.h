@@ -1,0 +1,39 @@
+// Every BRAID_* environment variable, declared once with its default and
+// documentation, and parsed once per communicator into an immutable Config.
+// A BRAID_* variable that is not in the table, or whose value does not
+// parse, is an error at init: nothing is silently ignored.
+#pragma once
+
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "src/common/status.h"
+
+namespace braid {
+
+struct EnvParam {
+  std::string_view name;
+  std::string_view defaultValue;  // "" = unset
+  std::string_view doc;
+};
+
+// The registered variables, in documentation order.
+std::span<const EnvParam> envParams();
+
+struct Config {
+  double timeoutSeconds = 300;             // BRAID_TIMEOUT
+  std::string transport;                   // BRAID_TRANSPORT ("" = automatic)
+  std::map<std::string, std::string> algo; // BRAID_ALGO: collective -> algorithm
+  std::string socketIfname;                // BRAID_SOCKET_IFNAME
+  size_t chunkBytes = 1 << 19;             // BRAID_CHUNK_BYTES: pipelining unit
+};
+
+// Reads the environment, validates every BRAID_* variable present.
+Result<Config> loadConfig();
+
+// Reads one variable ("" when unset). Only bootstrap and the logger call it.
+std::string envString(std::string_view name);
+
+}  // namespace braid

@@ -1,0 +1,269 @@
+#include "src/communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "algorithms/algorithm.h"
+#include "src/common/log.h"
+#include "src/common/strcat.h"
+#include "transports/loopback/loopback_connection.h"
+
+namespace braid {
+
+namespace {
+constexpr int kMaxStreams = 127;  // channel = 2 * stream (+1 for point to point) fits 8 bits
+constexpr uint64_t kMaxMessagesPerPeer = uint64_t{1} << 24;
+
+uint64_t channelBits(int stream, bool pointToPoint) {
+  return static_cast<uint64_t>(2 * stream + (pointToPoint ? 1 : 0)) << 56;
+}
+}  // namespace
+
+Communicator::Communicator(int rank, int nranks, Config config)
+    : rank_(rank), nranks_(nranks), config_(std::move(config)) {
+  abortFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+Communicator::~Communicator() {
+  owned_.clear();
+  if (abortFd_ >= 0) ::close(abortFd_);
+}
+
+Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo& rendezvous,
+                                                           int nranks, int rank, Config config) {
+  Deadline deadline = Deadline::after(config.timeoutSeconds);
+  BRAID_ASSIGN_OR_RETURN(RendezvousClient client, RendezvousClient::connect(rendezvous, rank, deadline));
+  // Publish the interface that reached rank 0: it is known to route.
+  tcp::SocketAddress bindAddress = client.localAddress();
+  if (!config.socketIfname.empty()) {
+    BRAID_ASSIGN_OR_RETURN(bindAddress, chooseBootstrapAddress(config.socketIfname, deadline));
+  }
+  std::shared_ptr<Communicator> comm(new Communicator(rank, nranks, std::move(config)));
+  if (comm->abortFd_ < 0) return errnoStatus("eventfd", errno);
+  BRAID_ASSIGN_OR_RETURN(comm->tcp_, tcp::TcpTransport::create(bindAddress, rendezvous.secret));
+  BRAID_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                         client.exchange(nranks, comm->tcp_->localAddress(), deadline));
+  std::vector<int> peers;
+  for (int p = 0; p < nranks; ++p)
+    if (p != rank) peers.push_back(p);
+  BRAID_ASSIGN_OR_RETURN(auto connections,
+                         comm->tcp_->connectPeers(rank, peers, addresses, deadline));
+  comm->connections_.assign(nranks, nullptr);
+  for (auto& [peer, c] : connections) {
+    comm->connections_[peer] = c.get();
+    comm->owned_.push_back(std::move(c));
+  }
+  comm->owned_.push_back(std::make_unique<transport::LoopbackConnection>(rank));
+  comm->connections_[rank] = comm->owned_.back().get();
+  BRAID_INFO("rank ", rank, " of ", nranks, ": transport tcp, address ", comm->tcp_->localAddress(),
+             ", rendezvous ", rendezvous.root.toString());
+  return comm;
+}
+
+Communicator::StreamState& Communicator::stream(int index) {
+  std::lock_guard lock(streamsMutex_);
+  auto& slot = streams_[index];
+  if (!slot) slot = std::make_unique<StreamState>();
+  return *slot;
+}
+
+Result<int> Communicator::newStreamIndex() {
+  std::lock_guard lock(streamsMutex_);
+  if (nextStream_ > kMaxStreams)
+    return invalidUsage(strCat("a communicator supports at most ", kMaxStreams, " streams"));
+  return nextStream_++;
+}
+
+void Communicator::recordAsyncError(const Status& s) {
+  int expected = 0;
+  asyncError_.compare_exchange_strong(expected, static_cast<int>(s.code()));
+}
+
+ErrorCode Communicator::asyncError() const { return static_cast<ErrorCode>(asyncError_.load()); }
+
+std::string Communicator::lastAlgorithm(algo::CollectiveKind kind) const {
+  std::lock_guard lock(lastAlgorithmMutex_);
+  auto it = lastAlgorithm_.find(kind);
+  return it == lastAlgorithm_.end() ? "" : it->second;
+}
+
+Status Communicator::prepare(std::span<const Operation> ops, int streamIndex, std::vector<Job>* jobs,
+                             std::vector<std::unique_ptr<algo::Schedule>>* schedules,
+                             std::vector<std::vector<uint8_t>>* extraScratch) {
+  StreamState& st = stream(streamIndex);
+  bool scratchTaken = false;
+  for (const Operation& op : ops) {
+    auto schedule = std::make_unique<algo::Schedule>();
+    Job job;
+    job.send = static_cast<uint8_t*>(const_cast<void*>(op.send));
+    job.recv = static_cast<uint8_t*>(op.recv);
+    job.dtype = op.args.dtype;
+    job.op = op.args.op;
+    job.nranks = nranks_;
+    job.rank = rank_;
+    job.connections = connections_;
+    job.timeoutSeconds = config_.timeoutSeconds;
+    job.aborted = &aborted_;
+    job.abortFd = abortFd_;
+    CallSignature signature{static_cast<uint8_t>(op.args.kind), op.args.dtype, op.args.op,
+                            op.args.root, op.args.count};
+    const uint64_t check = signature.pack();
+    if (op.args.kind == algo::CollectiveKind::kSendRecv) {
+      const algo::Slice data{op.isSend ? algo::BufferId::kSend : algo::BufferId::kRecv, 0,
+                             op.args.bytes()};
+      if (op.isSend)
+        schedule->send(op.peer, data);
+      else
+        schedule->recv(op.peer, data);
+      uint64_t counter = op.isSend ? st.sentTo[op.peer]++ : st.receivedFrom[op.peer]++;
+      const uint64_t value = channelBits(streamIndex, true) | counter;
+      job.tagFor = [value, check](bool, int, uint32_t) { return transport::Tag{value, check}; };
+      job.callName = strCat(op.name, " (peer ", op.peer, ")");
+      BRAID_TRACE("rank ", rank_, ": ", job.callName, " count ", op.args.count, " ",
+                  dataTypeName(op.args.dtype), " stream ", streamIndex);
+    } else {
+      auto forced = config_.algo.find(std::string(algo::collectiveName(op.args.kind)));
+      const algo::Algorithm* algorithm =
+          forced != config_.algo.end() ? algo::findAlgorithm(op.args.kind, forced->second)
+                                       : algo::defaultAlgorithm(op.args.kind);
+      if (!algorithm) return internalError(strCat("no algorithm for ", op.name));
+      algo::CollectiveArgs args = op.args;
+      args.rank = rank_;
+      args.nranks = nranks_;
+      args.chunkBytes = config_.chunkBytes;
+      *schedule = algorithm->plan(args);
+      if (schedule->steps.size() >= kMaxMessagesPerPeer)
+        return notSupported(strCat(op.name, ": count ", args.count,
+                                   " needs too many messages; raise BRAID_CHUNK_BYTES"));
+      const uint32_t sequence = st.sequence++;
+      const uint64_t base = channelBits(streamIndex, false) | (uint64_t{sequence} << 24);
+      job.tagFor = [base, check](bool, int, uint32_t k) { return transport::Tag{base | k, check}; };
+      job.callName = strCat(op.name, " #", sequence);
+      {
+        std::lock_guard lock(lastAlgorithmMutex_);
+        lastAlgorithm_[op.args.kind] = std::string(algorithm->name);
+      }
+      BRAID_TRACE("rank ", rank_, ": ", job.callName, " ", signature.describe(), " algorithm ",
+                  algorithm->name, " stream ", streamIndex, " steps ", schedule->steps.size());
+      if (schedule->scratchBytes > 0) {
+        std::vector<uint8_t>* scratch = &st.scratch;
+        if (scratchTaken) scratch = &extraScratch->emplace_back();
+        scratchTaken = true;
+        if (scratch->size() < schedule->scratchBytes) scratch->resize(schedule->scratchBytes);
+        job.scratch = scratch->data();
+      }
+    }
+    job.schedule = schedule.get();
+    schedules->push_back(std::move(schedule));
+    jobs->push_back(std::move(job));
+  }
+  return Status::ok();
+}
+
+Status Communicator::run(std::span<const Operation> ops, int streamIndex) {
+  std::pair<Communicator*, std::vector<Operation>> batch{this, {ops.begin(), ops.end()}};
+  if (streamIndex == 0) return runTogether({&batch, 1});
+  if (aborted_) return invalidUsage(strCat(ops.empty() ? "call" : ops[0].name, ": communicator aborted"));
+  StreamState& st = stream(streamIndex);
+  std::lock_guard lock(st.order);
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<algo::Schedule>> schedules;
+  std::vector<std::vector<uint8_t>> extra;
+  BRAID_RETURN_IF_ERROR(prepare(ops, streamIndex, &jobs, &schedules, &extra));
+  Status s = runJobs(jobs);
+  if (!s.isOk() && aborted_) return invalidUsage(strCat(ops[0].name, ": communicator aborted"));
+  return s;
+}
+
+Status Communicator::runTogether(
+    std::span<std::pair<Communicator*, std::vector<Operation>>> batches) {
+  // Lock the callers' streams in a fixed order so two groups over the same
+  // communicators cannot deadlock on each other.
+  std::vector<Communicator*> comms;
+  for (auto& [comm, ops] : batches) comms.push_back(comm);
+  std::sort(comms.begin(), comms.end());
+  comms.erase(std::unique(comms.begin(), comms.end()), comms.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (Communicator* c : comms) {
+    if (c->aborted_) return invalidUsage("communicator aborted");
+    locks.emplace_back(c->stream(0).order);
+  }
+  std::vector<Job> jobs;
+  std::vector<std::unique_ptr<algo::Schedule>> schedules;
+  std::vector<std::vector<uint8_t>> extra;
+  for (auto& [comm, ops] : batches)
+    BRAID_RETURN_IF_ERROR(comm->prepare(ops, 0, &jobs, &schedules, &extra));
+  Status s = runJobs(jobs);
+  if (!s.isOk())
+    for (Communicator* c : comms)
+      if (c->aborted_) return invalidUsage("communicator aborted");
+  return s;
+}
+
+Result<std::shared_ptr<Communicator>> Communicator::split(int color, int key) {
+  std::vector<int32_t> mine{color, key}, all(2 * static_cast<size_t>(nranks_));
+  Operation gather;
+  gather.args.kind = algo::CollectiveKind::kAllGather;
+  gather.args.count = 2;
+  gather.args.dtype = DataType::kInt32;
+  gather.send = mine.data();
+  gather.recv = all.data();
+  gather.name = "braidCommSplit";
+  BRAID_RETURN_IF_ERROR(run({&gather, 1}, 0));
+  if (color < 0) return std::shared_ptr<Communicator>();
+  std::vector<int> members;
+  for (int r = 0; r < nranks_; ++r)
+    if (all[2 * r] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  const int leader = members[0];
+  char id[kUniqueIdBytes] = {};
+  std::vector<Operation> handoff;
+  if (rank_ == leader) {
+    RendezvousInfo info;
+    BRAID_RETURN_IF_ERROR(randomBytes(info.secret));
+    BRAID_ASSIGN_OR_RETURN(tcp::SocketAddress listenAt, tcp::SocketAddress::parse(tcp_->localAddress()));
+    listenAt.setPort(0);
+    BRAID_ASSIGN_OR_RETURN(info.root, startRendezvousServer(listenAt, info.secret, config_.timeoutSeconds));
+    info.encode(id);
+    for (size_t i = 1; i < members.size(); ++i) {
+      Operation send;
+      send.args.kind = algo::CollectiveKind::kSendRecv;
+      send.args.count = kUniqueIdBytes;
+      send.args.dtype = DataType::kUint8;
+      send.send = id;
+      send.peer = members[i];
+      send.isSend = true;
+      send.name = "braidCommSplit";
+      handoff.push_back(send);
+    }
+  } else {
+    Operation recv;
+    recv.args.kind = algo::CollectiveKind::kSendRecv;
+    recv.args.count = kUniqueIdBytes;
+    recv.args.dtype = DataType::kUint8;
+    recv.recv = id;
+    recv.peer = leader;
+    recv.name = "braidCommSplit";
+    handoff.push_back(recv);
+  }
+  BRAID_RETURN_IF_ERROR(run(handoff, 0));
+  BRAID_ASSIGN_OR_RETURN(RendezvousInfo info, RendezvousInfo::decode(id));
+  return create(info, static_cast<int>(members.size()), newRank, config_);
+}
+
+void Communicator::abort() {
+  aborted_ = true;
+  uint64_t one = 1;
+  if (abortFd_ >= 0) (void)!::write(abortFd_, &one, sizeof(one));
+  for (auto& c : owned_) c->abort(invalidUsage("communicator aborted"));
+}
+
+void Communicator::shutdown() {
+  for (auto& c : owned_) c->abort(remoteError(strCat("rank ", rank_, " destroyed the communicator")));
+}
+
+}  // namespace braid

@@ -1,0 +1,99 @@
+// A communicator: this rank's place in a group, its connections to every
+// peer, and the bookkeeping that keeps calls apart (sequence numbers per
+// stream, point-to-point counters per peer). Calls are planned by the
+// algorithms and executed by the progress engine.
+#pragma once
+
+#include <sys/eventfd.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "algorithms/collective.h"
+#include "src/bootstrap.h"
+#include "src/common/env.h"
+#include "src/common/status.h"
+#include "src/progress.h"
+#include "transports/tcp/tcp_transport.h"
+#include "transports/transport.h"
+
+namespace braid {
+
+// One operation of a call or a group: a collective, or one Send or Recv.
+struct Operation {
+  algo::CollectiveArgs args;  // kind kSendRecv for point to point
+  const void* send = nullptr;
+  void* recv = nullptr;
+  int peer = -1;  // point to point only
+  bool isSend = false;
+  std::string name;  // "braidAllReduce"
+};
+
+class Communicator : public std::enable_shared_from_this<Communicator> {
+ public:
+  static Result<std::shared_ptr<Communicator>> create(const RendezvousInfo& rendezvous, int nranks,
+                                                      int rank, Config config);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return nranks_; }
+  const Config& config() const { return config_; }
+
+  // Runs the operations of one call or group to completion on `stream`
+  // (0 = the caller's thread, k = the k-th stream created on this
+  // communicator). The operations of several communicators that must
+  // progress together (one group) go through runTogether().
+  Status run(std::span<const Operation> ops, int stream);
+  static Status runTogether(std::span<std::pair<Communicator*, std::vector<Operation>>> batches);
+
+  Result<std::shared_ptr<Communicator>> split(int color, int key);
+
+  // Any thread, never blocks on peers: pending and later calls fail.
+  void abort();
+  bool aborted() const { return aborted_.load(); }
+  // Closes the connections after local work is done (braidCommDestroy).
+  void shutdown();
+
+  Result<int> newStreamIndex();
+  void recordAsyncError(const Status& s);
+  ErrorCode asyncError() const;
+
+  // The algorithm that served the latest call of `kind` (for tests, TRACE).
+  std::string lastAlgorithm(algo::CollectiveKind kind) const;
+
+ private:
+  Communicator(int rank, int nranks, Config config);
+
+  struct StreamState {
+    std::mutex order;           // one call at a time per stream keeps tags increasing
+    uint32_t sequence = 0;      // collectives issued on this stream
+    std::map<int, uint64_t> sentTo, receivedFrom;  // point-to-point counters
+    std::vector<uint8_t> scratch;
+  };
+  StreamState& stream(int index);
+
+  // Builds the jobs of `ops` (caller holds the stream's order lock).
+  Status prepare(std::span<const Operation> ops, int streamIndex, std::vector<Job>* jobs,
+                 std::vector<std::unique_ptr<algo::Schedule>>* schedules,
+                 std::vector<std::vector<uint8_t>>* extraScratch);
+
+  const int rank_, nranks_;
+  const Config config_;
+  std::unique_ptr<tcp::TcpTransport> tcp_;
+  std::vector<std::unique_ptr<transport::Connection>> owned_;
+  std::vector<transport::Connection*> connections_;  // by rank
+  std::atomic<bool> aborted_{false};
+  int abortFd_ = -1;
+  std::mutex streamsMutex_;
+  std::map<int, std::unique_ptr<StreamState>> streams_;
+  int nextStream_ = 1;
+  std::atomic<int> asyncError_{0};
+  mutable std::mutex lastAlgorithmMutex_;
+  std::map<algo::CollectiveKind, std::string> lastAlgorithm_;
+};
+
+}  // namespace braid

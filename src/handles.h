@@ -1,0 +1,61 @@
+// What the opaque C handles point to, and the helpers the ABI files share.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "include/braid.h"
+#include "src/common/status.h"
+#include "src/communicator.h"
+#include "src/stream.h"
+
+struct braidComm {
+  static constexpr uint64_t kMagic = 0x6272616964636f6dULL;  // catches use after destroy
+  uint64_t magic = kMagic;
+  std::shared_ptr<braid::Communicator> comm;
+  std::mutex streamsMutex;
+  std::vector<std::weak_ptr<braid::HostStream>> streams;
+};
+
+struct braidStream {
+  static constexpr uint64_t kMagic = 0x6272616964737472ULL;
+  uint64_t magic = kMagic;
+  std::shared_ptr<braid::HostStream> stream;
+};
+
+namespace braid::api {
+
+// Runs `body`, stores a failure's message as the thread's last error
+// (prefixed with the call's name), and maps it to braidResult_t. Nothing
+// thrown inside escapes.
+template <typename Body>
+braidResult_t guard(const char* call, Body&& body);
+
+void setLastError(const std::string& message);
+const std::string& lastErrorMessage();
+braidResult_t toResult(const Status& s, const char* call);
+
+template <typename Body>
+braidResult_t guard(const char* call, Body&& body) {
+  try {
+    Status s = body();
+    return toResult(s, call);
+  } catch (const std::bad_alloc&) {
+    return toResult(systemError("out of memory"), call);
+  } catch (const std::exception& e) {
+    return toResult(internalError(e.what()), call);
+  } catch (...) {
+    return toResult(internalError("unknown exception"), call);
+  }
+}
+
+Status checkComm(braidComm_t comm);
+Status checkStream(braidStream_t stream);
+
+// Queues `ops` in the open group, or runs them on `stream`, or runs them now.
+Status submit(braidComm_t comm, braidStream_t stream, std::vector<Operation> ops);
+bool groupOpen();
+
+}  // namespace braid::api

@@ -1,0 +1,316 @@
+#include "src/progress.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "algorithms/collective.h"
+#include "src/common/log.h"
+#include "src/common/reduce.h"
+#include "src/common/strcat.h"
+
+namespace braid {
+
+using algo::BufferId;
+using algo::Slice;
+using algo::Step;
+using algo::StepKind;
+using transport::Request;
+using transport::RequestPtr;
+
+uint64_t CallSignature::pack() const {
+  return (uint64_t{kind} & 0xf) | (static_cast<uint64_t>(dtype) & 0xf) << 4 |
+         (static_cast<uint64_t>(op) & 0xf) << 8 |
+         (static_cast<uint64_t>(root + 1) & 0xfffff) << 12 | (count & 0xffffffff) << 32;
+}
+
+CallSignature CallSignature::unpack(uint64_t check) {
+  CallSignature s;
+  s.kind = check & 0xf;
+  s.dtype = static_cast<DataType>((check >> 4) & 0xf);
+  s.op = static_cast<RedOp>((check >> 8) & 0xf);
+  s.root = static_cast<int>((check >> 12) & 0xfffff) - 1;
+  s.count = check >> 32;
+  return s;
+}
+
+std::string CallSignature::describe() const {
+  auto kindEnum = static_cast<algo::CollectiveKind>(kind);
+  std::string out = strCat(algo::collectiveName(kindEnum), "(count=", count, ", ", dataTypeName(dtype));
+  bool reduces = kindEnum == algo::CollectiveKind::kAllReduce ||
+                 kindEnum == algo::CollectiveKind::kReduce ||
+                 kindEnum == algo::CollectiveKind::kReduceScatter;
+  if (reduces) out += strCat(", ", redOpName(op));
+  if (root >= 0) out += strCat(", root=", root);
+  return out + ")";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct ActiveRequest {
+  int step;
+  RequestPtr request;
+};
+
+class JobRunner {
+ public:
+  explicit JobRunner(Job& job) : job_(job), steps_(job.schedule->steps) {
+    const size_t n = steps_.size();
+    waiting_.assign(n, 0);
+    messageIndex_.assign(n, 0);
+    std::vector<int32_t> dependentCount(n + 1, 0);
+    std::map<int, uint32_t> sends, recvs;
+    for (size_t i = 0; i < n; ++i) {
+      const Step& s = steps_[i];
+      for (auto d : s.after)
+        if (d != algo::kNoStep) {
+          ++waiting_[i];
+          ++dependentCount[d];
+        }
+      if (s.kind == StepKind::kSend) messageIndex_[i] = sends[s.peer]++;
+      if (s.kind == StepKind::kRecv) messageIndex_[i] = recvs[s.peer]++;
+      if (waiting_[i] == 0) ready_.push_back(static_cast<int>(i));
+    }
+    dependentsBegin_.assign(n + 1, 0);
+    for (size_t i = 0; i < n; ++i) dependentsBegin_[i + 1] = dependentsBegin_[i] + dependentCount[i];
+    dependents_.assign(dependentsBegin_[n], 0);
+    std::vector<int32_t> fill(dependentsBegin_.begin(), dependentsBegin_.end() - 1);
+    for (size_t i = 0; i < n; ++i)
+      for (auto d : steps_[i].after)
+        if (d != algo::kNoStep) dependents_[fill[d]++] = static_cast<int32_t>(i);
+    remaining_ = n;
+  }
+
+  bool finished() const { return remaining_ == 0 || !status_.isOk(); }
+  const Status& status() const { return status_; }
+  Job& job() { return job_; }
+
+  // Runs local steps and posts transfers that are ready. True if anything ran.
+  bool advance() {
+    bool moved = false;
+    while (!ready_.empty() && status_.isOk()) {
+      int i = ready_.back();
+      ready_.pop_back();
+      moved = true;
+      start(i);
+    }
+    return moved;
+  }
+
+  // Collects finished transfers. True if any finished.
+  bool reap() {
+    bool moved = false;
+    for (size_t a = 0; a < active_.size() && status_.isOk();) {
+      Request::State state = active_[a].request->state();
+      if (state == Request::State::kPending) {
+        ++a;
+        continue;
+      }
+      int step = active_[a].step;
+      RequestPtr request = std::move(active_[a].request);
+      active_[a] = active_.back();
+      active_.pop_back();
+      if (state == Request::State::kFailed) {
+        failWith(describeFailure(step, *request));
+        break;
+      }
+      moved = true;
+      finish(step);
+    }
+    return moved;
+  }
+
+  void collectConnections(std::set<transport::Connection*>* out) const {
+    for (const auto& a : active_) out->insert(job_.connections[steps_[a.step].peer]);
+  }
+
+  void failWith(Status s) {
+    if (status_.isOk()) status_ = std::move(s);
+  }
+
+  // Aborts the connections that still hold requests on this job's memory.
+  void abandon(const Status& reason) {
+    for (const auto& a : active_) job_.connections[steps_[a.step].peer]->abort(reason);
+    active_.clear();
+  }
+
+  std::string waitingOn() const {
+    std::string out;
+    for (const auto& a : active_) {
+      const Step& s = steps_[a.step];
+      if (!out.empty()) out += ", ";
+      out += strCat(s.kind == StepKind::kSend ? "send to rank " : "receive from rank ", s.peer, " (",
+                    s.kind == StepKind::kSend ? s.src.bytes : s.dst.bytes, " bytes)");
+      if (out.size() > 300) return out + ", ...";
+    }
+    return out;
+  }
+
+ private:
+  Status describeFailure(int step, const Request& request) const {
+    const Step& s = steps_[step];
+    const Status& e = request.error();
+    if (e.code() != ErrorCode::kInvalidUsage)
+      return Status(e.code(), strCat(job_.callName, ": ", e.message()));
+    transport::Tag mine = job_.tagFor(s.kind == StepKind::kSend, s.peer, messageIndex_[step]);
+    std::string expected = CallSignature::unpack(mine.check).describe();
+    if (request.mismatch().check == 0)
+      return invalidUsage(strCat(job_.callName, " ", expected, " on rank ", job_.rank,
+                                 ": rank ", s.peer, " has moved on to a later call without sending ",
+                                 "what this call expects; the ranks called different collectives, ",
+                                 "counts or roots"));
+    std::string theirs = CallSignature::unpack(request.mismatch().check).describe();
+    return invalidUsage(strCat("mismatched calls: rank ", job_.rank, " called ", job_.callName, " ",
+                               expected, " but rank ", s.peer, " called ", theirs, " (", e.message(),
+                               ")"));
+  }
+
+  uint8_t* base(BufferId b) const {
+    return b == BufferId::kSend ? job_.send : b == BufferId::kRecv ? job_.recv : job_.scratch;
+  }
+  uint8_t* at(const Slice& s) const {
+    uint8_t* p = base(s.buffer);
+    return p ? p + s.offset : nullptr;
+  }
+
+  void start(int i) {
+    const Step& s = steps_[i];
+    const size_t es = dataTypeSize(job_.dtype);
+    switch (s.kind) {
+      case StepKind::kSend: {
+        readySends_[s.peer].emplace(messageIndex_[i], i);
+        postSendsInOrder(s.peer);
+        return;
+      }
+      case StepKind::kRecv: {
+        transport::Tag tag = job_.tagFor(false, s.peer, messageIndex_[i]);
+        active_.push_back({i, job_.connections[s.peer]->postRecv(at(s.dst), s.dst.bytes, tag)});
+        return;
+      }
+      case StepKind::kReduce:
+        if (s.dst.bytes) reduceElements(at(s.dst), at(s.src), at(s.src2), s.dst.bytes / es, job_.dtype, job_.op);
+        break;
+      case StepKind::kCopy:
+        if (s.dst.bytes && at(s.dst) != at(s.src)) std::memmove(at(s.dst), at(s.src), s.dst.bytes);
+        break;
+      case StepKind::kAverage:
+        if (s.dst.bytes) applyAverage(at(s.dst), s.dst.bytes / es, job_.dtype, job_.nranks);
+        break;
+    }
+    finish(i);
+  }
+
+  // Sends to one peer are handed to the connection in schedule order, so the
+  // peer sees increasing tags (which is how a skipped message is detected).
+  void postSendsInOrder(int peer) {
+    auto& pending = readySends_[peer];
+    uint32_t& next = nextSend_[peer];
+    while (!pending.empty() && pending.begin()->first == next) {
+      int i = pending.begin()->second;
+      pending.erase(pending.begin());
+      const Step& s = steps_[i];
+      transport::Tag tag = job_.tagFor(true, peer, next);
+      active_.push_back({i, job_.connections[peer]->postSend(at(s.src), s.src.bytes, tag)});
+      ++next;
+    }
+  }
+
+  void finish(int i) {
+    --remaining_;
+    for (int32_t d = dependentsBegin_[i]; d < dependentsBegin_[i + 1]; ++d)
+      if (--waiting_[dependents_[d]] == 0) ready_.push_back(dependents_[d]);
+  }
+
+  Job& job_;
+  const std::vector<Step>& steps_;
+  std::vector<int32_t> waiting_, dependentsBegin_, dependents_;
+  std::vector<uint32_t> messageIndex_;
+  std::vector<int> ready_;
+  std::vector<ActiveRequest> active_;
+  std::map<int, std::map<uint32_t, int>> readySends_;
+  std::map<int, uint32_t> nextSend_;
+  size_t remaining_ = 0;
+  Status status_;
+};
+
+}  // namespace
+
+Status runJobs(std::span<Job> jobs) {
+  std::vector<std::unique_ptr<JobRunner>> runners;
+  for (Job& job : jobs) runners.push_back(std::make_unique<JobRunner>(job));
+  auto lastMoved = Clock::now();
+  std::vector<pollfd> fds;
+  std::set<transport::Connection*> connections;
+  while (true) {
+    bool moved = false, allDone = true;
+    for (auto& r : runners) {
+      if (r->finished()) continue;
+      const Job& job = r->job();
+      if (job.aborted && job.aborted->load(std::memory_order_relaxed))
+        r->failWith(invalidUsage(strCat(job.callName, ": communicator aborted")));
+      moved |= r->advance();
+    }
+    connections.clear();
+    for (auto& r : runners)
+      if (!r->finished()) r->collectConnections(&connections);
+    for (transport::Connection* c : connections) {
+      auto progressed = c->progress();
+      // A dead connection has failed its requests; reap() reports them.
+      if (progressed.isOk()) moved |= *progressed;
+    }
+    for (auto& r : runners) {
+      if (r->finished()) continue;
+      moved |= r->reap();
+      allDone = allDone && r->finished();
+    }
+    if (allDone) break;
+    auto now = Clock::now();
+    if (moved) {
+      lastMoved = now;
+      continue;
+    }
+    double idle = std::chrono::duration<double>(now - lastMoved).count();
+    double timeout = 1e30;
+    for (auto& r : runners)
+      if (!r->finished()) timeout = std::min(timeout, r->job().timeoutSeconds);
+    if (idle >= timeout) {
+      for (auto& r : runners)
+        if (!r->finished())
+          r->failWith(timeoutError(strCat(r->job().callName, " on rank ", r->job().rank,
+                                           ": no progress for ", timeout,
+                                           " s (BRAID_TIMEOUT); still waiting for: ", r->waitingOn())));
+      break;
+    }
+    fds.clear();
+    for (transport::Connection* c : connections)
+      if (c->pollFd() >= 0)
+        fds.push_back({c->pollFd(), static_cast<short>(POLLIN | (c->wantsWrite() ? POLLOUT : 0)), 0});
+    std::set<int> abortFds;
+    for (auto& r : runners)
+      if (!r->finished() && r->job().abortFd >= 0) abortFds.insert(r->job().abortFd);
+    for (int fd : abortFds) fds.push_back({fd, POLLIN, 0});
+    int waitMs = static_cast<int>(std::clamp((timeout - idle) * 1000.0 + 1, 1.0, 200.0));
+    if (fds.empty()) {
+      usleep(1000);
+    } else {
+      ::poll(fds.data(), fds.size(), waitMs);
+    }
+  }
+  Status first;
+  for (auto& r : runners) {
+    if (r->status().isOk()) continue;
+    r->abandon(remoteError(strCat("a call on rank ", r->job().rank, " failed: ", r->status().message())));
+    if (first.isOk()) first = r->status();
+  }
+  return first;
+}
+
+}  // namespace braid

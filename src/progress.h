@@ -1,0 +1,61 @@
+// The progress engine: runs the Schedules of one or more calls to completion
+// by posting each step once the steps it waits for are done, driving the
+// connections, and waiting in poll(2) when nothing can move. It is the only
+// code that knows about tags, deadlines and aborts; the algorithms only
+// describe steps and the transports only move bytes.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "algorithms/schedule.h"
+#include "src/common/datatype.h"
+#include "src/common/status.h"
+#include "transports/transport.h"
+
+namespace braid {
+
+// What a call's peers must agree on, packed into a frame's check word:
+// kind, datatype, op, root and count. Both sides of every message compare it.
+struct CallSignature {
+  uint8_t kind = 0;  // algo::CollectiveKind
+  DataType dtype = DataType::kFloat32;
+  RedOp op = RedOp::kSum;
+  int root = -1;
+  uint64_t count = 0;
+
+  uint64_t pack() const;
+  static CallSignature unpack(uint64_t check);
+  std::string describe() const;  // "allreduce(count=1000, float32, sum)"
+};
+
+// One call's share of a run: its schedule bound to memory and connections.
+struct Job {
+  const algo::Schedule* schedule = nullptr;
+  uint8_t* send = nullptr;
+  uint8_t* recv = nullptr;
+  uint8_t* scratch = nullptr;
+  DataType dtype = DataType::kFloat32;
+  RedOp op = RedOp::kSum;
+  int nranks = 1;
+  int rank = 0;
+  // connections[peer]; the own rank's entry is a loopback connection.
+  std::span<transport::Connection* const> connections;
+  // Tag of the k-th message to or from `peer` in this call.
+  std::function<transport::Tag(bool isSend, int peer, uint32_t k)> tagFor;
+  std::string callName;          // for messages: "braidAllReduce #12"
+  double timeoutSeconds = 300;   // no progress for this long = braidTimeout
+  const std::atomic<bool>* aborted = nullptr;
+  int abortFd = -1;              // becomes readable on abort; wakes poll(2)
+};
+
+// Runs every job to completion (all together, so that the calls of a group
+// cannot deadlock on each other). On failure, the connections a failed job
+// still had requests on are aborted: no late message can land in memory the
+// caller has taken back. Returns the first failure.
+Status runJobs(std::span<Job> jobs);
+
+}  // namespace braid

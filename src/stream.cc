@@ -1,0 +1,56 @@
+#include "src/stream.h"
+
+namespace braid {
+
+HostStream::HostStream(std::shared_ptr<Communicator> comm, int index)
+    : comm_(std::move(comm)), index_(index), worker_([this](std::stop_token s) { work(s); }) {}
+
+HostStream::~HostStream() {
+  (void)synchronize();
+  worker_.request_stop();
+  changed_.notify_all();
+}
+
+void HostStream::enqueue(std::vector<Operation> ops) {
+  std::lock_guard lock(mutex_);
+  queue_.push_back(std::move(ops));
+  changed_.notify_all();
+}
+
+Status HostStream::synchronize() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  return firstError_;
+}
+
+Status HostStream::query() {
+  std::lock_guard lock(mutex_);
+  if (!firstError_.isOk()) return firstError_;
+  if (!queue_.empty() || busy_) return Status(ErrorCode::kInProgress, "calls still running");
+  return Status::ok();
+}
+
+void HostStream::work(std::stop_token stop) {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] { return stop.stop_requested() || !queue_.empty(); });
+    if (queue_.empty()) return;
+    std::vector<Operation> ops = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    bool skip = !firstError_.isOk();
+    lock.unlock();
+    // After a failure the stream's state is undefined; later calls are not
+    // run (their ranks would wait for a partner that already gave up).
+    Status s = skip ? Status::ok() : comm_->run(ops, index_);
+    lock.lock();
+    if (!s.isOk() && firstError_.isOk()) {
+      firstError_ = s;
+      comm_->recordAsyncError(s);
+    }
+    busy_ = false;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace braid

@@ -1,0 +1,257 @@
+#include "transports/tcp/tcp_connection.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "src/common/strcat.h"
+
+namespace braid::tcp {
+
+using transport::Request;
+using transport::RequestPtr;
+using transport::Tag;
+
+namespace {
+constexpr size_t kStagingBytes = 256 << 10;
+// Payloads at least this large bypass the staging buffer.
+constexpr size_t kDirectBytes = 32 << 10;
+constexpr int kMaxIov = 64;
+
+uint64_t channelBase(uint64_t tag) { return tag & (uint64_t{0xff} << 56); }
+}  // namespace
+
+TcpConnection::TcpConnection(Fd fd, int peer)
+    : fd_(std::move(fd)), peer_(peer), staging_(kStagingBytes) {}
+
+TcpConnection::~TcpConnection() { abort(remoteError("connection closed")); }
+
+Status TcpConnection::deadStatus() const { return dead_; }
+
+RequestPtr TcpConnection::postSend(const void* data, size_t bytes, Tag tag) {
+  auto request = std::make_shared<Request>();
+  std::lock_guard lock(mutex_);
+  if (!dead_.isOk()) {
+    request->fail(dead_);
+    return request;
+  }
+  sends_.push_back({{tag.value, tag.check, bytes}, static_cast<const uint8_t*>(data), 0, request});
+  sendsPending_ = true;
+  return request;
+}
+
+RequestPtr TcpConnection::postRecv(void* data, size_t bytes, Tag tag) {
+  auto request = std::make_shared<Request>();
+  std::lock_guard lock(mutex_);
+  if (!dead_.isOk()) {
+    request->fail(dead_);
+    return request;
+  }
+  if (auto it = unexpected_.find(tag.value); it != unexpected_.end()) {
+    Unexpected& u = it->second;
+    if (u.check != tag.check || u.payload.size() != bytes) {
+      request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match")),
+                    Tag{tag.value, u.check});
+    } else {
+      if (bytes) std::memcpy(data, u.payload.data(), bytes);
+      request->complete();
+    }
+    unexpected_.erase(it);
+    return request;
+  }
+  const uint8_t channel = tag.channel();
+  bool arriving = inPayload_ && !matched_ && header_.tag == tag.value;
+  if (!arriving && highestArrived_[channel] > tag.value + 1) {
+    // The peer already sent something later in this channel: this message
+    // will never come, the two ranks called different things.
+    request->fail(invalidUsage(strCat("rank ", peer_, " moved past this message")),
+                  Tag{highestArrived_[channel] - 1, 0});
+    return request;
+  }
+  posted_[tag.value] = {static_cast<uint8_t*>(data), bytes, tag.check, request};
+  return request;
+}
+
+Result<bool> TcpConnection::progress() {
+  std::lock_guard lock(mutex_);
+  if (!dead_.isOk()) return dead_;
+  BRAID_ASSIGN_OR_RETURN(bool sent, sendSome());
+  BRAID_ASSIGN_OR_RETURN(bool received, recvSome());
+  return sent || received;
+}
+
+Result<bool> TcpConnection::sendSome() {
+  bool moved = false;
+  while (!sends_.empty()) {
+    iovec iov[kMaxIov];
+    int n = 0;
+    for (auto it = sends_.begin(); it != sends_.end() && n + 2 <= kMaxIov; ++it) {
+      size_t skip = it->sent;
+      const size_t headerBytes = sizeof(FrameHeader);
+      if (skip < headerBytes) {
+        iov[n++] = {reinterpret_cast<uint8_t*>(&it->header) + skip, headerBytes - skip};
+        skip = 0;
+      } else {
+        skip -= headerBytes;
+      }
+      if (it->header.bytes > skip)
+        iov[n++] = {const_cast<uint8_t*>(it->data) + skip, it->header.bytes - skip};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n;
+    ssize_t wrote = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (wrote < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR) continue;
+      Status s = errno == EPIPE || errno == ECONNRESET
+                     ? remoteError(strCat("rank ", peer_, " closed the connection (it exited or aborted)"))
+                     : errnoStatus(strCat("send to rank ", peer_), errno);
+      failAll(s);
+      return s;
+    }
+    moved = moved || wrote > 0;
+    size_t left = static_cast<size_t>(wrote);
+    while (left > 0) {
+      PendingSend& front = sends_.front();
+      const size_t total = sizeof(FrameHeader) + front.header.bytes;
+      const size_t take = std::min(left, total - front.sent);
+      front.sent += take;
+      left -= take;
+      if (front.sent < total) break;
+      front.request->complete();
+      sends_.pop_front();
+    }
+  }
+  sendsPending_ = !sends_.empty();
+  return moved;
+}
+
+void TcpConnection::failPostedBefore(uint64_t tag, const Tag& arrived) {
+  auto it = posted_.lower_bound(channelBase(tag));
+  while (it != posted_.end() && it->first < tag) {
+    it->second.request->fail(invalidUsage(strCat("rank ", peer_, " moved past this message")),
+                             arrived);
+    it = posted_.erase(it);
+  }
+}
+
+void TcpConnection::startFrame() {
+  inPayload_ = true;
+  payloadGot_ = 0;
+  matched_ = nullptr;
+  const Tag arrived{header_.tag, header_.check};
+  uint64_t& highest = highestArrived_[arrived.channel()];
+  highest = std::max(highest, header_.tag + 1);
+  failPostedBefore(header_.tag, arrived);
+  if (auto it = posted_.find(header_.tag); it != posted_.end()) {
+    PostedRecv& p = it->second;
+    if (p.check == header_.check && p.bytes == header_.bytes) {
+      matched_ = &p;
+      target_ = p.data;
+      return;
+    }
+    p.request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match (",
+                                        header_.bytes, " bytes arrived, ", p.bytes, " expected)")),
+                    arrived);
+    posted_.erase(it);
+  }
+  spill_.assign(header_.bytes, 0);
+  target_ = spill_.data();
+}
+
+void TcpConnection::finishFrame() {
+  if (matched_) {
+    matched_->request->complete();
+    posted_.erase(header_.tag);
+  } else {
+    // A receive posted while the payload was arriving is matched now.
+    if (auto it = posted_.find(header_.tag); it != posted_.end()) {
+      PostedRecv& p = it->second;
+      if (p.check == header_.check && p.bytes == header_.bytes) {
+        if (p.bytes) std::memcpy(p.data, spill_.data(), p.bytes);
+        p.request->complete();
+      } else {
+        p.request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match")),
+                        Tag{header_.tag, header_.check});
+      }
+      posted_.erase(it);
+    } else {
+      unexpected_[header_.tag] = {header_.check, std::move(spill_)};
+    }
+    spill_ = {};
+  }
+  inPayload_ = false;
+  headerGot_ = 0;
+  matched_ = nullptr;
+}
+
+Result<bool> TcpConnection::recvSome() {
+  bool moved = false;
+  while (true) {
+    // Consume what is staged.
+    while (stagingBegin_ < stagingEnd_) {
+      size_t avail = stagingEnd_ - stagingBegin_;
+      if (!inPayload_) {
+        size_t take = std::min(avail, sizeof(FrameHeader) - headerGot_);
+        std::memcpy(reinterpret_cast<uint8_t*>(&header_) + headerGot_, &staging_[stagingBegin_], take);
+        headerGot_ += take;
+        stagingBegin_ += take;
+        if (headerGot_ == sizeof(FrameHeader)) {
+          startFrame();
+          if (header_.bytes == 0) finishFrame();
+        }
+      } else {
+        size_t take = std::min(avail, header_.bytes - payloadGot_);
+        std::memcpy(target_ + payloadGot_, &staging_[stagingBegin_], take);
+        payloadGot_ += take;
+        stagingBegin_ += take;
+        if (payloadGot_ == header_.bytes) finishFrame();
+      }
+    }
+    stagingBegin_ = stagingEnd_ = 0;
+    uint8_t* into = staging_.data();
+    size_t room = staging_.size();
+    bool direct = inPayload_ && header_.bytes - payloadGot_ >= kDirectBytes;
+    if (direct) {
+      into = target_ + payloadGot_;
+      room = header_.bytes - payloadGot_;
+    }
+    ssize_t got = ::recv(fd_.get(), into, room, MSG_DONTWAIT);
+    if (got > 0) {
+      moved = true;
+      if (direct) {
+        payloadGot_ += static_cast<size_t>(got);
+        if (payloadGot_ == header_.bytes) finishFrame();
+      } else {
+        stagingEnd_ = static_cast<size_t>(got);
+      }
+      continue;
+    }
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return moved;
+    if (got < 0 && errno == EINTR) continue;
+    Status s = got == 0 || errno == ECONNRESET
+                   ? remoteError(strCat("rank ", peer_, " closed the connection (it exited or aborted)"))
+                   : errnoStatus(strCat("recv from rank ", peer_), errno);
+    failAll(s);
+    return s;
+  }
+}
+
+void TcpConnection::failAll(const Status& reason) {
+  if (dead_.isOk()) dead_ = reason;
+  for (auto& s : sends_) s.request->fail(reason);
+  sends_.clear();
+  sendsPending_ = false;
+  for (auto& [tag, p] : posted_) p.request->fail(reason);
+  posted_.clear();
+}
+
+void TcpConnection::abort(const Status& reason) {
+  std::lock_guard lock(mutex_);
+  failAll(reason);
+  if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
+}  // namespace braid::tcp

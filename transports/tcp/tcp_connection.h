@@ -1,0 +1,88 @@
+// A Connection over one nonblocking TCP socket. Frames are
+// {tag, check, bytes} followed by the payload. Large payloads move between
+// the socket and the caller's memory directly; small ones go through a
+// staging buffer so that one recv(2) can carry many frames.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "transports/tcp/socket.h"
+#include "transports/transport.h"
+
+namespace braid::tcp {
+
+class TcpConnection final : public transport::Connection {
+ public:
+  TcpConnection(Fd fd, int peer);
+  ~TcpConnection() override;
+
+  transport::RequestPtr postSend(const void* data, size_t bytes, transport::Tag tag) override;
+  transport::RequestPtr postRecv(void* data, size_t bytes, transport::Tag tag) override;
+  Result<bool> progress() override;
+  int pollFd() const override { return fd_.get(); }
+  bool wantsWrite() const override { return sendsPending_.load(std::memory_order_relaxed); }
+  void abort(const Status& reason) override;
+  int peer() const override { return peer_; }
+
+ private:
+  struct FrameHeader {
+    uint64_t tag;
+    uint64_t check;
+    uint64_t bytes;
+  };
+  struct PendingSend {
+    FrameHeader header;
+    const uint8_t* data;
+    size_t sent;  // of header + payload
+    transport::RequestPtr request;
+  };
+  struct PostedRecv {
+    uint8_t* data;
+    size_t bytes;
+    uint64_t check;
+    transport::RequestPtr request;
+  };
+  struct Unexpected {
+    uint64_t check;
+    std::vector<uint8_t> payload;
+  };
+
+  Result<bool> sendSome();
+  Result<bool> recvSome();
+  void startFrame();
+  void finishFrame();
+  void failPostedBefore(uint64_t tag, const transport::Tag& arrived);
+  void failAll(const Status& reason);
+  Status deadStatus() const;
+
+  Fd fd_;
+  const int peer_;
+  mutable std::mutex mutex_;
+  std::atomic<bool> sendsPending_{false};
+  Status dead_;  // set once the connection failed or was aborted
+
+  std::deque<PendingSend> sends_;
+  std::map<uint64_t, PostedRecv> posted_;
+  std::map<uint64_t, Unexpected> unexpected_;
+  std::array<uint64_t, 256> highestArrived_{};  // per channel, +1 (0 = none)
+
+  // Incoming frame being read.
+  FrameHeader header_{};
+  size_t headerGot_ = 0;
+  bool inPayload_ = false;
+  uint8_t* target_ = nullptr;  // where the payload goes (posted or unexpected)
+  size_t payloadGot_ = 0;
+  PostedRecv* matched_ = nullptr;
+  std::vector<uint8_t> spill_;  // payload with no posted receive yet
+
+  std::vector<uint8_t> staging_;
+  size_t stagingBegin_ = 0, stagingEnd_ = 0;
+};
+
+}  // namespace braid::tcp

@@ -1,0 +1,80 @@
+#include "transports/tcp/tcp_transport.h"
+
+#include <future>
+#include <set>
+
+#include "src/common/log.h"
+#include "transports/tcp/tcp_connection.h"
+
+namespace braid::tcp {
+
+namespace {
+constexpr uint32_t kDataPurpose = 2;
+}
+
+Result<std::unique_ptr<TcpTransport>> TcpTransport::create(const SocketAddress& bindAddress,
+                                                           const Secret& secret) {
+  SocketAddress any = bindAddress;
+  any.setPort(0);
+  BRAID_ASSIGN_OR_RETURN(Fd listener, listenOn(any));
+  BRAID_ASSIGN_OR_RETURN(SocketAddress bound, SocketAddress::ofSocket(listener.get(), false));
+  return std::unique_ptr<TcpTransport>(new TcpTransport(std::move(listener), bound, secret));
+}
+
+Result<std::map<int, std::unique_ptr<transport::Connection>>> TcpTransport::connectPeers(
+    int rank, std::span<const int> peers, const std::vector<std::string>& addresses,
+    Deadline deadline) {
+  std::set<int> higher;
+  std::vector<int> lower;
+  for (int p : peers) (p > rank ? (void)higher.insert(p) : lower.push_back(p));
+
+  // Accept the higher ranks on a helper thread while dialing the lower ones,
+  // so that no rank waits on a chain of others.
+  auto accepted = std::async(std::launch::async, [&]() -> Result<std::map<int, Fd>> {
+    std::map<int, Fd> out;
+    while (out.size() < higher.size()) {
+      BRAID_ASSIGN_OR_RETURN(Fd fd, acceptFrom(listener_.get(), deadline));
+      auto peer = handshakeAccept(fd.get(), secret_, kDataPurpose, deadline);
+      if (!peer.isOk()) {
+        BRAID_WARN("refused a connection: ", peer.status().message());
+        continue;
+      }
+      if (!higher.count(*peer) || out.count(*peer)) {
+        BRAID_WARN("refused a connection claiming rank ", *peer);
+        continue;
+      }
+      out.emplace(*peer, std::move(fd));
+    }
+    return out;
+  });
+
+  std::map<int, std::unique_ptr<transport::Connection>> connections;
+  Status dialStatus;
+  for (int p : lower) {
+    auto address = SocketAddress::parse(addresses[p]);
+    if (!address.isOk()) {
+      dialStatus = address.status();
+      break;
+    }
+    auto fd = connectTo(*address, deadline);
+    if (!fd.isOk()) {
+      dialStatus = fd.status().withContext(strCat("connecting to rank ", p));
+      break;
+    }
+    Status shook = handshakeConnect(fd->get(), secret_, kDataPurpose, rank, deadline);
+    if (!shook.isOk()) {
+      dialStatus = shook.withContext(strCat("connecting to rank ", p));
+      break;
+    }
+    connections.emplace(p, std::make_unique<TcpConnection>(std::move(*fd), p));
+  }
+  auto acceptedFds = accepted.get();
+  BRAID_RETURN_IF_ERROR(dialStatus);
+  if (!acceptedFds.isOk()) return acceptedFds.status().withContext("waiting for higher ranks to connect");
+  for (auto& [p, fd] : *acceptedFds)
+    connections.emplace(p, std::make_unique<TcpConnection>(std::move(fd), p));
+  BRAID_INFO("tcp: rank ", rank, " connected to ", connections.size(), " peers from ", localAddress());
+  return connections;
+}
+
+}  // namespace braid::tcp

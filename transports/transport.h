@@ -1,0 +1,85 @@
+// The transport interface: ordered, reliable, tagged byte messages between
+// two ranks. A transport knows nothing of collectives; it matches a message
+// to a posted receive by tag and hands the rest to the progress engine.
+//
+// Threading: a Connection may be used from several threads at once (one per
+// stream); it serialises internally. Nothing here blocks except where stated.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "src/common/deadline.h"
+#include "src/common/status.h"
+
+namespace braid::transport {
+
+// value identifies the message; check describes the call that sent it and
+// must equal the receiver's (a different check means the ranks called
+// different things). Tag values are increasing per channel (value >> 56) on
+// every connection, so a receive posted for a value below the highest value
+// already arrived in its channel can never be matched.
+struct Tag {
+  uint64_t value = 0;
+  uint64_t check = 0;
+  uint8_t channel() const { return static_cast<uint8_t>(value >> 56); }
+};
+
+// One posted send or receive. The transport completes it; the engine reads.
+class Request {
+ public:
+  enum class State : int { kPending, kDone, kFailed };
+
+  State state() const { return state_.load(std::memory_order_acquire); }
+  // Valid once state() == kFailed.
+  const Status& error() const { return error_; }
+  // For a receive that failed on a mismatch: the tag that came instead.
+  const Tag& mismatch() const { return mismatch_; }
+
+  void complete() { state_.store(State::kDone, std::memory_order_release); }
+  void fail(Status error, Tag mismatch = {}) {
+    error_ = std::move(error);
+    mismatch_ = mismatch;
+    state_.store(State::kFailed, std::memory_order_release);
+  }
+
+ private:
+  std::atomic<State> state_{State::kPending};
+  Status error_;
+  Tag mismatch_;
+};
+using RequestPtr = std::shared_ptr<Request>;
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // Queue a send of `bytes` at `data`; the memory must stay valid and
+  // unchanged until the request completes. Never blocks.
+  virtual RequestPtr postSend(const void* data, size_t bytes, Tag tag) = 0;
+  // Post a receive into `data`; completes when the matching message arrived.
+  // A message of another size or check fails it with kInvalidUsage.
+  virtual RequestPtr postRecv(void* data, size_t bytes, Tag tag) = 0;
+
+  // Moves whatever bytes can move without blocking, in both directions
+  // (incoming messages with no posted receive are kept until one is posted).
+  // Returns true if anything moved. An error means the connection is dead;
+  // every pending request has then failed.
+  virtual Result<bool> progress() = 0;
+
+  // The fd to wait on with poll(2) when progress() moved nothing, and
+  // whether output is pending (wait for POLLOUT too); -1 when none.
+  virtual int pollFd() const = 0;
+  virtual bool wantsWrite() const = 0;
+
+  // Fails every pending request with `reason` and closes. Any thread.
+  virtual void abort(const Status& reason) = 0;
+
+  // The rank at the other end, for messages.
+  virtual int peer() const = 0;
+};
+
+}  // namespace braid::transport
