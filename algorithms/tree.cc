@@ -3,7 +3,7 @@
 // v + 2^k for every 2^k below lowbit(v): ceil(log2 P) rounds.
 //
 //        0            broadcast: data flows down, reduce: partial results up
-//      / | \
+//      / | '.
 //     4  2  1         (P = 8)
 //    /|  |
 //   6 5  3

@@ -15,10 +15,8 @@
 // the default rounding mode, which braid never changes.
 #include "src/common/reduce.h"
 
-#include <algorithm>
 #include <bit>
 #include <cassert>
-#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -40,40 +38,41 @@ inline uint32_t selectBits(bool condition, uint32_t ifTrue, uint32_t ifFalse) {
 }
 
 inline float halfToFloatInline(uint32_t h) {
-  const uint32_t shifted = h << 16;
-  const uint32_t sign = shifted & 0x80000000u;
-  const uint32_t magnitude = shifted + shifted;  // exponent and mantissa, sign dropped
-  // Normal, Inf and NaN: move exponent and mantissa into fp32 position with an
-  // exponent bias 112 too high, so that half exponent 31 lands on fp32 255
-  // (Inf/NaN), then multiply the surplus away.
-  const float normal =
-      std::bit_cast<float>((magnitude >> 4) + (0xE0u << 23)) * std::bit_cast<float>(0x07800000u);
-  // Subnormal: m * 2^-24 = (0.5 + m * 2^-24) - 0.5, both steps exact.
-  const float subnormal = std::bit_cast<float>((magnitude >> 17) | (126u << 23)) - 0.5f;
-  const uint32_t bits = selectBits(magnitude < (1u << 27), std::bit_cast<uint32_t>(subnormal),
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t magnitude = h & 0x7FFFu;  // exponent and mantissa
+  // Normal, Inf and NaN: exponent and mantissa move into fp32 position with
+  // the exponent 224 rather than 112 too high, so that half exponent 31 lands
+  // on fp32 255 (Inf/NaN); the multiply takes the surplus away.
+  const float normal = std::bit_cast<float>((magnitude << 13) + (0xE0u << 23)) * 0x1p-112f;
+  // Subnormal: m * 2^-24 = (0.5 + m * 2^-24) - 0.5, both steps exact, and no
+  // fp32 subnormal involved, so flush-to-zero modes cannot touch it.
+  const float subnormal = std::bit_cast<float>(magnitude | (126u << 23)) - 0.5f;
+  const uint32_t bits = selectBits(magnitude < 0x0400u, std::bit_cast<uint32_t>(subnormal),
                                    std::bit_cast<uint32_t>(normal));
   return std::bit_cast<float>(sign | bits);
 }
 
 inline uint32_t floatToHalfInline(float f) {
-  // |f| * 2^112 overflows to Inf exactly for |f| >= 2^16, so every value that
-  // rounds to half Inf does; the second factor leaves |f| * 4 for the rest.
-  float scaled =
-      std::fabs(f) * std::bit_cast<float>(0x77800000u) * std::bit_cast<float>(0x08800000u);
   const uint32_t bits = std::bit_cast<uint32_t>(f);
-  const uint32_t magnitude = bits + bits;
-  const uint32_t sign = bits & 0x80000000u;
-  // Adding 2^(e + 15), e being f's exponent (at least -14, the smallest normal
-  // half exponent), leaves exactly 10 mantissa bits of |f| below the leading
-  // one, and the FPU rounds them to nearest-even; subnormals fall out of the
-  // clamp because their spacing is that of exponent -14.
-  const uint32_t biasBits = std::max(magnitude & 0xFF000000u, 0x71000000u);
-  scaled = std::bit_cast<float>((biasBits >> 1) + 0x07800000u) + scaled;
-  const uint32_t rounded = std::bit_cast<uint32_t>(scaled);
-  const uint32_t exponentBits = (rounded >> 13) & 0x00007C00u;
-  const uint32_t mantissaBits = rounded & 0x00000FFFu;  // a carry into bit 10 bumps the exponent
-  const uint32_t result = selectBits(magnitude > 0xFF000000u, 0x7E00u, exponentBits + mantissaBits);
-  return (sign >> 16) | result;
+  const uint32_t absBits = bits & 0x7FFFFFFFu;
+  // |f| * 2^112 overflows to Inf exactly for |f| >= 2^16, so every value that
+  // rounds to half Inf does; the second factor leaves 4|f| for the rest.
+  const float scaled = std::bit_cast<float>(absBits) * 0x1p112f * 0x1p-110f;
+  // Adding 2^(e + 15), e being f's exponent but at least -14 (the smallest
+  // normal half exponent), leaves exactly 10 bits of 4|f| below its leading
+  // one, and the FPU rounds the rest away to nearest-even. Subnormal halves
+  // fall out of the clamp: their spacing is that of exponent -14.
+  const float exponentScaled = std::bit_cast<float>(absBits & 0x7F800000u) * 0x1p15f;
+  const float bias = exponentScaled < 0x1p1f ? 0x1p1f : exponentScaled;
+  const uint32_t rounded = std::bit_cast<uint32_t>(bias + scaled);
+  // The sum's low exponent bits are e + 14 (mod 32) and its low 12 bits the
+  // rounded mantissa with the leading one, which adds the missing 1 to the
+  // exponent, or 2 when rounding carried out of the mantissa.
+  const uint32_t exponentBits = (rounded >> 13) & 0x7C00u;
+  const uint32_t mantissaBits = rounded & 0x0FFFu;
+  const bool isNan = absBits > 0x7F800000u;
+  const uint32_t result = selectBits(isNan, 0x7E00u, exponentBits + mantissaBits);
+  return ((bits >> 16) & 0x8000u) | result;
 }
 
 inline float bfloat16ToFloatInline(uint32_t b) {
@@ -86,7 +85,8 @@ inline uint32_t floatToBfloat16Inline(float f) {
   // and, past the largest finite value, into Inf, as it should.
   const uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
   const bool isNan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-  // Rounding could turn a NaN with a small payload into Inf; set the quiet bit.
+  // A NaN whose payload lies in the dropped half would become Inf; keep it a
+  // NaN by setting the quiet bit.
   return selectBits(isNan, (bits >> 16) | 0x0040u, rounded >> 16);
 }
 
@@ -114,8 +114,8 @@ inline T combine(T a, T b) {
       return kOp == RedOp::kSum ? a + b : a * b;
     }
   } else if constexpr (kOp == RedOp::kMax) {
-    // These two forms are exactly SSE maxps/minps, so floats vectorize
-    // without -ffast-math.
+    // GCC emits SSE maxps/minps for these two forms (whose NaN and signed
+    // zero behaviour they share), so floats vectorize without -ffast-math.
     return a < b ? b : a;
   } else {
     static_assert(kOp == RedOp::kMin);

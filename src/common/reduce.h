@@ -16,6 +16,7 @@ void reduceElements(void* dst, const void* a, const void* b, size_t count, DataT
                     RedOp op);
 
 // data[i] /= divisor (integers truncate toward zero), for the final step of kAvg.
+// The divisor is a rank count: a value below 2 leaves data unchanged.
 void applyAverage(void* data, size_t count, DataType type, int divisor);
 
 // Conversions used by the kernels and by tests that build expected values.

@@ -1,0 +1,78 @@
+// Throughput of the host reduction kernels, to see whether a reducing
+// collective is bound by the wire or by the arithmetic on this machine.
+// bytes_per_second counts one operand (the message size, as collectives count
+// it); the kernel moves three times that through memory (read a, read b,
+// write dst). Sizes span L1-resident to DRAM-bound buffers.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "src/common/datatype.h"
+#include "src/common/reduce.h"
+
+namespace {
+
+using braid::DataType;
+using braid::RedOp;
+
+constexpr int64_t kMinBytes = int64_t{4} << 10;
+constexpr int64_t kMaxBytes = int64_t{64} << 20;
+
+// Fills with small values so sums and products stay finite in every type:
+// the timings must not include slow paths for Inf or subnormals.
+std::vector<uint8_t> makeOperand(DataType type, size_t count, int seed) {
+  std::vector<uint8_t> bytes(count * braid::dataTypeSize(type));
+  for (size_t i = 0; i < count; ++i) {
+    const float value = static_cast<float>((i * 7 + static_cast<size_t>(seed)) % 13) * 0.25f;
+    void* slot = bytes.data() + i * braid::dataTypeSize(type);
+    switch (type) {
+      case DataType::kFloat16:
+        *static_cast<uint16_t*>(slot) = braid::floatToHalf(value);
+        break;
+      case DataType::kBfloat16:
+        *static_cast<uint16_t*>(slot) = braid::floatToBfloat16(value);
+        break;
+      case DataType::kFloat32:
+        *static_cast<float*>(slot) = value;
+        break;
+      case DataType::kInt32:
+        *static_cast<int32_t*>(slot) = static_cast<int32_t>(value * 4);
+        break;
+      default:
+        break;  // zero bytes are a valid value of every other type
+    }
+  }
+  return bytes;
+}
+
+void benchReduce(benchmark::State& state, DataType type, bool inPlace) {
+  const int64_t bytes = state.range(0);
+  const size_t count = static_cast<size_t>(bytes) / braid::dataTypeSize(type);
+  std::vector<uint8_t> a = makeOperand(type, count, 1);
+  const std::vector<uint8_t> b = makeOperand(type, count, 2);
+  std::vector<uint8_t> out(a.size());
+  void* dst = inPlace ? a.data() : out.data();
+  for (auto _ : state) {
+    braid::reduceElements(dst, a.data(), b.data(), count, type, RedOp::kSum);
+    benchmark::DoNotOptimize(dst);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+
+void sizes(benchmark::internal::Benchmark* bench) {
+  bench->RangeMultiplier(4)->Range(kMinBytes, kMaxBytes);
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(benchReduce, float32_sum, DataType::kFloat32, false)->Apply(sizes);
+BENCHMARK_CAPTURE(benchReduce, bfloat16_sum, DataType::kBfloat16, false)->Apply(sizes);
+BENCHMARK_CAPTURE(benchReduce, float16_sum, DataType::kFloat16, false)->Apply(sizes);
+BENCHMARK_CAPTURE(benchReduce, int32_sum, DataType::kInt32, false)->Apply(sizes);
+// dst == a, the accumulate-into-receive-buffer form: must not fall off the
+// vector path because of the overlap check.
+BENCHMARK_CAPTURE(benchReduce, float32_sum_inplace, DataType::kFloat32, true)->Apply(sizes);
+
+BENCHMARK_MAIN();

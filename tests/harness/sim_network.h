@@ -1,0 +1,28 @@
+// Runs the Schedules of P virtual ranks inside one process over in-memory
+// message queues: the algorithms' correctness, checked without sockets.
+// Matching follows the schedule contract: the k-th Send from a to b is the
+// k-th Recv from a in b's schedule.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/schedule.h"
+#include "src/common/datatype.h"
+
+namespace braid::sim {
+
+struct RankMemory {
+  std::vector<uint8_t> send, recv, scratch;
+  // In-place calls: the Send buffer lives inside recv at this byte offset,
+  // or the Recv buffer inside send (-1 = separate buffers).
+  long sendInRecv = -1, recvInSend = -1;
+};
+
+// Executes every rank's schedule; returns "" on success, else what went
+// wrong (a message size mismatch, a deadlock, a malformed schedule).
+std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory>& memory,
+                DataType dtype, RedOp op);
+
+}  // namespace braid::sim

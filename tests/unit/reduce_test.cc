@@ -1,0 +1,623 @@
+// The reduction kernels against references written for clarity rather than
+// speed: integer results from exact wide arithmetic reduced modulo 2^bits, and
+// fp16/bf16 rounding from distances to neighbouring representable values
+// rather than the bit tricks the kernels use. Hand-picked cases pin the edges
+// (wrap-around, ties, subnormals, overflow to Inf) to exact expected bits.
+#include "src/common/reduce.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "src/common/datatype.h"
+
+namespace braid {
+namespace {
+
+__extension__ typedef __int128 Int128;
+__extension__ typedef unsigned __int128 Uint128;
+
+constexpr DataType kAllTypes[] = {
+    DataType::kInt8,    DataType::kUint8,   DataType::kInt32,   DataType::kUint32,
+    DataType::kInt64,   DataType::kUint64,  DataType::kFloat16, DataType::kBfloat16,
+    DataType::kFloat32, DataType::kFloat64,
+};
+constexpr RedOp kAllOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg};
+// Around and between the 256-element fp16/bf16 staging blocks and the vector
+// widths, so every prologue/epilogue path runs.
+constexpr size_t kCounts[] = {1, 2, 3, 7, 15, 16, 17, 255, 256, 257, 511, 1000};
+
+// ---- Reference conversions ----
+
+bool isHalfNan(uint16_t h) {
+  return (h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0;
+}
+bool isBfloat16Nan(uint16_t b) {
+  return (b & 0x7F80) == 0x7F80 && (b & 0x007F) != 0;
+}
+
+// The value of a half from the definition of the format.
+double refHalfValue(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1F;
+  const int mantissa = h & 0x03FF;
+  double magnitude;
+  if (exponent == 0) {
+    magnitude = std::ldexp(mantissa, -24);
+  } else if (exponent == 31) {
+    magnitude = mantissa ? std::numeric_limits<double>::quiet_NaN()
+                         : std::numeric_limits<double>::infinity();
+  } else {
+    magnitude = std::ldexp(mantissa + 1024, exponent - 25);
+  }
+  return (h & 0x8000) ? -magnitude : magnitude;
+}
+
+// Nearest half, ties to the even bit pattern. Positive halves are ordered
+// like their bit patterns, so a binary search finds the neighbours.
+uint16_t refHalfFromFloat(float f) {
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  if (std::isnan(f)) return sign | 0x7E00;
+  const double target = std::fabs(static_cast<double>(f));
+  if (target >= 65520.0) return sign | 0x7C00;  // 65520 is the tie between 65504 and 2^16
+  uint16_t low = 0, high = 0x7BFF;              // largest finite half whose value <= target
+  while (low < high) {
+    const uint16_t mid = static_cast<uint16_t>((low + high + 1) / 2);
+    if (refHalfValue(mid) <= target) {
+      low = mid;
+    } else {
+      high = static_cast<uint16_t>(mid - 1);
+    }
+  }
+  if (low == 0x7BFF) return sign | low;
+  const double below = target - refHalfValue(low);
+  const double above = refHalfValue(static_cast<uint16_t>(low + 1)) - target;
+  const bool roundUp = above < below || (above == below && (low & 1));
+  return sign | static_cast<uint16_t>(low + (roundUp ? 1 : 0));
+}
+
+float refBfloat16Value(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
+
+// Nearest bfloat16: of the two fp32 values with zero low halves around f,
+// the closer one, ties to the even bit pattern; past the largest finite, Inf.
+uint16_t refBfloat16FromFloat(float f) {
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = bits & 0x80000000u;
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return static_cast<uint16_t>((sign | 0x7FC00000u) >> 16);
+  if (magnitude == 0x7F800000u) return static_cast<uint16_t>(bits >> 16);
+  const uint32_t low = magnitude & 0xFFFF0000u;
+  const uint32_t high = low + 0x10000u;
+  const double target = std::fabs(static_cast<double>(f));
+  const double lowValue = std::bit_cast<float>(low);
+  const double highValue =
+      high == 0x7F800000u ? std::ldexp(1.0, 128) : static_cast<double>(std::bit_cast<float>(high));
+  const double below = target - lowValue;
+  const double above = highValue - target;
+  const bool roundUp = above < below || (above == below && ((low >> 16) & 1));
+  return static_cast<uint16_t>((sign | (roundUp ? high : low)) >> 16);
+}
+
+// ---- Reference reductions ----
+
+template <typename T>
+T refCombine(RedOp op, T a, T b) {
+  switch (op) {
+    case RedOp::kSum:
+    case RedOp::kAvg:
+    case RedOp::kProd:
+      if constexpr (std::is_integral_v<T>) {
+        // Wide enough for the exact result; the cast back is modulo 2^bits.
+        using Signed = std::conditional_t<sizeof(T) < 8, int64_t, Int128>;
+        using Unsigned = std::conditional_t<sizeof(T) < 8, uint64_t, Uint128>;
+        using Exact = std::conditional_t<std::is_signed_v<T>, Signed, Unsigned>;
+        const Exact x = a, y = b;
+        return static_cast<T>(op == RedOp::kProd ? x * y : x + y);
+      } else {
+        return op == RedOp::kProd ? a * b : a + b;
+      }
+    case RedOp::kMax:
+      return std::max(a, b);
+    case RedOp::kMin:
+      return std::min(a, b);
+  }
+  return T{};
+}
+
+using Bytes = std::vector<uint8_t>;
+
+template <typename T>
+T load(const Bytes& bytes, size_t i) {
+  T value;
+  std::memcpy(&value, bytes.data() + i * sizeof(T), sizeof(T));
+  return value;
+}
+
+template <typename T>
+void store(Bytes& bytes, size_t i, T value) {
+  std::memcpy(bytes.data() + i * sizeof(T), &value, sizeof(T));
+}
+
+// Widen to fp32, combine in fp32, round back: the documented semantics.
+uint16_t refNarrow(DataType type, RedOp op, uint16_t a, uint16_t b) {
+  if (type == DataType::kFloat16) {
+    const float x = static_cast<float>(refHalfValue(a)), y = static_cast<float>(refHalfValue(b));
+    return refHalfFromFloat(refCombine(op, x, y));
+  }
+  return refBfloat16FromFloat(refCombine(op, refBfloat16Value(a), refBfloat16Value(b)));
+}
+
+Bytes reference(DataType type, RedOp op, const Bytes& a, const Bytes& b, size_t count) {
+  Bytes out(count * dataTypeSize(type));
+  for (size_t i = 0; i < count; ++i) {
+    switch (type) {
+      case DataType::kInt8:
+        store(out, i, refCombine(op, load<int8_t>(a, i), load<int8_t>(b, i)));
+        break;
+      case DataType::kUint8:
+        store(out, i, refCombine(op, load<uint8_t>(a, i), load<uint8_t>(b, i)));
+        break;
+      case DataType::kInt32:
+        store(out, i, refCombine(op, load<int32_t>(a, i), load<int32_t>(b, i)));
+        break;
+      case DataType::kUint32:
+        store(out, i, refCombine(op, load<uint32_t>(a, i), load<uint32_t>(b, i)));
+        break;
+      case DataType::kInt64:
+        store(out, i, refCombine(op, load<int64_t>(a, i), load<int64_t>(b, i)));
+        break;
+      case DataType::kUint64:
+        store(out, i, refCombine(op, load<uint64_t>(a, i), load<uint64_t>(b, i)));
+        break;
+      case DataType::kFloat16:
+      case DataType::kBfloat16:
+        store(out, i, refNarrow(type, op, load<uint16_t>(a, i), load<uint16_t>(b, i)));
+        break;
+      case DataType::kFloat32:
+        store(out, i, refCombine(op, load<float>(a, i), load<float>(b, i)));
+        break;
+      case DataType::kFloat64:
+        store(out, i, refCombine(op, load<double>(a, i), load<double>(b, i)));
+        break;
+    }
+  }
+  return out;
+}
+
+// Integers: any bits. Floats: [-100, 100]. fp16/bf16: any bits except NaN,
+// so subnormals, Inf and overflow all occur; Inf - Inf gives NaN in sums.
+Bytes randomOperand(DataType type, size_t count, std::mt19937_64& rng) {
+  Bytes bytes(count * dataTypeSize(type));
+  std::uniform_real_distribution<double> real(-100.0, 100.0);
+  for (size_t i = 0; i < count; ++i) {
+    switch (type) {
+      case DataType::kFloat32:
+        store(bytes, i, static_cast<float>(real(rng)));
+        break;
+      case DataType::kFloat64:
+        store(bytes, i, real(rng));
+        break;
+      case DataType::kFloat16:
+      case DataType::kBfloat16: {
+        uint16_t bits;
+        do {
+          bits = static_cast<uint16_t>(rng());
+        } while (type == DataType::kFloat16 ? isHalfNan(bits) : isBfloat16Nan(bits));
+        store(bytes, i, bits);
+        break;
+      }
+      default: {
+        const uint64_t bits = rng();
+        std::memcpy(bytes.data() + i * dataTypeSize(type), &bits, dataTypeSize(type));
+      }
+    }
+  }
+  return bytes;
+}
+
+bool isNanElement(DataType type, const uint8_t* p) {
+  uint16_t narrow;
+  float single;
+  double wide;
+  switch (type) {
+    case DataType::kFloat16:
+      std::memcpy(&narrow, p, 2);
+      return isHalfNan(narrow);
+    case DataType::kBfloat16:
+      std::memcpy(&narrow, p, 2);
+      return isBfloat16Nan(narrow);
+    case DataType::kFloat32:
+      std::memcpy(&single, p, 4);
+      return std::isnan(single);
+    case DataType::kFloat64:
+      std::memcpy(&wide, p, 8);
+      return std::isnan(wide);
+    default:
+      return false;
+  }
+}
+
+std::string hex(const uint8_t* p, size_t size) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string text = "0x";
+  for (size_t k = size; k-- > 0;) {
+    text += kDigits[p[k] >> 4];
+    text += kDigits[p[k] & 0xF];
+  }
+  return text;
+}
+
+// Exact bits, except that a NaN may be any NaN. Reports the first mismatch.
+void expectSameElements(DataType type, const Bytes& expected, const uint8_t* actual, size_t count) {
+  const size_t size = dataTypeSize(type);
+  for (size_t i = 0; i < count; ++i) {
+    const uint8_t* want = expected.data() + i * size;
+    const uint8_t* got = actual + i * size;
+    if (isNanElement(type, want) && isNanElement(type, got)) continue;
+    if (std::memcmp(want, got, size) != 0) {
+      ADD_FAILURE() << "element " << i << " of " << count << ": expected " << hex(want, size)
+                    << ", got " << hex(got, size);
+      return;
+    }
+  }
+}
+
+std::string describe(DataType type, RedOp op, size_t count) {
+  return std::string(dataTypeName(type)) + " " + std::string(redOpName(op)) +
+         " count=" + std::to_string(count);
+}
+
+// ---- Every type and operator against the reference ----
+
+TEST(ReduceElements, MatchesReferenceForEveryTypeOpAndCount) {
+  std::mt19937_64 rng(20240611);
+  for (DataType type : kAllTypes) {
+    for (RedOp op : kAllOps) {
+      for (size_t count : kCounts) {
+        SCOPED_TRACE(describe(type, op, count));
+        const Bytes a = randomOperand(type, count, rng);
+        const Bytes b = randomOperand(type, count, rng);
+        const Bytes expected = reference(type, op, a, b, count);
+        // Guard bytes after the output catch writes past count.
+        const size_t size = count * dataTypeSize(type);
+        Bytes out(size + 64, 0xA5);
+        reduceElements(out.data(), a.data(), b.data(), count, type, op);
+        expectSameElements(type, expected, out.data(), count);
+        EXPECT_TRUE(std::all_of(out.begin() + static_cast<ptrdiff_t>(size), out.end(),
+                                [](uint8_t v) { return v == 0xA5; }))
+            << "wrote past count";
+      }
+    }
+  }
+}
+
+TEST(ReduceElements, OutputMayAliasEitherInput) {
+  std::mt19937_64 rng(7);
+  for (DataType type : kAllTypes) {
+    for (RedOp op : kAllOps) {
+      for (size_t count : {size_t{257}, size_t{1000}}) {
+        SCOPED_TRACE(describe(type, op, count));
+        const Bytes a = randomOperand(type, count, rng);
+        const Bytes b = randomOperand(type, count, rng);
+
+        Bytes intoA = a;
+        reduceElements(intoA.data(), intoA.data(), b.data(), count, type, op);
+        expectSameElements(type, reference(type, op, a, b, count), intoA.data(), count);
+
+        Bytes intoB = b;
+        reduceElements(intoB.data(), a.data(), intoB.data(), count, type, op);
+        expectSameElements(type, reference(type, op, a, b, count), intoB.data(), count);
+
+        Bytes all = a;
+        reduceElements(all.data(), all.data(), all.data(), count, type, op);
+        expectSameElements(type, reference(type, op, a, a, count), all.data(), count);
+      }
+    }
+  }
+}
+
+TEST(ReduceElements, ZeroCountTouchesNothing) {
+  for (DataType type : kAllTypes) {
+    for (RedOp op : kAllOps) {
+      reduceElements(nullptr, nullptr, nullptr, 0, type, op);
+      Bytes out(16, 0x5A);
+      const Bytes in(16, 0x11);
+      reduceElements(out.data(), in.data(), in.data(), 0, type, op);
+      EXPECT_EQ(out, Bytes(16, 0x5A)) << describe(type, op, 0);
+    }
+  }
+}
+
+// ---- Hand-picked edges with exact expected values ----
+
+template <typename T>
+std::vector<T> reduced(const std::vector<T>& a, const std::vector<T>& b, DataType type, RedOp op) {
+  std::vector<T> out(a.size());
+  reduceElements(out.data(), a.data(), b.data(), a.size(), type, op);
+  return out;
+}
+
+TEST(ReduceElements, IntegerSumsAndProductsWrap) {
+  using V8 = std::vector<int8_t>;
+  using U8 = std::vector<uint8_t>;
+  EXPECT_EQ(reduced(V8{100, -128, 127, -1}, V8{100, -1, 1, 1}, DataType::kInt8, RedOp::kSum),
+            (V8{-56, 127, -128, 0}));
+  EXPECT_EQ(reduced(V8{16, -128, 3, -7}, V8{16, -1, -50, 5}, DataType::kInt8, RedOp::kProd),
+            (V8{0, -128, 106, -35}));
+  EXPECT_EQ(reduced(U8{200, 255, 0}, U8{100, 1, 0}, DataType::kUint8, RedOp::kSum), (U8{44, 0, 0}));
+  EXPECT_EQ(reduced(U8{16, 255, 15}, U8{16, 255, 17}, DataType::kUint8, RedOp::kProd),
+            (U8{0, 1, 255}));
+
+  using V32 = std::vector<int32_t>;
+  constexpr int32_t kMax32 = std::numeric_limits<int32_t>::max();
+  constexpr int32_t kMin32 = std::numeric_limits<int32_t>::min();
+  EXPECT_EQ(reduced(V32{kMax32, kMin32, -5}, V32{1, -1, 3}, DataType::kInt32, RedOp::kSum),
+            (V32{kMin32, kMax32, -2}));
+  EXPECT_EQ(reduced(V32{65536, 65537, kMin32, -3}, V32{65536, 65537, -1, 7}, DataType::kInt32,
+                    RedOp::kProd),
+            (V32{0, 131073, kMin32, -21}));
+  EXPECT_EQ(reduced(std::vector<uint32_t>{0xFFFFFFFFu}, std::vector<uint32_t>{2}, DataType::kUint32,
+                    RedOp::kSum),
+            std::vector<uint32_t>{1});
+
+  using V64 = std::vector<int64_t>;
+  constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin64 = std::numeric_limits<int64_t>::min();
+  EXPECT_EQ(reduced(V64{kMax64}, V64{1}, DataType::kInt64, RedOp::kSum), V64{kMin64});
+  EXPECT_EQ(reduced(V64{kMin64, (int64_t{1} << 32) + 1}, V64{-1, (int64_t{1} << 32) + 1},
+                    DataType::kInt64, RedOp::kProd),
+            (V64{kMin64, (int64_t{1} << 33) + 1}));
+  EXPECT_EQ(reduced(std::vector<uint64_t>{~uint64_t{0}}, std::vector<uint64_t>{~uint64_t{0}},
+                    DataType::kUint64, RedOp::kProd),
+            std::vector<uint64_t>{1});
+}
+
+TEST(ReduceElements, MaxAndMinOrderNegativesAndLargeUnsigned) {
+  using V8 = std::vector<int8_t>;
+  EXPECT_EQ(reduced(V8{-5, -128, 3}, V8{-7, 127, -3}, DataType::kInt8, RedOp::kMax),
+            (V8{-5, 127, 3}));
+  EXPECT_EQ(reduced(V8{-5, -128, 3}, V8{-7, 127, -3}, DataType::kInt8, RedOp::kMin),
+            (V8{-7, -128, -3}));
+  using U8 = std::vector<uint8_t>;
+  EXPECT_EQ(reduced(U8{200, 1}, U8{100, 255}, DataType::kUint8, RedOp::kMax), (U8{200, 255}));
+  EXPECT_EQ(reduced(U8{200, 1}, U8{100, 255}, DataType::kUint8, RedOp::kMin), (U8{100, 1}));
+  using U32 = std::vector<uint32_t>;
+  EXPECT_EQ(reduced(U32{0x80000000u, 1}, U32{1, 0xFFFFFFFFu}, DataType::kUint32, RedOp::kMax),
+            (U32{0x80000000u, 0xFFFFFFFFu}));
+  using U64 = std::vector<uint64_t>;
+  EXPECT_EQ(reduced(U64{uint64_t{1} << 63, 1}, U64{1, 2}, DataType::kUint64, RedOp::kMin),
+            (U64{1, 1}));
+  using V64 = std::vector<int64_t>;
+  EXPECT_EQ(reduced(V64{-1, -(int64_t{1} << 40)}, V64{-2, 5}, DataType::kInt64, RedOp::kMax),
+            (V64{-1, 5}));
+  using F32 = std::vector<float>;
+  EXPECT_EQ(reduced(F32{-1.5f, -0.25f}, F32{-2.5f, -3.0f}, DataType::kFloat32, RedOp::kMax),
+            (F32{-1.5f, -0.25f}));
+  EXPECT_EQ(reduced(F32{-1.5f, -0.25f}, F32{-2.5f, -3.0f}, DataType::kFloat32, RedOp::kMin),
+            (F32{-2.5f, -3.0f}));
+  using F16 = std::vector<uint16_t>;  // as fp16: -1 vs -2, -65504 vs 0.5
+  EXPECT_EQ(reduced(F16{0xBC00, 0xFBFF}, F16{0xC000, 0x3800}, DataType::kFloat16, RedOp::kMax),
+            (F16{0xBC00, 0x3800}));
+  EXPECT_EQ(reduced(F16{0xBC00, 0xFBFF}, F16{0xC000, 0x3800}, DataType::kBfloat16, RedOp::kMin),
+            (F16{0xC000, 0xFBFF}));
+}
+
+TEST(ReduceElements, Float16RoundsToNearestEven) {
+  using H = std::vector<uint16_t>;
+  auto sum = [](H a, H b) { return reduced(a, b, DataType::kFloat16, RedOp::kSum); };
+  auto prod = [](H a, H b) { return reduced(a, b, DataType::kFloat16, RedOp::kProd); };
+  // 1 + 2^-11 is the tie between 1 and 1 + 2^-10: to even, 1. One ulp more
+  // in the addend breaks the tie upward; from 1 + 2^-10 the tie goes up.
+  EXPECT_EQ(sum(H{0x3C00, 0x3C00, 0x3C01}, H{0x1000, 0x1001, 0x1000}), (H{0x3C00, 0x3C01, 0x3C02}));
+  // Subnormals add exactly, carry into the smallest normal, and cancel to +0.
+  EXPECT_EQ(sum(H{0x0001, 0x03FF, 0x8001}, H{0x0001, 0x0001, 0x0001}), (H{0x0002, 0x0400, 0x0000}));
+  // 65504 + 65504 overflows; 65504 + 16 is the tie at 65520, to even = Inf;
+  // 65504 + 8 rounds back to 65504. Inf + 1 stays Inf.
+  EXPECT_EQ(
+      sum(H{0x7BFF, 0x7BFF, 0x7BFF, 0x7C00, 0xFC00}, H{0x7BFF, 0x4C00, 0x4800, 0x3C00, 0x3C00}),
+      (H{0x7C00, 0x7C00, 0x7BFF, 0x7C00, 0xFC00}));
+  const H nan = sum(H{0x7C00}, H{0xFC00});
+  EXPECT_TRUE(isHalfNan(nan[0])) << std::hex << nan[0];
+  // 2^-12 * 2^-12 = 2^-24, the smallest subnormal; 2^-12 * 2^-13 is the tie
+  // between 0 and it (to 0); 1.5 * 2^-25 rounds up; 2^-9 * 2^-9 = 2^-18.
+  EXPECT_EQ(prod(H{0x0C00, 0x0C00, 0x0E00, 0x1800}, H{0x0C00, 0x0800, 0x0800, 0x1800}),
+            (H{0x0001, 0x0000, 0x0001, 0x0040}));
+  // (1 + 2^-10)^2 = 1 + 2^-9 + 2^-20 rounds to 1 + 2^-9; 256 * 256 overflows.
+  EXPECT_EQ(prod(H{0x3C01, 0x5C00}, H{0x3C01, 0x5C00}), (H{0x3C02, 0x7C00}));
+}
+
+TEST(ReduceElements, Bfloat16RoundsToNearestEven) {
+  using B = std::vector<uint16_t>;
+  auto sum = [](B a, B b) { return reduced(a, b, DataType::kBfloat16, RedOp::kSum); };
+  auto prod = [](B a, B b) { return reduced(a, b, DataType::kBfloat16, RedOp::kProd); };
+  // 1 + 2^-8 ties between 1 and 1 + 2^-7 (to 1); from 1 + 2^-7 it goes up.
+  EXPECT_EQ(sum(B{0x3F80, 0x3F81, 0x3F80}, B{0x3B80, 0x3B80, 0x3B81}), (B{0x3F80, 0x3F82, 0x3F81}));
+  // Subnormals, overflow of the largest finite value, Inf + finite.
+  EXPECT_EQ(sum(B{0x0001, 0x007F, 0x7F7F, 0xFF80}, B{0x0001, 0x0001, 0x7F7F, 0x3F80}),
+            (B{0x0002, 0x0080, 0x7F80, 0xFF80}));
+  const B nan = sum(B{0x7F80}, B{0xFF80});
+  EXPECT_TRUE(isBfloat16Nan(nan[0])) << std::hex << nan[0];
+  // 1.5^2 = 2.25 exactly; (1 + 2^-7)^2 = 1 + 2^-6 + 2^-14 rounds to 1 + 2^-6.
+  EXPECT_EQ(prod(B{0x3FC0, 0x3F81}, B{0x3FC0, 0x3F81}), (B{0x4010, 0x3F82}));
+}
+
+// ---- Conversions ----
+
+TEST(Conversions, HalfRoundTripsEveryBitPattern) {
+  for (uint32_t bits = 0; bits <= 0xFFFF; ++bits) {
+    const uint16_t h = static_cast<uint16_t>(bits);
+    const float f = halfToFloat(h);
+    if (isHalfNan(h)) {
+      ASSERT_TRUE(std::isnan(f)) << std::hex << bits;
+      ASSERT_TRUE(isHalfNan(floatToHalf(f))) << std::hex << bits;
+      continue;
+    }
+    ASSERT_EQ(std::bit_cast<uint32_t>(f),
+              std::bit_cast<uint32_t>(static_cast<float>(refHalfValue(h))))
+        << std::hex << bits;
+    ASSERT_EQ(floatToHalf(f), h) << std::hex << bits;
+  }
+}
+
+TEST(Conversions, Bfloat16RoundTripsEveryBitPattern) {
+  for (uint32_t bits = 0; bits <= 0xFFFF; ++bits) {
+    const uint16_t b = static_cast<uint16_t>(bits);
+    const float f = bfloat16ToFloat(b);
+    ASSERT_EQ(std::bit_cast<uint32_t>(f), bits << 16) << std::hex << bits;
+    if (isBfloat16Nan(b)) {
+      ASSERT_TRUE(isBfloat16Nan(floatToBfloat16(f))) << std::hex << bits;
+    } else {
+      ASSERT_EQ(floatToBfloat16(f), b) << std::hex << bits;
+    }
+  }
+}
+
+// Every midpoint between neighbouring finite halves, and the floats just
+// either side of it: the exact places where rounding can go wrong.
+TEST(Conversions, FloatToHalfRoundsMidpointsToEven) {
+  for (uint16_t h = 0; h < 0x7BFF; ++h) {
+    const float low = static_cast<float>(refHalfValue(h));
+    const float high = static_cast<float>(refHalfValue(static_cast<uint16_t>(h + 1)));
+    const float mid = (low + high) / 2;  // exact: a half needs 11 bits, fp32 has 24
+    const uint16_t even = (h & 1) ? static_cast<uint16_t>(h + 1) : h;
+    for (float sign : {1.0f, -1.0f}) {
+      const uint16_t signBit = sign < 0 ? 0x8000 : 0;
+      ASSERT_EQ(floatToHalf(sign * mid), signBit | even) << std::hex << h;
+      ASSERT_EQ(floatToHalf(sign * std::nextafter(mid, 0.0f)), signBit | h) << std::hex << h;
+      ASSERT_EQ(floatToHalf(sign * std::nextafter(mid, 1e9f)), signBit | (h + 1)) << std::hex << h;
+    }
+  }
+  EXPECT_EQ(floatToHalf(std::nextafter(65520.0f, 0.0f)), 0x7BFF);
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7C00);
+  EXPECT_EQ(floatToHalf(-1e30f), 0xFC00);
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);
+  EXPECT_EQ(floatToHalf(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
+  EXPECT_EQ(floatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::denorm_min()), 0x0000);
+  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::infinity()), 0x7C00);
+  EXPECT_TRUE(isHalfNan(floatToHalf(std::numeric_limits<float>::quiet_NaN())));
+}
+
+// A spread of fp32 bit patterns over the whole range, both conversions
+// against their references.
+TEST(Conversions, NarrowingMatchesReferenceAcrossFloatRange) {
+  constexpr uint64_t kStride = 4093;  // prime, so the low bits vary too
+  for (uint64_t bits = 0; bits <= 0xFFFFFFFFu; bits += kStride) {
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(bits));
+    if (std::isnan(f)) {
+      ASSERT_TRUE(isHalfNan(floatToHalf(f))) << std::hex << bits;
+      ASSERT_TRUE(isBfloat16Nan(floatToBfloat16(f))) << std::hex << bits;
+      continue;
+    }
+    ASSERT_EQ(floatToHalf(f), refHalfFromFloat(f)) << std::hex << bits;
+    ASSERT_EQ(floatToBfloat16(f), refBfloat16FromFloat(f)) << std::hex << bits;
+  }
+  EXPECT_EQ(floatToBfloat16(std::numeric_limits<float>::max()), 0x7F80);
+  EXPECT_EQ(floatToBfloat16(std::bit_cast<float>(0x7F7F7FFFu)), 0x7F7F);
+  EXPECT_EQ(floatToBfloat16(std::bit_cast<float>(0x00008000u)), 0x0000);  // tie to even
+  EXPECT_EQ(floatToBfloat16(std::bit_cast<float>(0x00018000u)), 0x0002);  // tie to even
+  // A NaN whose payload lies only in the dropped bits must stay NaN.
+  EXPECT_TRUE(isBfloat16Nan(floatToBfloat16(std::bit_cast<float>(0x7F800001u))));
+}
+
+// ---- applyAverage ----
+
+template <typename T>
+std::vector<T> averaged(std::vector<T> values, DataType type, int divisor) {
+  applyAverage(values.data(), values.size(), type, divisor);
+  return values;
+}
+
+TEST(ApplyAverage, IntegersTruncateTowardZero) {
+  constexpr int32_t kMin32 = std::numeric_limits<int32_t>::min();
+  constexpr int32_t kMax32 = std::numeric_limits<int32_t>::max();
+  EXPECT_EQ(
+      averaged(std::vector<int32_t>{-7, 7, -8, 9, kMin32, kMax32, 0, -1}, DataType::kInt32, 2),
+      (std::vector<int32_t>{-3, 3, -4, 4, -1073741824, 1073741823, 0, 0}));
+  EXPECT_EQ(averaged(std::vector<int8_t>{-128, 127, -1, -5, 5}, DataType::kInt8, 3),
+            (std::vector<int8_t>{-42, 42, 0, -1, 1}));
+  EXPECT_EQ(averaged(std::vector<uint8_t>{255, 7, 1}, DataType::kUint8, 2),
+            (std::vector<uint8_t>{127, 3, 0}));
+  EXPECT_EQ(averaged(std::vector<uint32_t>{0xFFFFFFFFu, 13}, DataType::kUint32, 7),
+            (std::vector<uint32_t>{613566756u, 1}));
+  EXPECT_EQ(averaged(std::vector<int64_t>{-9, std::numeric_limits<int64_t>::min(),
+                                          std::numeric_limits<int64_t>::max()},
+                     DataType::kInt64, 4),
+            (std::vector<int64_t>{-2, -2305843009213693952, 2305843009213693951}));
+  EXPECT_EQ(averaged(std::vector<uint64_t>{~uint64_t{0}}, DataType::kUint64, 3),
+            (std::vector<uint64_t>{6148914691236517205u}));
+  EXPECT_EQ(averaged(std::vector<int32_t>{-7, 7}, DataType::kInt32, 1),
+            (std::vector<int32_t>{-7, 7}));
+}
+
+template <typename T>
+void expectIntegerAverageMatchesDivision(DataType type, std::mt19937_64& rng) {
+  for (int divisor : {2, 3, 7, 8, 10, 1000, 65537, std::numeric_limits<int>::max()}) {
+    for (size_t count : kCounts) {
+      std::vector<T> values(count);
+      for (T& v : values) v = static_cast<T>(rng());
+      std::vector<T> expected = values;
+      for (T& v : expected) v = static_cast<T>(v / divisor);  // C's own conversions
+      SCOPED_TRACE(std::string(dataTypeName(type)) + " / " + std::to_string(divisor));
+      EXPECT_EQ(averaged(values, type, divisor), expected);
+    }
+  }
+}
+
+TEST(ApplyAverage, IntegersMatchCDivisionOnRandomValues) {
+  std::mt19937_64 rng(99);
+  expectIntegerAverageMatchesDivision<int8_t>(DataType::kInt8, rng);
+  expectIntegerAverageMatchesDivision<uint8_t>(DataType::kUint8, rng);
+  expectIntegerAverageMatchesDivision<int32_t>(DataType::kInt32, rng);
+  expectIntegerAverageMatchesDivision<uint32_t>(DataType::kUint32, rng);
+  expectIntegerAverageMatchesDivision<int64_t>(DataType::kInt64, rng);
+  expectIntegerAverageMatchesDivision<uint64_t>(DataType::kUint64, rng);
+}
+
+TEST(ApplyAverage, FloatsDivideInTheirOwnPrecision) {
+  EXPECT_EQ(averaged(std::vector<float>{1.0f, 2.0f, -3.0f, 10.0f}, DataType::kFloat32, 3),
+            (std::vector<float>{1.0f / 3.0f, 2.0f / 3.0f, -1.0f, 10.0f / 3.0f}));
+  EXPECT_EQ(averaged(std::vector<double>{1.0, -2.0, 1e300}, DataType::kFloat64, 7),
+            (std::vector<double>{1.0 / 7.0, -2.0 / 7.0, 1e300 / 7.0}));
+  // 2^-24 / 2 ties to 0; 3 * 2^-24 / 2 ties to 2 * 2^-24.
+  EXPECT_EQ(averaged(std::vector<uint16_t>{0x3C00, 0x0001, 0x0003, 0xFBFF}, DataType::kFloat16, 2),
+            (std::vector<uint16_t>{0x3800, 0x0000, 0x0002, 0xF7FF}));
+  // 1/3 = 0x3555; -65504 / 3 = -21834.67 rounds to -21840 (spacing 16 there).
+  EXPECT_EQ(averaged(std::vector<uint16_t>{0x3C00, 0xFBFF}, DataType::kFloat16, 3),
+            (std::vector<uint16_t>{0x3555, 0xF555}));
+  EXPECT_EQ(averaged(std::vector<uint16_t>{0x3F80, 0x0001, 0x0003}, DataType::kBfloat16, 3),
+            (std::vector<uint16_t>{0x3EAB, 0x0000, 0x0001}));
+}
+
+TEST(ApplyAverage, NarrowFloatsMatchReferenceForEveryValue) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  for (int divisor : {3, 8}) {
+    const auto halves = averaged(all, DataType::kFloat16, divisor);
+    const auto bfloats = averaged(all, DataType::kBfloat16, divisor);
+    for (uint32_t i = 0; i < all.size(); ++i) {
+      const uint16_t h = all[i];
+      if (!isHalfNan(h)) {
+        ASSERT_EQ(halves[i], refHalfFromFloat(static_cast<float>(refHalfValue(h)) / divisor))
+            << std::hex << i << " / " << divisor;
+      }
+      if (!isBfloat16Nan(h)) {
+        ASSERT_EQ(bfloats[i], refBfloat16FromFloat(refBfloat16Value(h) / divisor))
+            << std::hex << i << " / " << divisor;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace braid
