@@ -1,0 +1,110 @@
+// The BRAID_* table: strict parsing, and the documentation lists exactly
+// the registered variables.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "src/bootstrap.h"
+#include "src/common/env.h"
+#include "src/progress.h"
+
+namespace braid {
+namespace {
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST(Config, DefaultsWithoutVariables) {
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->timeoutSeconds, 300);
+  EXPECT_TRUE(c->algo.empty());
+}
+
+TEST(Config, UnknownVariableIsAnError) {
+  ScopedEnv e("BRAID_TIMEOT", "5");
+  auto c = loadConfig();
+  ASSERT_FALSE(c.isOk());
+  EXPECT_EQ(c.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("BRAID_TIMEOT"), std::string::npos);
+}
+
+TEST(Config, MalformedValuesAreErrors) {
+  for (auto [name, value] : std::vector<std::pair<const char*, const char*>>{
+           {"BRAID_TIMEOUT", "abc"}, {"BRAID_TIMEOUT", "-1"}, {"BRAID_TIMEOUT", "5s"},
+           {"BRAID_DEBUG", "LOUD"}, {"BRAID_TRANSPORT", "carrier-pigeon"},
+           {"BRAID_ALGO", "allreduce=teleport"}, {"BRAID_ALGO", "allreduse=ring"},
+           {"BRAID_ALGO", "allreduce"}, {"BRAID_CHUNK_BYTES", "12"}}) {
+    ScopedEnv e(name, value);
+    auto c = loadConfig();
+    ASSERT_FALSE(c.isOk()) << name << "=" << value;
+    EXPECT_NE(c.status().message().find(name), std::string::npos) << c.status().message();
+  }
+}
+
+TEST(Config, ParsesGoodValues) {
+  ScopedEnv t("BRAID_TIMEOUT", "2.5");
+  ScopedEnv a("BRAID_ALGO", "allreduce=ring,broadcast=tree");
+  ScopedEnv d("BRAID_DEBUG", "info");
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->timeoutSeconds, 2.5);
+  EXPECT_EQ(c->algo.at("allreduce"), "ring");
+  EXPECT_EQ(c->algo.at("broadcast"), "tree");
+}
+
+TEST(Config, DocumentationListsExactlyTheRegisteredVariables) {
+  const char* root = std::getenv("SOURCE_ROOT");
+  ASSERT_NE(root, nullptr);
+  std::ifstream file(std::string(root) + "/docs/ENVIRONMENT.md");
+  ASSERT_TRUE(file) << "docs/ENVIRONMENT.md is missing";
+  std::stringstream text;
+  text << file.rdbuf();
+  std::set<std::string> documented, registered;
+  std::regex row(R"(^\| `(BRAID_[A-Z_]+)` \|)");
+  std::string line;
+  while (std::getline(text, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, row)) documented.insert(m[1]);
+  }
+  for (const auto& p : envParams()) registered.insert(std::string(p.name));
+  EXPECT_EQ(documented, registered);
+}
+
+TEST(UniqueId, RoundTripsAndRejectsGarbage) {
+  RendezvousInfo info;
+  info.root = *tcp::SocketAddress::parse("127.0.0.1:4242");
+  for (size_t i = 0; i < info.secret.size(); ++i) info.secret[i] = static_cast<uint8_t>(i * 13);
+  char id[kUniqueIdBytes];
+  info.encode(id);
+  auto back = RendezvousInfo::decode(id);
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back->root.toString(), "127.0.0.1:4242");
+  EXPECT_EQ(back->secret, info.secret);
+  char garbage[kUniqueIdBytes];
+  for (size_t i = 0; i < kUniqueIdBytes; ++i) garbage[i] = static_cast<char>(i * 31 + 5);
+  EXPECT_EQ(RendezvousInfo::decode(garbage).status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(CallSignature, PacksAndDescribes) {
+  CallSignature s{0, DataType::kBfloat16, RedOp::kMax, 3, 123456};
+  CallSignature back = CallSignature::unpack(s.pack());
+  EXPECT_EQ(back.dtype, DataType::kBfloat16);
+  EXPECT_EQ(back.op, RedOp::kMax);
+  EXPECT_EQ(back.root, 3);
+  EXPECT_EQ(back.count, 123456u);
+  EXPECT_EQ(back.describe(), "allreduce(count=123456, bfloat16, max, root=3)");
+}
+
+}  // namespace
+}  // namespace braid
