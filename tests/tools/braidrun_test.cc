@@ -1,0 +1,307 @@
+// Runs the real braidrun executable on small shell commands and checks what
+// the ranks saw and what braidrun printed and returned.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// BRAIDRUN is set by the build's test definition; the fallback finds the
+// launcher next to this test in the build tree when run by hand.
+std::string launcherPath() {
+  if (const char* path = std::getenv("BRAIDRUN"); path != nullptr && *path != '\0') return path;
+  return (fs::read_symlink("/proc/self/exe").parent_path() / "../../tools/braidrun").string();
+}
+
+std::string readFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> splitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+struct Outcome {
+  int exitCode = -1;  // -1 when killed by a signal or still running at the deadline
+  std::string out;    // braidrun's stdout
+  std::string err;    // braidrun's stderr
+  double seconds = 0;
+};
+
+// One braidrun process whose stdout and stderr go to files in a fresh
+// directory; files (not pipes) so that nothing blocks if the test is slow.
+class Launcher {
+ public:
+  explicit Launcher(const std::vector<std::string>& args) {
+    dir_ = fs::temp_directory_path() /
+           ("braidrun_test." + std::to_string(::getpid()) + "." + std::to_string(counter_++));
+    fs::create_directories(dir_);
+    std::vector<std::string> argv{launcherPath()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    // The ranks must see exactly the BRAID_* variables braidrun sets, plus
+    // one planted here to check that braidrun overrides it.
+    std::vector<std::string> env;
+    for (char** var = environ; *var != nullptr; ++var) {
+      if (std::string_view(*var).substr(0, 6) != "BRAID_") env.emplace_back(*var);
+    }
+    env.emplace_back("BRAID_RANK=99");
+    std::vector<char*> argvPtrs, envPtrs;
+    for (auto& word : argv) argvPtrs.push_back(word.data());
+    for (auto& var : env) envPtrs.push_back(var.data());
+    argvPtrs.push_back(nullptr);
+    envPtrs.push_back(nullptr);
+    std::string outPath = (dir_ / "out").string(), errPath = (dir_ / "err").string();
+    start_ = Clock::now();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int out = ::open(outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int err = ::open(errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(out, STDOUT_FILENO);
+      ::dup2(err, STDERR_FILENO);
+      ::execve(argvPtrs[0], argvPtrs.data(), envPtrs.data());
+      ::_exit(126);
+    }
+  }
+  ~Launcher() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  pid_t pid() const { return pid_; }
+  std::string currentOut() const { return readFile(dir_ / "out"); }
+
+  // Waits up to `limit` for braidrun to exit.
+  Outcome wait(std::chrono::seconds limit = std::chrono::seconds(30)) {
+    Outcome outcome;
+    int status = 0;
+    while (true) {
+      pid_t done = ::waitpid(pid_, &status, WNOHANG);
+      if (done == pid_) {
+        reaped_ = true;
+        if (WIFEXITED(status)) outcome.exitCode = WEXITSTATUS(status);
+        break;
+      }
+      if (Clock::now() - start_ > limit) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    outcome.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    outcome.out = readFile(dir_ / "out");
+    outcome.err = readFile(dir_ / "err");
+    return outcome;
+  }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path dir_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  Clock::time_point start_;
+};
+
+Outcome runLauncher(const std::vector<std::string>& args) {
+  return Launcher(args).wait();
+}
+
+Outcome runShell(int numRanks, const std::string& script) {
+  return runLauncher({"-n", std::to_string(numRanks), "sh", "-c", script});
+}
+
+TEST(Braidrun, SetsRankVariables) {
+  Outcome run = runShell(4, "env | grep '^BRAID_' | sort | tr '\\n' ' '; echo");
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  std::regex lineFormat(R"(\[(\d+)\] BRAID_ADDR=127\.0\.0\.1:(\d+) BRAID_RANK=(\d+) )"
+                        R"(BRAID_SECRET=([0-9a-f]{32}) BRAID_WORLD_SIZE=4 )");
+  std::set<std::string> ranks, addrs, secrets;
+  std::vector<std::string> lines = splitLines(run.out);
+  ASSERT_EQ(lines.size(), 4u) << run.out;
+  for (const std::string& line : lines) {
+    std::smatch match;
+    ASSERT_TRUE(std::regex_match(line, match, lineFormat)) << line;
+    EXPECT_EQ(match[1], match[3]) << "prefix names another rank: " << line;
+    EXPECT_GT(std::stoi(match[2]), 0);
+    ranks.insert(match[3]);
+    addrs.insert(match[2]);
+    secrets.insert(match[4]);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1", "2", "3"}));
+  EXPECT_EQ(addrs.size(), 1u) << "ranks disagree on BRAID_ADDR";
+  EXPECT_EQ(secrets.size(), 1u) << "ranks disagree on BRAID_SECRET";
+}
+
+TEST(Braidrun, SecretDiffersBetweenRuns) {
+  Outcome first = runShell(1, "echo $BRAID_SECRET");
+  Outcome second = runShell(1, "echo $BRAID_SECRET");
+  ASSERT_EQ(first.exitCode, 0);
+  ASSERT_EQ(second.exitCode, 0);
+  EXPECT_NE(first.out, second.out);
+}
+
+TEST(Braidrun, PortOption) {
+  Outcome run = runLauncher({"--port", "23456", "-n", "2", "--", "sh", "-c", "echo $BRAID_ADDR"});
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  std::vector<std::string> lines = splitLines(run.out);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"[0] 127.0.0.1:23456", "[1] 127.0.0.1:23456"}));
+}
+
+TEST(Braidrun, CommandFlagsAreNotItsOwn) {
+  Outcome run =
+      runLauncher({"--np", "1", "sh", "-c", "printf '%s\\n' \"$*\"", "sh", "-n", "5", "--port"});
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  EXPECT_EQ(run.out, "[0] -n 5 --port\n");
+}
+
+TEST(Braidrun, PrefixesEveryLineOfBothStreams) {
+  // Many lines per rank, so that reads split lines; the last line of each
+  // stream has no newline and must still arrive, whole, at exit.
+  Outcome run = runShell(3,
+                         "i=0; while [ $i -lt 500 ]; do echo \"out $BRAID_RANK $i\"; "
+                         "echo \"err $BRAID_RANK $i\" >&2; i=$((i+1)); done; "
+                         "printf \"tail $BRAID_RANK\"; printf 'errtail' >&2");
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  for (const auto& [text, kind] : {std::pair{run.out, "out"}, std::pair{run.err, "err"}}) {
+    std::map<int, int> nextIndex;  // per rank: lines must arrive in order
+    std::set<int> sawTail;
+    std::regex numbered(std::string(R"(\[(\d)\] )") + kind + R"( (\d) (\d+))");
+    std::regex tail(std::string(R"(\[(\d)\] )") +
+                    (kind == std::string("out") ? "tail (\\d)" : "errtail"));
+    for (const std::string& line : splitLines(text)) {
+      std::smatch match;
+      if (std::regex_match(line, match, numbered)) {
+        EXPECT_EQ(match[1], match[2]) << line;
+        int rank = std::stoi(match[1]);
+        EXPECT_EQ(std::stoi(match[3]), nextIndex[rank]++) << line;
+      } else if (std::regex_match(line, match, tail)) {
+        sawTail.insert(std::stoi(match[1]));
+      } else {
+        ADD_FAILURE() << "unexpected " << kind << " line: '" << line << "'";
+      }
+    }
+    for (int rank = 0; rank < 3; ++rank) EXPECT_EQ(nextIndex[rank], 500) << kind;
+    EXPECT_EQ(sawTail, (std::set<int>{0, 1, 2})) << kind;
+  }
+}
+
+TEST(Braidrun, ExitsZeroWhenAllRanksSucceed) {
+  Outcome run = runShell(4, "exit 0");
+  EXPECT_EQ(run.exitCode, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+}
+
+TEST(Braidrun, FailingRankTearsDownTheOthers) {
+  Outcome run = runShell(4, "if [ $BRAID_RANK = 1 ]; then exit 3; fi; sleep 30");
+  EXPECT_EQ(run.exitCode, 3) << run.err;
+  EXPECT_LT(run.seconds, 10);
+  EXPECT_TRUE(std::regex_search(run.err, std::regex(R"(rank 1 \(pid \d+\) exited with status 3)")))
+      << run.err;
+  EXPECT_EQ(run.err.find("rank 0"), std::string::npos) << "teardown reported as failure";
+}
+
+TEST(Braidrun, RankIgnoringSigtermIsKilledAfterGrace) {
+  Outcome run = runShell(
+      2, "if [ $BRAID_RANK = 0 ]; then sleep 1; exit 5; fi; trap '' TERM; sleep 20 & wait; wait");
+  EXPECT_EQ(run.exitCode, 5) << run.err;
+  EXPECT_GE(run.seconds, 2.5);
+  EXPECT_LT(run.seconds, 10);
+}
+
+TEST(Braidrun, ReportsRankKilledBySignal) {
+  Outcome run = runShell(2, "if [ $BRAID_RANK = 1 ]; then kill -KILL $$; fi; sleep 30");
+  EXPECT_EQ(run.exitCode, 128 + SIGKILL) << run.err;
+  EXPECT_LT(run.seconds, 10);
+  EXPECT_TRUE(std::regex_search(
+      run.err, std::regex(R"(rank 1 \(pid \d+\) was killed by signal 9 \(Killed\))")))
+      << run.err;
+}
+
+TEST(Braidrun, ForwardsSigtermToRanks) {
+  Launcher launcher({"-n", "3", "sh", "-c", "echo pid $$; exec sleep 30"});
+  std::vector<pid_t> rankPids;
+  for (auto deadline = Clock::now() + std::chrono::seconds(10);
+       rankPids.size() < 3 && Clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    rankPids.clear();
+    std::regex pidLine(R"(\[\d\] pid (\d+))");
+    for (const std::string& line : splitLines(launcher.currentOut())) {
+      std::smatch match;
+      if (std::regex_match(line, match, pidLine)) rankPids.push_back(std::stoi(match[1]));
+    }
+  }
+  ASSERT_EQ(rankPids.size(), 3u) << launcher.currentOut();
+  ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
+  Outcome run = launcher.wait(std::chrono::seconds(10));
+  EXPECT_EQ(run.exitCode, 128 + SIGTERM) << run.err;
+  EXPECT_LT(run.seconds, 10);
+  EXPECT_NE(run.err.find("killed by signal 15 (Terminated)"), std::string::npos) << run.err;
+  // braidrun reaped them, so they no longer exist at all.
+  for (pid_t pid : rankPids) EXPECT_NE(::kill(pid, 0), 0) << "rank pid " << pid << " survived";
+}
+
+TEST(Braidrun, BadUsageExitsTwo) {
+  const std::vector<std::vector<std::string>> badUsages = {
+      {},
+      {"true"},
+      {"-n"},
+      {"-n", "0", "true"},
+      {"-n", "-3", "true"},
+      {"-n", "two", "true"},
+      {"-n", "2"},
+      {"-n", "2", "--"},
+      {"-n", "2", "--port", "70000", "true"},
+      {"-n", "2", "--bogus", "true"},
+      {"-n", "2", "no-such-command-braidrun-test"},
+      {"-n", "2", "/no/such/dir/cmd"},
+  };
+  for (const auto& args : badUsages) {
+    std::string joined;
+    for (const auto& word : args) joined += word + " ";
+    Outcome run = runLauncher(args);
+    EXPECT_EQ(run.exitCode, 2) << "args: " << joined;
+    EXPECT_NE(run.err.find("braidrun: "), std::string::npos) << "args: " << joined;
+    EXPECT_EQ(run.out, "") << "args: " << joined;
+  }
+}
+
+TEST(Braidrun, UnexecutableCommandFailsWith127) {
+  fs::path script = fs::temp_directory_path() / ("braidrun_noexec." + std::to_string(::getpid()));
+  std::ofstream(script) << "#!/bin/sh\necho hi\n";
+  fs::permissions(script, fs::perms::owner_read | fs::perms::owner_write);
+  Outcome run = runLauncher({"-n", "2", script.string()});
+  fs::remove(script);
+  EXPECT_EQ(run.exitCode, 127) << run.err;
+  EXPECT_NE(run.err.find("cannot execute"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("exited with status 127"), std::string::npos) << run.err;
+}
+
+}  // namespace

@@ -1,0 +1,457 @@
+// braidrun: starts N local ranks of a command, wired for braidCommInitFromEnv.
+//
+//   braidrun -n N [--port P] [--] CMD ARGS...
+//
+// Every rank gets braidrun's environment plus BRAID_RANK, BRAID_WORLD_SIZE,
+// BRAID_ADDR (127.0.0.1:PORT) and a fresh BRAID_SECRET shared by all ranks.
+// Rank output is relayed line by line with a "[r] " prefix. The first rank
+// that fails brings the others down, and braidrun exits with its status.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+constexpr int kUsageExitCode = 2;
+constexpr int kExecFailedExitCode = 127;  // the shell's "command cannot be run"
+constexpr auto kTerminateGrace = std::chrono::seconds(3);
+constexpr const char* kUsage =
+    "usage: braidrun -n N [--port P] [--] CMD [ARGS...]\n"
+    "  -n, --np N    number of ranks to start (>= 1)\n"
+    "  --port P      port of rank 0 on 127.0.0.1 (default: a free port)\n";
+
+// Owns a file descriptor; closing on scope exit keeps every error path leak-free.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  bool isOpen() const { return fd_ >= 0; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Pipe {
+  Fd readEnd;
+  Fd writeEnd;
+};
+
+// O_CLOEXEC so that no rank inherits another rank's pipes (or the self-pipe).
+Pipe makePipe(int readFlags) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    std::perror("braidrun: pipe");
+    std::exit(1);
+  }
+  ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | readFlags);
+  return {Fd(fds[0]), Fd(fds[1])};
+}
+
+[[noreturn]] void usageError(const std::string& message) {
+  std::fprintf(stderr, "braidrun: %s\n%s", message.c_str(), kUsage);
+  std::exit(kUsageExitCode);
+}
+
+struct Options {
+  int numRanks = 0;
+  int port = 0;  // 0: pick a free one
+  std::vector<std::string> command;
+};
+
+int parsePositiveInt(const std::string& text, const char* what, int max) {
+  char* end = nullptr;
+  errno = 0;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || value < 1 || value > max) {
+    usageError(std::string("invalid ") + what + " '" + text + "' (expected 1.." +
+               std::to_string(max) + ")");
+  }
+  return static_cast<int>(value);
+}
+
+Options parseOptions(int argc, char** argv) {
+  Options options;
+  bool haveNumRanks = false;
+  int i = 1;
+  // Options end at the first non-option word, so the command's own flags
+  // (e.g. "-n 20" of a perf driver) are never taken for braidrun's.
+  while (i < argc) {
+    std::string arg = argv[i];
+    auto value = [&](const std::string& name) -> std::string {
+      if (arg.size() > name.size() && arg.compare(0, name.size() + 1, name + "=") == 0) {
+        return arg.substr(name.size() + 1);
+      }
+      if (i + 1 >= argc) usageError("option " + name + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--") {
+      ++i;
+      break;
+    } else if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "-n" || arg == "--np" || arg.starts_with("--np=")) {
+      options.numRanks = parsePositiveInt(value(arg.starts_with("--np") ? "--np" : "-n"),
+                                          "number of ranks", 1 << 16);
+      haveNumRanks = true;
+    } else if (arg == "--port" || arg.starts_with("--port=")) {
+      options.port = parsePositiveInt(value("--port"), "port", 65535);
+    } else if (arg.starts_with("-")) {
+      usageError("unknown option '" + arg + "'");
+    } else {
+      break;
+    }
+    ++i;
+  }
+  if (!haveNumRanks) usageError("missing -n N");
+  for (; i < argc; ++i) options.command.emplace_back(argv[i]);
+  if (options.command.empty()) usageError("no command given");
+  return options;
+}
+
+// Resolves CMD as execvp would, so that a typo is a usage error reported once,
+// not N identical rank failures.
+std::optional<std::string> findExecutable(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    return ::access(name.c_str(), F_OK) == 0 ? std::optional(name) : std::nullopt;
+  }
+  const char* pathEnv = std::getenv("PATH");
+  std::istringstream searchPath(pathEnv != nullptr ? pathEnv : "/usr/local/bin:/usr/bin:/bin");
+  for (std::string dir; std::getline(searchPath, dir, ':');) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    struct stat info;
+    if (::stat(candidate.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return std::nullopt;
+}
+
+// Binding port 0 lets the kernel choose; the port may in principle be taken
+// again before rank 0 listens on it, which is why --port exists.
+int findFreePort() {
+  Fd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (!sock.isOpen() || ::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      ::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("braidrun: cannot find a free port");
+    std::exit(1);
+  }
+  return ntohs(addr.sin_port);
+}
+
+std::string makeSecret() {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    std::fputs("braidrun: RAND_bytes failed\n", stderr);
+    std::exit(1);
+  }
+  std::string hex;
+  for (unsigned char byte : bytes) {
+    hex += "0123456789abcdef"[byte >> 4];
+    hex += "0123456789abcdef"[byte & 15];
+  }
+  return hex;
+}
+
+// The signal handler only records the signal in this pipe; the main loop
+// wakes up in poll() and does the work.
+int signalPipeWriteEnd = -1;
+
+void onSignal(int signo) {
+  int savedErrno = errno;
+  unsigned char byte = static_cast<unsigned char>(signo);
+  [[maybe_unused]] ssize_t ignored = ::write(signalPipeWriteEnd, &byte, 1);
+  errno = savedErrno;
+}
+
+constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGCHLD};
+
+void setSignalMask(int how) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int signo : kHandledSignals) sigaddset(&set, signo);
+  ::sigprocmask(how, &set, nullptr);
+}
+
+void writeAll(int fd, std::string_view text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // our own stdout is gone; nothing sensible left to do
+    done += static_cast<size_t>(n);
+  }
+}
+
+// One of a rank's output pipes, relayed to braidrun's fd of the same number.
+struct OutputRelay {
+  Fd source;
+  int destination;
+  std::string prefix;  // "[rank] "
+  std::string partialLine;
+};
+
+struct Rank {
+  int index = 0;
+  pid_t pid = -1;
+  bool running = false;
+  OutputRelay relays[2];  // stdout, stderr
+};
+
+// Relays the complete lines readable now (one read, so that a chatty rank
+// cannot starve the others), and at end of file the unterminated last line.
+// Once the rank has exited, everything it wrote is in the pipe: drain it all
+// and close, dropping whatever a leftover child of the rank may write later
+// rather than waiting for it.
+void relayOutput(OutputRelay& relay, bool rankExited) {
+  std::string lines;
+  char buffer[65536];
+  bool atEnd = false;
+  while (!atEnd) {
+    ssize_t n = ::read(relay.source.get(), buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      atEnd = rankExited || n == 0 || errno != EAGAIN;
+      break;
+    }
+    relay.partialLine.append(buffer, static_cast<size_t>(n));
+    size_t lineStart = 0;
+    for (size_t newline; (newline = relay.partialLine.find('\n', lineStart)) != std::string::npos;
+         lineStart = newline + 1) {
+      lines += relay.prefix;
+      lines.append(relay.partialLine, lineStart, newline + 1 - lineStart);
+    }
+    relay.partialLine.erase(0, lineStart);
+    if (!rankExited) break;
+  }
+  if (atEnd) {
+    if (!relay.partialLine.empty()) lines += relay.prefix + relay.partialLine + "\n";
+    relay.partialLine.clear();
+    relay.source.reset();
+  }
+  writeAll(relay.destination, lines);
+}
+
+// Each rank leads its own process group so that a signal also reaches the
+// processes it started (e.g. the command under "sh -c").
+void signalRunningRanks(const std::vector<Rank>& ranks, int signo) {
+  for (const Rank& rank : ranks) {
+    if (rank.running && ::kill(-rank.pid, signo) != 0) ::kill(rank.pid, signo);
+  }
+}
+
+// Runs in the forked child; it neither allocates nor touches stdio, as those
+// are not safe between fork and exec.
+[[noreturn]] void execRank(int index, pid_t launcherPid, const std::string& path, char* const* argv,
+                           char* const* envp, Pipe& out, Pipe& err) {
+  ::setpgid(0, 0);
+  // If braidrun dies without a chance to clean up, its ranks should not linger.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != launcherPid) ::_exit(kExecFailedExitCode);  // it died before prctl
+  for (int signo : kHandledSignals) ::signal(signo, SIG_DFL);
+  setSignalMask(SIG_UNBLOCK);
+  // A rank in its own process group would be stopped by reading a terminal, so
+  // only rank 0 gets stdin, and only when it is not a terminal.
+  if (index != 0 || ::isatty(STDIN_FILENO)) {
+    int devNull = ::open("/dev/null", O_RDONLY);
+    if (devNull >= 0) ::dup2(devNull, STDIN_FILENO);
+  }
+  ::dup2(out.writeEnd.get(), STDOUT_FILENO);
+  ::dup2(err.writeEnd.get(), STDERR_FILENO);
+  ::execve(path.c_str(), argv, envp);
+  const char* reason = std::strerror(errno);
+  for (std::string_view piece : {"braidrun: cannot execute '", path.c_str(), "': ", reason, "\n"}) {
+    writeAll(STDERR_FILENO, piece);
+  }
+  ::_exit(kExecFailedExitCode);
+}
+
+std::string describeFailure(const Rank& rank, int status) {
+  std::string what =
+      "braidrun: rank " + std::to_string(rank.index) + " (pid " + std::to_string(rank.pid) + ")";
+  if (WIFSIGNALED(status)) {
+    int signo = WTERMSIG(status);
+    return what + " was killed by signal " + std::to_string(signo) + " (" + strsignal(signo) +
+           ")\n";
+  }
+  return what + " exited with status " + std::to_string(WEXITSTATUS(status)) + "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options = parseOptions(argc, argv);
+  std::optional<std::string> executable = findExecutable(options.command[0]);
+  if (!executable) usageError("command not found: '" + options.command[0] + "'");
+
+  const int port = options.port != 0 ? options.port : findFreePort();
+  const std::string secret = makeSecret();
+
+  // Built before forking, since the child must not allocate.
+  std::vector<std::string> baseEnv;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view var = *entry;
+    bool ours = var.starts_with("BRAID_RANK=") || var.starts_with("BRAID_WORLD_SIZE=") ||
+                var.starts_with("BRAID_ADDR=") || var.starts_with("BRAID_SECRET=");
+    if (!ours) baseEnv.emplace_back(var);
+  }
+  baseEnv.push_back("BRAID_WORLD_SIZE=" + std::to_string(options.numRanks));
+  baseEnv.push_back("BRAID_ADDR=127.0.0.1:" + std::to_string(port));
+  baseEnv.push_back("BRAID_SECRET=" + secret);
+  std::vector<char*> commandArgv;
+  for (std::string& word : options.command) commandArgv.push_back(word.data());
+  commandArgv.push_back(nullptr);
+
+  Pipe signalPipe = makePipe(O_NONBLOCK);
+  ::fcntl(signalPipe.writeEnd.get(), F_SETFL, O_NONBLOCK);
+  signalPipeWriteEnd = signalPipe.writeEnd.get();
+  struct sigaction action {};
+  action.sa_handler = onSignal;
+  sigemptyset(&action.sa_mask);
+  for (int signo : kHandledSignals) ::sigaction(signo, &action, nullptr);
+
+  const pid_t launcherPid = ::getpid();
+  std::vector<Rank> ranks(static_cast<size_t>(options.numRanks));
+  for (int index = 0; index < options.numRanks; ++index) {
+    std::vector<std::string> rankEnv = baseEnv;
+    rankEnv.push_back("BRAID_RANK=" + std::to_string(index));
+    std::vector<char*> envp;
+    for (std::string& var : rankEnv) envp.push_back(var.data());
+    envp.push_back(nullptr);
+    Pipe out = makePipe(O_NONBLOCK);
+    Pipe err = makePipe(O_NONBLOCK);
+
+    // Blocked while forking, so that the child cannot run our handlers.
+    setSignalMask(SIG_BLOCK);
+    pid_t pid = ::fork();
+    if (pid == 0)
+      execRank(index, launcherPid, *executable, commandArgv.data(), envp.data(), out, err);
+    setSignalMask(SIG_UNBLOCK);
+    if (pid < 0) {
+      std::perror("braidrun: fork");
+      signalRunningRanks(ranks, SIGKILL);
+      return 1;
+    }
+    ::setpgid(pid, pid);  // also here, so that signals reach a child that has not run yet
+    Rank& rank = ranks[static_cast<size_t>(index)];
+    rank.index = index;
+    rank.pid = pid;
+    rank.running = true;
+    std::string prefix = std::string("[") + std::to_string(index) + "] ";
+    rank.relays[0] = {std::move(out.readEnd), STDOUT_FILENO, prefix, {}};
+    rank.relays[1] = {std::move(err.readEnd), STDERR_FILENO, prefix, {}};
+  }
+
+  using Clock = std::chrono::steady_clock;
+  int runningRanks = options.numRanks;
+  int exitCode = 0;
+  std::optional<Clock::time_point> killDeadline;  // set once ranks are being torn down
+  bool killSent = false;
+
+  auto tearDown = [&]() {
+    if (killDeadline) return;
+    signalRunningRanks(ranks, SIGTERM);
+    killDeadline = Clock::now() + kTerminateGrace;
+  };
+
+  while (runningRanks > 0) {
+    std::vector<pollfd> pollFds{{signalPipe.readEnd.get(), POLLIN, 0}};
+    std::vector<OutputRelay*> pollRelays{nullptr};  // parallel to pollFds
+    for (Rank& rank : ranks) {
+      for (OutputRelay& relay : rank.relays) {
+        if (!relay.source.isOpen()) continue;
+        pollFds.push_back({relay.source.get(), POLLIN, 0});
+        pollRelays.push_back(&relay);
+      }
+    }
+    int timeoutMs = -1;
+    if (killDeadline && !killSent) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*killDeadline - Clock::now());
+      timeoutMs = static_cast<int>(std::max<int64_t>(0, left.count()));
+    }
+    int ready = ::poll(pollFds.data(), pollFds.size(), timeoutMs);
+    if (ready < 0 && errno != EINTR) {
+      std::perror("braidrun: poll");
+      tearDown();
+    }
+
+    if (killDeadline && !killSent && Clock::now() >= *killDeadline) {
+      signalRunningRanks(ranks, SIGKILL);
+      killSent = true;
+    }
+    for (size_t i = 1; ready > 0 && i < pollFds.size(); ++i) {
+      if (pollFds[i].revents != 0) relayOutput(*pollRelays[i], false);
+    }
+    if (ready <= 0 || pollFds[0].revents == 0) continue;
+
+    unsigned char signals[64];
+    ssize_t numSignals = ::read(signalPipe.readEnd.get(), signals, sizeof(signals));
+    for (ssize_t s = 0; s < numSignals; ++s) {
+      if (signals[s] == SIGCHLD) continue;
+      std::fprintf(stderr, "braidrun: forwarding signal %d (%s) to the ranks\n", signals[s],
+                   strsignal(signals[s]));
+      signalRunningRanks(ranks, signals[s]);
+    }
+    // Reap every exited rank, whatever signal woke us: SIGCHLDs may merge.
+    // Failures reaped together are all reported, since which came first (the
+    // cause, not a peer that saw it) is unknown; later ones are our teardown.
+    const bool tearingDown = killDeadline.has_value();
+    for (Rank& rank : ranks) {
+      int status = 0;
+      if (!rank.running || ::waitpid(rank.pid, &status, WNOHANG) != rank.pid) continue;
+      rank.running = false;
+      --runningRanks;
+      for (OutputRelay& relay : rank.relays) {
+        if (relay.source.isOpen()) relayOutput(relay, true);
+      }
+      bool failed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+      if (!failed || tearingDown) continue;
+      writeAll(STDERR_FILENO, describeFailure(rank, status));
+      if (exitCode == 0) {
+        exitCode = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+      }
+      tearDown();
+    }
+  }
+  return exitCode;
+}
