@@ -1,0 +1,388 @@
+// Every collective x datatype x op x count x in-place x root, on 1..8 real
+// processes. Each world size is one test: its ranks run the whole matrix in
+// one communicator, so the suite stays fast on a small machine. Each rank
+// computes the expected result serially (reference.h) and compares it
+// exactly (with a tolerance only for floating-point Avg); it also checks that
+// out-of-place calls leave sendbuff alone and that nothing is written
+// outside the buffers.
+#include <gtest/gtest.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "reference.h"
+
+namespace braidtest {
+namespace {
+
+struct Case {
+  braidDataType_t t;
+  braidRedOp_t op;
+  size_t count;
+  int root;
+  bool inPlace;
+};
+
+enum class Coll {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kGather,
+  kScatter
+};
+
+const char* collName(Coll c) {
+  static const char* names[] = {"AllReduce",     "Broadcast", "Reduce", "AllGather",
+                                "ReduceScatter", "AllToAll",  "Gather", "Scatter"};
+  return names[static_cast<int>(c)];
+}
+bool reduces(Coll c) {
+  return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter;
+}
+bool rooted(Coll c) {
+  return c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter;
+}
+
+// Which cases a run covers.
+struct Plan {
+  bool smallCounts = true;    // 0, 1, nranks-1, 7, 1000 for every type and op
+  bool largeCounts = true;    // 65537 for float32/sum and int32/max
+  bool hugeAllReduce = true;  // 1 << 20 float32 sum
+};
+
+class Matrix {
+ public:
+  explicit Matrix(RankContext& ctx) : ctx_(ctx), n_(ctx.nranks), rank_(ctx.rank) {}
+
+  std::vector<Case> cases(Coll c, const Plan& plan) const {
+    std::vector<size_t> small = {0, 1};
+    if (n_ - 1 > 1) small.push_back(static_cast<size_t>(n_ - 1));
+    if (std::find(small.begin(), small.end(), 7) == small.end()) small.push_back(7);
+    std::vector<Case> out;
+    for (braidDataType_t t : kAllTypes) {
+      for (braidRedOp_t op : kAllOps) {
+        if (!reduces(c) && op != braidSum) continue;
+        std::vector<size_t> counts;
+        if (plan.smallCounts) {
+          counts = small;
+          counts.push_back(1000);
+        }
+        bool large = reduces(c) ? (t == braidFloat32 && op == braidSum) ||
+                                      (t == braidInt32 && op == braidMax)
+                                : t == braidFloat32 || t == braidInt32;
+        if (plan.largeCounts && large) counts.push_back(65537);
+        if (plan.hugeAllReduce && c == Coll::kAllReduce && t == braidFloat32 && op == braidSum)
+          counts.push_back(size_t{1} << 20);
+        for (size_t count : counts) {
+          std::vector<int> roots = {0};
+          if (rooted(c) && count > 0 && count <= 7)
+            for (int r = 1; r < n_; ++r) roots.push_back(r);
+          else if (rooted(c) && n_ > 1)
+            roots.push_back(n_ - 1);
+          for (int root : roots)
+            for (bool inPlace : {false, true})
+              if (!inPlace || c != Coll::kAllToAll) out.push_back({t, op, count, root, inPlace});
+        }
+      }
+    }
+    return out;
+  }
+
+  void run(Coll c, const Case& k) {
+    ++seed_;
+    desc_ = std::string(collName(c)) + " " + typeInfo(k.t).name +
+            (reduces(c) ? std::string(" ") + opName(k.op) : "") +
+            " count=" + std::to_string(k.count) + (k.inPlace ? " in-place" : " out-of-place") +
+            (rooted(c) ? " root=" + std::to_string(k.root) : "") + " nranks=" + std::to_string(n_);
+    ctx_.step(desc_);
+    switch (c) {
+      case Coll::kAllReduce:
+        allReduce(k);
+        break;
+      case Coll::kBroadcast:
+        broadcast(k);
+        break;
+      case Coll::kReduce:
+        reduce(k);
+        break;
+      case Coll::kAllGather:
+        allGather(k);
+        break;
+      case Coll::kReduceScatter:
+        reduceScatter(k);
+        break;
+      case Coll::kAllToAll:
+        allToAll(k);
+        break;
+      case Coll::kGather:
+        gather(k);
+        break;
+      case Coll::kScatter:
+        scatter(k);
+        break;
+    }
+    ++ran_;
+  }
+
+  void barrier() {
+    desc_ = "Barrier nranks=" + std::to_string(n_);
+    ctx_.step(desc_);
+    for (int i = 0; i < 5; ++i) call(braidBarrier(ctx_.comm, nullptr), "braidBarrier");
+    // The last rank enters late; nobody may leave before it entered.
+    if (rank_ == n_ - 1) ::usleep(50000);
+    int64_t times[2];
+    times[0] = nowNs();
+    call(braidBarrier(ctx_.comm, nullptr), "braidBarrier");
+    times[1] = nowNs();
+    std::vector<int64_t> all(2 * static_cast<size_t>(n_));
+    call(braidAllGather(times, all.data(), 2, braidInt64, ctx_.comm, nullptr), "braidAllGather");
+    int64_t lastEntry = 0;
+    for (int r = 0; r < n_; ++r) lastEntry = std::max(lastEntry, all[2 * r]);
+    for (int r = 0; r < n_; ++r)
+      RANK_EXPECT_TRUE(all[2 * r + 1] >= lastEntry)
+          << desc_ << ": rank " << r << " left the barrier " << (lastEntry - all[2 * r + 1]) / 1000
+          << " us before the last rank entered it";
+    ++ran_;
+  }
+
+  size_t ran() const { return ran_; }
+
+ private:
+  static int64_t nowNs() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  }
+
+  // A failed call leaves the ranks out of step: end this rank's run.
+  void call(braidResult_t r, const char* name) {
+    if (r != braidSuccess)
+      FailureMessage(__FILE__, __LINE__, desc_ + ": " + describeResult(r, name), true);
+  }
+  void expectMatch(const std::string& mismatch, const char* what) {
+    if (!mismatch.empty())
+      ctx_.fail(__FILE__, __LINE__,
+                desc_ + ": " + what + " on rank " + std::to_string(rank_) + ": " + mismatch);
+  }
+  void expectGuards(const GuardedBuffer& b, const char* what) {
+    if (!b.guardsIntact()) ctx_.fail(__FILE__, __LINE__, desc_ + ": bytes written outside " + what);
+  }
+  void expectUnchanged(GuardedBuffer& b, const std::vector<unsigned char>& orig, const char* what) {
+    if (!b.equals(orig)) ctx_.fail(__FILE__, __LINE__, desc_ + ": " + what + " was modified");
+  }
+  Expected copyOf(braidDataType_t t, int r, size_t index) const {
+    return {inputValue(t, Kind::kCopy, seed_, r, index), 0};
+  }
+
+  void allReduce(const Case& k) {
+    GuardedBuffer send(k.t, k.count), recvBuf(k.t, k.inPlace ? 0 : k.count);
+    fillInput(k.t, kindOf(k.op), seed_, rank_, send.data(), k.count);
+    auto orig = send.snapshot();
+    void* recv = k.inPlace ? send.data() : recvBuf.data();
+    call(braidAllReduce(send.data(), recv, k.count, k.t, k.op, ctx_.comm, nullptr),
+         "braidAllReduce");
+    expectMatch(compareWith(k.t, recv, k.count,
+                            [&](size_t i) { return reduceAt(k.t, k.op, seed_, n_, i); }),
+                "recvbuff");
+    if (!k.inPlace) expectUnchanged(send, orig, "sendbuff");
+    expectGuards(send, "sendbuff");
+    expectGuards(recvBuf, "recvbuff");
+  }
+
+  void broadcast(const Case& k) {
+    bool root = rank_ == k.root;
+    GuardedBuffer send(k.t, k.count, 0x3c), recvBuf(k.t, k.count);
+    if (root) fillInput(k.t, Kind::kCopy, seed_, rank_, send.data(), k.count);
+    auto orig = send.snapshot();
+    void* recv = k.inPlace ? send.data() : recvBuf.data();
+    // Non-roots pass no sendbuff every other case: it matters only at the root.
+    const void* sendPtr = send.data();
+    if (!root && !k.inPlace && seed_ % 2) sendPtr = nullptr;
+    call(braidBroadcast(sendPtr, recv, k.count, k.t, k.root, ctx_.comm, nullptr), "braidBroadcast");
+    expectMatch(compareWith(k.t, recv, k.count, [&](size_t i) { return copyOf(k.t, k.root, i); }),
+                "recvbuff");
+    if (!k.inPlace) expectUnchanged(send, orig, "sendbuff");
+    expectGuards(send, "sendbuff");
+    expectGuards(recvBuf, "recvbuff");
+  }
+
+  void reduce(const Case& k) {
+    bool root = rank_ == k.root;
+    GuardedBuffer send(k.t, k.count), recvBuf(k.t, k.count);
+    fillInput(k.t, kindOf(k.op), seed_, rank_, send.data(), k.count);
+    auto orig = send.snapshot();
+    // recvbuff matters only at the root: the others pass NULL.
+    void* recv = k.inPlace ? send.data() : root ? recvBuf.data() : nullptr;
+    call(braidReduce(send.data(), recv, k.count, k.t, k.op, k.root, ctx_.comm, nullptr),
+         "braidReduce");
+    if (root)
+      expectMatch(compareWith(k.t, recv, k.count,
+                              [&](size_t i) { return reduceAt(k.t, k.op, seed_, n_, i); }),
+                  "recvbuff");
+    if (!k.inPlace) expectUnchanged(send, orig, "sendbuff");
+    expectGuards(send, "sendbuff");
+    expectGuards(recvBuf, "recvbuff");
+  }
+
+  void allGather(const Case& k) {
+    size_t total = k.count * static_cast<size_t>(n_);
+    GuardedBuffer recv(k.t, total), sendBuf(k.t, k.inPlace ? 0 : k.count);
+    void* send = k.inPlace ? recv.bytes() + rank_ * k.count * typeInfo(k.t).size : sendBuf.data();
+    fillInput(k.t, Kind::kCopy, seed_, rank_, send, k.count);
+    auto orig = sendBuf.snapshot();
+    call(braidAllGather(send, recv.data(), k.count, k.t, ctx_.comm, nullptr), "braidAllGather");
+    expectMatch(compareWith(k.t, recv.data(), total,
+                            [&](size_t i) {
+                              return copyOf(k.t, static_cast<int>(i / k.count), i % k.count);
+                            }),
+                "recvbuff");
+    if (!k.inPlace) expectUnchanged(sendBuf, orig, "sendbuff");
+    expectGuards(sendBuf, "sendbuff");
+    expectGuards(recv, "recvbuff");
+  }
+
+  void reduceScatter(const Case& k) {
+    size_t total = k.count * static_cast<size_t>(n_);
+    GuardedBuffer send(k.t, total), recvBuf(k.t, k.inPlace ? 0 : k.count);
+    fillInput(k.t, kindOf(k.op), seed_, rank_, send.data(), total);
+    auto orig = send.snapshot();
+    size_t base = rank_ * k.count;
+    void* recv = k.inPlace ? send.bytes() + base * typeInfo(k.t).size : recvBuf.data();
+    call(braidReduceScatter(send.data(), recv, k.count, k.t, k.op, ctx_.comm, nullptr),
+         "braidReduceScatter");
+    expectMatch(compareWith(k.t, recv, k.count,
+                            [&](size_t i) { return reduceAt(k.t, k.op, seed_, n_, base + i); }),
+                "recvbuff");
+    if (!k.inPlace) expectUnchanged(send, orig, "sendbuff");
+    expectGuards(send, "sendbuff");
+    expectGuards(recvBuf, "recvbuff");
+  }
+
+  void allToAll(const Case& k) {
+    size_t total = k.count * static_cast<size_t>(n_);
+    GuardedBuffer send(k.t, total), recv(k.t, total);
+    fillInput(k.t, Kind::kCopy, seed_, rank_, send.data(), total);
+    auto orig = send.snapshot();
+    call(braidAllToAll(send.data(), recv.data(), k.count, k.t, ctx_.comm, nullptr),
+         "braidAllToAll");
+    // Part r of recvbuff is part `rank` of rank r's sendbuff.
+    expectMatch(compareWith(k.t, recv.data(), total,
+                            [&](size_t i) {
+                              return copyOf(k.t, static_cast<int>(i / k.count),
+                                            rank_ * k.count + i % k.count);
+                            }),
+                "recvbuff");
+    expectUnchanged(send, orig, "sendbuff");
+    expectGuards(send, "sendbuff");
+    expectGuards(recv, "recvbuff");
+  }
+
+  void gather(const Case& k) {
+    bool root = rank_ == k.root;
+    size_t total = k.count * static_cast<size_t>(n_), esize = typeInfo(k.t).size;
+    GuardedBuffer recv(k.t, root ? total : 0), sendBuf(k.t, k.count);
+    void* send = root && k.inPlace ? recv.bytes() + k.root * k.count * esize : sendBuf.data();
+    fillInput(k.t, Kind::kCopy, seed_, rank_, send, k.count);
+    auto orig = sendBuf.snapshot();
+    // recvbuff matters only at the root: the others pass NULL.
+    call(braidGather(send, root ? recv.data() : nullptr, k.count, k.t, k.root, ctx_.comm, nullptr),
+         "braidGather");
+    if (root)
+      expectMatch(compareWith(k.t, recv.data(), total,
+                              [&](size_t i) {
+                                return copyOf(k.t, static_cast<int>(i / k.count), i % k.count);
+                              }),
+                  "recvbuff");
+    if (!(root && k.inPlace)) expectUnchanged(sendBuf, orig, "sendbuff");
+    expectGuards(sendBuf, "sendbuff");
+    expectGuards(recv, "recvbuff");
+  }
+
+  void scatter(const Case& k) {
+    bool root = rank_ == k.root;
+    size_t total = k.count * static_cast<size_t>(n_), esize = typeInfo(k.t).size;
+    GuardedBuffer send(k.t, root ? total : 0), recvBuf(k.t, k.count);
+    if (root) fillInput(k.t, Kind::kCopy, seed_, rank_, send.data(), total);
+    auto orig = send.snapshot();
+    void* recv = root && k.inPlace ? send.bytes() + k.root * k.count * esize : recvBuf.data();
+    // sendbuff matters only at the root: the others pass NULL.
+    call(braidScatter(root ? send.data() : nullptr, recv, k.count, k.t, k.root, ctx_.comm, nullptr),
+         "braidScatter");
+    expectMatch(compareWith(k.t, recv, k.count,
+                            [&](size_t i) { return copyOf(k.t, k.root, rank_ * k.count + i); }),
+                "recvbuff");
+    // In place, the root's own part already holds what it receives.
+    expectUnchanged(send, orig, "sendbuff");
+    expectGuards(send, "sendbuff");
+    expectGuards(recvBuf, "recvbuff");
+  }
+
+  RankContext& ctx_;
+  int n_, rank_;
+  uint64_t seed_ = 0;
+  size_t ran_ = 0;
+  std::string desc_;
+};
+
+constexpr Coll kAllColls[] = {Coll::kAllReduce, Coll::kBroadcast,     Coll::kReduce,
+                              Coll::kAllGather, Coll::kReduceScatter, Coll::kAllToAll,
+                              Coll::kGather,    Coll::kScatter};
+
+void runPlan(RankContext& ctx, const Plan& plan) {
+  auto start = std::chrono::steady_clock::now();
+  Matrix m(ctx);
+  for (Coll c : kAllColls) {
+    auto collStart = std::chrono::steady_clock::now();
+    for (const Case& k : m.cases(c, plan)) m.run(c, k);
+    if (ctx.rank == 0)
+      std::printf(
+          "[ rank 0 of %d ] %-13s %6.2f s\n", ctx.nranks, collName(c),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - collStart).count());
+  }
+  m.barrier();
+  if (ctx.rank == 0)
+    std::printf("[ rank 0 of %d ] %zu calls checked in %.2f s\n", ctx.nranks, m.ran(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  std::fflush(stdout);
+}
+
+std::string sizeName(const ::testing::TestParamInfo<int>& info) {
+  std::string name = "n";
+  return name += std::to_string(info.param);
+}
+
+class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, Matrix) {
+  runRanks(
+      GetParam(), [](RankContext& ctx) { runPlan(ctx, Plan{}); }, std::chrono::seconds(240));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSize, Collectives, ::testing::Range(1, 9), sizeName);
+
+// Large messages with the smallest pipelining chunk, so that every algorithm
+// runs through many chunks and a partial last one.
+class PipelinedCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(PipelinedCollectives, LargeCounts) {
+  RunOptions options;
+  options.env = {{"BRAID_CHUNK_BYTES", "4096"}};
+  Plan plan;
+  plan.smallCounts = false;
+  runRanks(
+      GetParam(), [&](RankContext& ctx) { runPlan(ctx, plan); }, std::chrono::seconds(240),
+      options);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSize, PipelinedCollectives, ::testing::Values(2, 3, 4), sizeName);
+
+}  // namespace
+}  // namespace braidtest

@@ -1,0 +1,307 @@
+// Point-to-point calls in groups, host streams and communicator splits on
+// real processes, and the same bodies again with BRAID_DEBUG=TRACE.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "reference.h"
+
+namespace braidtest {
+namespace {
+
+constexpr std::chrono::seconds kTimeout{120};
+
+std::string where(const char* what, braidDataType_t t, size_t count, int n) {
+  return std::string(what) + " " + typeInfo(t).name + " count=" + std::to_string(count) +
+         " nranks=" + std::to_string(n);
+}
+
+void expectCopy(const std::string& desc, braidDataType_t t, const void* got, size_t count,
+                uint64_t seed, int fromRank, size_t firstIndex = 0) {
+  std::string m = compareWith(t, got, count, [&](size_t i) {
+    return Expected{inputValue(t, Kind::kCopy, seed, fromRank, firstIndex + i), 0};
+  });
+  RANK_EXPECT_TRUE(m.empty()) << desc << ": " << m;
+}
+
+// Every rank sends to rank+1 and receives from rank-1 inside one group (a
+// self-send when nranks == 1), then both ways at once, then a full exchange
+// of Send/Recv pairs, then blocking pairs outside a group.
+void ringBody(RankContext& ctx) {
+  int n = ctx.nranks, me = ctx.rank, next = (me + 1) % n, prev = (me + n - 1) % n;
+  uint64_t seed = 1000;
+  for (braidDataType_t t : {braidInt8, braidFloat16, braidFloat32, braidInt64, braidFloat64}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{65537}}) {
+      std::string desc = where("ring", t, count, n);
+      ctx.step(desc);
+      ++seed;
+      GuardedBuffer send(t, count), recv(t, count);
+      fillInput(t, Kind::kCopy, seed, me, send.data(), count);
+      auto orig = send.snapshot();
+      RANK_ASSERT_OK(braidGroupStart());
+      RANK_ASSERT_OK(braidSend(send.data(), count, t, next, ctx.comm, nullptr));
+      RANK_ASSERT_OK(braidRecv(recv.data(), count, t, prev, ctx.comm, nullptr));
+      RANK_ASSERT_OK(braidGroupEnd()) << desc;
+      expectCopy(desc, t, recv.data(), count, seed, prev);
+      RANK_EXPECT_TRUE(send.equals(orig)) << desc << ": sendbuff modified";
+      RANK_EXPECT_TRUE(send.guardsIntact() && recv.guardsIntact())
+          << desc << ": guard bytes overwritten";
+
+      // Both directions: to next then to prev; receive from prev then next.
+      desc = where("bidirectional ring", t, count, n);
+      ctx.step(desc);
+      uint64_t seedNext = ++seed, seedPrev = ++seed;
+      GuardedBuffer toNext(t, count), toPrev(t, count), fromPrev(t, count), fromNext(t, count);
+      fillInput(t, Kind::kCopy, seedNext, me, toNext.data(), count);
+      fillInput(t, Kind::kCopy, seedPrev, me, toPrev.data(), count);
+      RANK_ASSERT_OK(braidGroupStart());
+      RANK_ASSERT_OK(braidSend(toNext.data(), count, t, next, ctx.comm, nullptr));
+      RANK_ASSERT_OK(braidSend(toPrev.data(), count, t, prev, ctx.comm, nullptr));
+      RANK_ASSERT_OK(braidRecv(fromPrev.data(), count, t, prev, ctx.comm, nullptr));
+      RANK_ASSERT_OK(braidRecv(fromNext.data(), count, t, next, ctx.comm, nullptr));
+      RANK_ASSERT_OK(braidGroupEnd()) << desc;
+      expectCopy(desc + " (from prev)", t, fromPrev.data(), count, seedNext, prev);
+      expectCopy(desc + " (from next)", t, fromNext.data(), count, seedPrev, next);
+    }
+  }
+  for (size_t count : {size_t{1}, size_t{4099}}) {
+    braidDataType_t t = braidUint32;
+    std::string desc = where("all-to-all of Send/Recv in a nested group", t, count, n);
+    ctx.step(desc);
+    ++seed;
+    size_t total = count * n;
+    GuardedBuffer send(t, total), recv(t, total);
+    fillInput(t, Kind::kCopy, seed, me, send.data(), total);
+    RANK_ASSERT_OK(braidGroupStart());
+    for (int p = 0; p < n; ++p) {
+      RANK_ASSERT_OK(braidGroupStart());
+      RANK_ASSERT_OK(braidSend(send.bytes() + p * count * 4, count, t, p, ctx.comm, nullptr));
+      RANK_ASSERT_OK(braidRecv(recv.bytes() + p * count * 4, count, t, p, ctx.comm, nullptr));
+      RANK_ASSERT_OK(braidGroupEnd());
+    }
+    RANK_ASSERT_OK(braidGroupEnd()) << desc;
+    for (int p = 0; p < n; ++p)
+      expectCopy(desc + " part " + std::to_string(p), t, recv.bytes() + p * count * 4, count, seed,
+                 p, me * count);
+  }
+  // Blocking pairs (0,1), (2,3), ... outside any group.
+  int partner = me ^ 1;
+  if (partner < n) {
+    braidDataType_t t = braidFloat64;
+    size_t count = 3000;
+    std::string desc = where("blocking Send/Recv pair", t, count, n);
+    ctx.step(desc);
+    ++seed;
+    GuardedBuffer send(t, count), recv(t, count);
+    fillInput(t, Kind::kCopy, seed, me, send.data(), count);
+    if (me % 2 == 0) {
+      RANK_ASSERT_OK(braidSend(send.data(), count, t, partner, ctx.comm, nullptr)) << desc;
+      RANK_ASSERT_OK(braidRecv(recv.data(), count, t, partner, ctx.comm, nullptr)) << desc;
+    } else {
+      RANK_ASSERT_OK(braidRecv(recv.data(), count, t, partner, ctx.comm, nullptr)) << desc;
+      RANK_ASSERT_OK(braidSend(send.data(), count, t, partner, ctx.comm, nullptr)) << desc;
+    }
+    expectCopy(desc, t, recv.data(), count, seed, partner);
+  }
+  ctx.step("final barrier");
+  RANK_ASSERT_OK(braidBarrier(ctx.comm, nullptr));
+}
+
+// Queues an ordered sequence on `stream`: x = rank + 1 + salt; x = sum(x);
+// x = prod(x) (so x = S^n, which differs if the two run out of order);
+// then a broadcast from the last rank of a value only it has.
+struct Sequence {
+  std::vector<int64_t> x, b;
+  int64_t salt;
+  void enqueue(RankContext& ctx, braidStream_t s) {
+    x.assign(16, ctx.rank + 1 + salt);
+    b.assign(16, ctx.rank == ctx.nranks - 1 ? 4242 + salt : -1);
+    RANK_ASSERT_OK(braidAllReduce(x.data(), x.data(), x.size(), braidInt64, braidSum, ctx.comm, s));
+    RANK_ASSERT_OK(
+        braidAllReduce(x.data(), x.data(), x.size(), braidInt64, braidProd, ctx.comm, s));
+    RANK_ASSERT_OK(
+        braidBroadcast(b.data(), b.data(), b.size(), braidInt64, ctx.nranks - 1, ctx.comm, s));
+  }
+  void check(RankContext& ctx) {
+    int n = ctx.nranks;
+    uint64_t sum = 0, pow = 1;
+    for (int r = 0; r < n; ++r) sum += static_cast<uint64_t>(r + 1 + salt);
+    for (int r = 0; r < n; ++r) pow *= sum;
+    for (size_t i = 0; i < x.size(); ++i)
+      RANK_EXPECT_EQ(x[i], static_cast<int64_t>(pow)) << "salt " << salt;
+    for (size_t i = 0; i < b.size(); ++i) RANK_EXPECT_EQ(b[i], 4242 + salt) << "salt " << salt;
+  }
+};
+
+void streamBody(RankContext& ctx) {
+  int n = ctx.nranks;
+  ctx.step("braidStreamCreate");
+  braidStream_t s = nullptr;
+  RANK_ASSERT_OK(braidStreamCreate(ctx.comm, &s));
+  RANK_ASSERT_TRUE(s != nullptr);
+
+  ctx.step("8 AllReduces queued on one stream");
+  constexpr int kCalls = 8;
+  constexpr size_t kCount = 50000;
+  std::vector<std::vector<float>> in(kCalls), out(kCalls);
+  for (int k = 0; k < kCalls; ++k) {
+    in[k].assign(kCount, static_cast<float>(ctx.rank * (k + 1)));
+    out[k].assign(kCount, -1.f);
+    RANK_ASSERT_OK(
+        braidAllReduce(in[k].data(), out[k].data(), kCount, braidFloat32, braidSum, ctx.comm, s));
+  }
+  braidResult_t q = braidStreamQuery(s);
+  RANK_EXPECT_TRUE(q == braidSuccess || q == braidInProgress)
+      << describeResult(q, "braidStreamQuery");
+  RANK_ASSERT_OK(braidStreamSynchronize(s));
+  RANK_EXPECT_EQ(braidStreamQuery(s), braidSuccess);
+  for (int k = 0; k < kCalls; ++k) {
+    float expect = static_cast<float>((k + 1) * n * (n - 1) / 2);
+    RANK_EXPECT_TRUE(
+        std::all_of(out[k].begin(), out[k].end(), [&](float v) { return v == expect; }))
+        << "stream AllReduce " << k << ": expected " << expect << " everywhere, first is "
+        << out[k][0];
+    RANK_EXPECT_TRUE(
+        std::all_of(in[k].begin(), in[k].end(),
+                    [&](float v) { return v == static_cast<float>(ctx.rank * (k + 1)); }))
+        << "stream AllReduce " << k << " modified sendbuff";
+  }
+
+  ctx.step("ordered sequence on one stream");
+  Sequence one{{}, {}, 0};
+  one.enqueue(ctx, s);
+  RANK_ASSERT_OK(braidStreamSynchronize(s));
+  one.check(ctx);
+
+  ctx.step("two streams, each with an ordered sequence");
+  braidStream_t s2 = nullptr;
+  RANK_ASSERT_OK(braidStreamCreate(ctx.comm, &s2));
+  Sequence a{{}, {}, 1}, b{{}, {}, 2};
+  a.enqueue(ctx, s);
+  b.enqueue(ctx, s2);
+  RANK_ASSERT_OK(braidStreamSynchronize(s2));
+  RANK_ASSERT_OK(braidStreamSynchronize(s));
+  a.check(ctx);
+  b.check(ctx);
+  braidResult_t async = braidInternalError;
+  RANK_ASSERT_OK(braidCommGetAsyncError(ctx.comm, &async));
+  RANK_EXPECT_EQ(async, braidSuccess);
+
+  ctx.step("Send/Recv ring on a stream inside a group");
+  std::vector<int32_t> ringSend(777, ctx.rank), ringRecv(777, -1);
+  RANK_ASSERT_OK(braidGroupStart());
+  RANK_ASSERT_OK(
+      braidSend(ringSend.data(), ringSend.size(), braidInt32, (ctx.rank + 1) % n, ctx.comm, s2));
+  RANK_ASSERT_OK(braidRecv(ringRecv.data(), ringRecv.size(), braidInt32, (ctx.rank + n - 1) % n,
+                           ctx.comm, s2));
+  RANK_ASSERT_OK(braidGroupEnd());
+  RANK_ASSERT_OK(braidStreamSynchronize(s2));
+  RANK_EXPECT_EQ(ringRecv[0], (ctx.rank + n - 1) % n);
+  RANK_EXPECT_EQ(ringRecv.back(), (ctx.rank + n - 1) % n);
+
+  ctx.step("braidStreamDestroy with queued work");
+  Sequence c{{}, {}, 3};
+  c.enqueue(ctx, s2);
+  RANK_ASSERT_OK(braidStreamDestroy(s2));  // waits for the queued calls
+  c.check(ctx);
+  RANK_ASSERT_OK(braidStreamDestroy(s));
+  ctx.step("final barrier");
+  RANK_ASSERT_OK(braidBarrier(ctx.comm, nullptr));
+}
+
+void splitBody(RankContext& ctx) {
+  int n = ctx.nranks, me = ctx.rank;
+  ctx.step("braidCommSplit(color = rank % 2, key = -rank)");
+  braidComm_t sub = nullptr;
+  RANK_ASSERT_OK(braidCommSplit(ctx.comm, me % 2, -me, &sub));
+  RANK_ASSERT_TRUE(sub != nullptr);
+  std::vector<int32_t> members;  // same parity, by descending old rank (= new rank order)
+  for (int r = n - 1; r >= 0; --r)
+    if (r % 2 == me % 2) members.push_back(r);
+  int size = -1, newRank = -1;
+  RANK_ASSERT_OK(braidCommCount(sub, &size));
+  RANK_ASSERT_OK(braidCommUserRank(sub, &newRank));
+  RANK_EXPECT_EQ(size, static_cast<int>(members.size()));
+  int expectRank =
+      static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
+  RANK_EXPECT_EQ(newRank, expectRank);
+  int32_t mine = me, sum = -1;
+  RANK_ASSERT_OK(braidAllReduce(&mine, &sum, 1, braidInt32, braidSum, sub, nullptr));
+  int32_t expectSum = 0;
+  for (int32_t r : members) expectSum += r;
+  RANK_EXPECT_EQ(sum, expectSum);
+  std::vector<int32_t> gathered(members.size(), -1);
+  RANK_ASSERT_OK(braidAllGather(&mine, gathered.data(), 1, braidInt32, sub, nullptr));
+  RANK_EXPECT_TRUE(gathered == members) << "AllGather on the split comm is not in key order";
+
+  ctx.step("braidCommSplit with color < 0 on rank 0");
+  braidComm_t rest = reinterpret_cast<braidComm_t>(&mine);  // must be overwritten
+  RANK_ASSERT_OK(braidCommSplit(ctx.comm, me == 0 ? -1 : 7, 0, &rest));
+  if (me == 0) {
+    RANK_EXPECT_TRUE(rest == nullptr) << "color < 0 must give newcomm == NULL";
+  } else {
+    RANK_ASSERT_TRUE(rest != nullptr);
+    RANK_ASSERT_OK(braidCommCount(rest, &size));
+    RANK_ASSERT_OK(braidCommUserRank(rest, &newRank));
+    RANK_EXPECT_EQ(size, n - 1);
+    RANK_EXPECT_EQ(newRank, me - 1);
+    RANK_ASSERT_OK(braidAllReduce(&mine, &sum, 1, braidInt32, braidMax, rest, nullptr));
+    RANK_EXPECT_EQ(sum, n - 1);
+  }
+
+  ctx.step("parent communicator after the splits");
+  RANK_ASSERT_OK(braidAllReduce(&mine, &sum, 1, braidInt32, braidSum, ctx.comm, nullptr));
+  RANK_EXPECT_EQ(sum, n * (n - 1) / 2);
+  RANK_ASSERT_OK(braidCommDestroy(sub));
+  if (rest) {
+    RANK_ASSERT_OK(braidCommDestroy(rest));
+  }
+  RANK_ASSERT_OK(braidBarrier(ctx.comm, nullptr));
+}
+
+std::string sizeName(const ::testing::TestParamInfo<int>& info) {
+  std::string name = "n";
+  return name += std::to_string(info.param);
+}
+
+class PointToPoint : public ::testing::TestWithParam<int> {};
+TEST_P(PointToPoint, RingInGroups) {
+  runRanks(GetParam(), ringBody, kTimeout);
+}
+INSTANTIATE_TEST_SUITE_P(WorldSize, PointToPoint, ::testing::Values(1, 2, 3, 5, 8), sizeName);
+
+class Streams : public ::testing::TestWithParam<int> {};
+TEST_P(Streams, OrderedAndConcurrent) {
+  runRanks(GetParam(), streamBody, kTimeout);
+}
+INSTANTIATE_TEST_SUITE_P(WorldSize, Streams, ::testing::Values(1, 2, 3, 5, 8), sizeName);
+
+class Split : public ::testing::TestWithParam<int> {};
+TEST_P(Split, EvenOddReversed) {
+  runRanks(GetParam(), splitBody, kTimeout);
+}
+INSTANTIATE_TEST_SUITE_P(WorldSize, Split, ::testing::Values(1, 2, 3, 4, 7, 8), sizeName);
+
+TEST(Trace, EverythingWorksWithDebugTrace) {
+  RunOptions options;
+  options.env = {{"BRAID_DEBUG", "TRACE"}};
+  runRanks(
+      2,
+      [](RankContext& ctx) {
+        std::vector<float> x(1000, 1.f);
+        RANK_ASSERT_OK(braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum,
+                                      ctx.comm, nullptr));
+        RANK_EXPECT_EQ(x[999], 2.f);
+        ringBody(ctx);
+        streamBody(ctx);
+        splitBody(ctx);
+      },
+      kTimeout, options);
+}
+
+}  // namespace
+}  // namespace braidtest
