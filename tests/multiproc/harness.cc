@@ -101,6 +101,8 @@ struct RankRunner {
                                const std::function<void(RankContext&)>& body,
                                const RunOptions& options) {
     ::signal(SIGPIPE, SIG_DFL);
+    if (options.braidTimeoutSeconds > 0)
+      ::setenv("BRAID_TIMEOUT", std::to_string(options.braidTimeoutSeconds).c_str(), 1);
     for (const auto& [name, value] : options.env) ::setenv(name.c_str(), value.c_str(), 1);
     RankContext ctx;
     ctx.rank = rank;

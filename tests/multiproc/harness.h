@@ -51,7 +51,10 @@ struct RankContext {
 RankContext& currentRank();
 
 struct RunOptions {
-  // Environment set in every rank before braid is called.
+  // BRAID_TIMEOUT for the ranks, so that a rank whose peer hangs fails with
+  // braidTimeout (and a message) before the harness kills it; 0 = unset.
+  int braidTimeoutSeconds = 60;
+  // Environment set in every rank before braid is called (after the above).
   std::vector<std::pair<std::string, std::string>> env;
   // Whether the harness creates (and afterwards destroys) ctx.comm.
   bool initComm = true;

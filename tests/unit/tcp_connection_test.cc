@@ -137,3 +137,22 @@ TEST(TcpConnection, AbortFailsPendingAndLaterRequests) {
 
 }  // namespace
 }  // namespace braid::tcp
+
+namespace braid::tcp {
+namespace {
+
+TEST(TcpConnection, MessageThatArrivedBeforeThePeerClosedIsDelivered) {
+  Pair p;
+  int x = 42, y = 0;
+  RequestPtr s = p.a->postSend(&x, 4, tag(1));
+  p.drive({s});
+  p.a.reset();
+  // Reading sees the message, then the end of the stream.
+  for (int i = 0; i < 100; ++i) (void)p.b->progress();
+  RequestPtr r = p.b->postRecv(&y, 4, tag(1));
+  EXPECT_EQ(r->state(), Request::State::kDone);
+  EXPECT_EQ(y, 42);
+}
+
+}  // namespace
+}  // namespace braid::tcp

@@ -44,10 +44,7 @@ RequestPtr TcpConnection::postSend(const void* data, size_t bytes, Tag tag) {
 RequestPtr TcpConnection::postRecv(void* data, size_t bytes, Tag tag) {
   auto request = std::make_shared<Request>();
   std::lock_guard lock(mutex_);
-  if (!dead_.isOk()) {
-    request->fail(dead_);
-    return request;
-  }
+  // A message that arrived before the peer closed is still delivered.
   if (auto it = unexpected_.find(tag.value); it != unexpected_.end()) {
     Unexpected& u = it->second;
     if (u.check != tag.check || u.payload.size() != bytes) {
@@ -58,6 +55,10 @@ RequestPtr TcpConnection::postRecv(void* data, size_t bytes, Tag tag) {
       request->complete();
     }
     unexpected_.erase(it);
+    return request;
+  }
+  if (!dead_.isOk()) {
+    request->fail(dead_);
     return request;
   }
   const uint8_t channel = tag.channel();
