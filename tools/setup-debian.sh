@@ -1,0 +1,12 @@
+#!/bin/sh
+# Installs what building and testing braid needs on Debian 12 (as root, or
+# through sudo). Optional parts: CUDA is found in /usr/local/cuda when
+# present; libibverbs-dev enables the InfiniBand transport.
+set -eu
+packages="build-essential meson ninja-build pkg-config python3 libssl-dev libhwloc-dev
+  libgtest-dev libbenchmark-dev libcxxopts-dev nlohmann-json3-dev openmpi-bin"
+if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+# shellcheck disable=SC2086
+$sudo apt-get install -y -q --no-install-recommends $packages
