@@ -24,6 +24,11 @@ uint64_t channelBits(int stream, bool pointToPoint) {
 Communicator::Communicator(int rank, int nranks, Config config)
     : rank_(rank), nranks_(nranks), config_(std::move(config)) {
   abortFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  // Busy-polling wins latency only while every rank has a core of its own;
+  // oversubscribed, it steals the core the peer needs.
+  double spinUs = config_.spinMicroseconds;
+  if (spinUs < 0) spinUs = nranks <= sysconf(_SC_NPROCESSORS_ONLN) ? 50 : 0;
+  spinSeconds_ = spinUs * 1e-6;
 }
 
 Communicator::~Communicator() {
@@ -105,6 +110,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex, st
     job.rank = rank_;
     job.connections = connections_;
     job.timeoutSeconds = config_.timeoutSeconds;
+    job.spinSeconds = spinSeconds_;
     job.aborted = &aborted_;
     job.abortFd = abortFd_;
     CallSignature signature{static_cast<uint8_t>(op.args.kind), op.args.dtype, op.args.op,

@@ -86,6 +86,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<tcp::TcpTransport> tcp_;
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;  // by rank
+  double spinSeconds_ = 0;
   std::atomic<bool> aborted_{false};
   int abortFd_ = -1;
   std::mutex streamsMutex_;

@@ -278,9 +278,13 @@ Status runJobs(std::span<Job> jobs) {
       continue;
     }
     double idle = std::chrono::duration<double>(now - lastMoved).count();
-    double timeout = 1e30;
+    double timeout = 1e30, spin = 0;
     for (auto& r : runners)
-      if (!r->finished()) timeout = std::min(timeout, r->job().timeoutSeconds);
+      if (!r->finished()) {
+        timeout = std::min(timeout, r->job().timeoutSeconds);
+        spin = std::max(spin, r->job().spinSeconds);
+      }
+    if (idle < spin) continue;
     if (idle >= timeout) {
       for (auto& r : runners)
         if (!r->finished())

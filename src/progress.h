@@ -48,6 +48,7 @@ struct Job {
   std::function<transport::Tag(bool isSend, int peer, uint32_t k)> tagFor;
   std::string callName;          // for messages: "braidAllReduce #12"
   double timeoutSeconds = 300;   // no progress for this long = braidTimeout
+  double spinSeconds = 0;        // busy-poll this long before sleeping in poll(2)
   const std::atomic<bool>* aborted = nullptr;
   int abortFd = -1;              // becomes readable on abort; wakes poll(2)
 };

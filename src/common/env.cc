@@ -25,6 +25,9 @@ constexpr EnvParam kParams[] = {
      "Network interface for bootstrap and TCP (exact name, e.g. eth0); default: first non-loopback "
      "interface that connects, else loopback."},
     {"BRAID_CHUNK_BYTES", "524288", "Pipelining unit of ring algorithms in bytes (4096 .. 1 GiB)."},
+    {"BRAID_SPIN_US", "auto",
+     "Microseconds a waiting call polls its connections before sleeping in poll(2): auto (50 when "
+     "the ranks fit the cores, else 0) or a number."},
     {"BRAID_RANK", "", "Launcher: this process's rank (with BRAID_WORLD_SIZE and BRAID_ADDR)."},
     {"BRAID_WORLD_SIZE", "", "Launcher: number of ranks."},
     {"BRAID_ADDR", "", "Launcher: host:port where rank 0 listens for the rendezvous."},
@@ -112,6 +115,8 @@ Result<Config> loadConfig() {
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_CHUNK_BYTES", c, 4096, 1 << 30, &v));
     config.chunkBytes = static_cast<size_t>(v);
   }
+  if (std::string spin = envString("BRAID_SPIN_US"); !spin.empty() && spin != "auto")
+    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SPIN_US", spin, 0, 1e6, &config.spinMicroseconds));
   return config;
 }
 

@@ -113,7 +113,7 @@ struct RankRunner {
       ctx.step("braidGetUniqueId / receiving the unique id");
       unsigned char ok = 0;
       if (rank == 0) {
-        braidResult_t r = braidGetUniqueId(&ctx.id);
+        braidResult_t r = options.createId ? braidGetUniqueId(&ctx.id) : braidSuccess;
         ok = r == braidSuccess;
         if (!ok) ctx.fail(__FILE__, __LINE__, describeResult(r, "braidGetUniqueId(&id)"));
         writeAll(idToParent, &ok, 1);
@@ -124,7 +124,7 @@ struct RankRunner {
           ok = 0;
         if (!ok) ctx.fail(__FILE__, __LINE__, "no unique id: rank 0 failed to create one");
       }
-      if (ok && options.initComm) {
+      if (ok && options.createId && options.initComm) {
         ctx.step("braidCommInitRank");
         braidResult_t r = braidCommInitRank(&ctx.comm, nranks, ctx.id, rank);
         if (r != braidSuccess) {

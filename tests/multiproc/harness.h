@@ -56,7 +56,9 @@ struct RunOptions {
   int braidTimeoutSeconds = 60;
   // Environment set in every rank before braid is called (after the above).
   std::vector<std::pair<std::string, std::string>> env;
-  // Whether the harness creates (and afterwards destroys) ctx.comm.
+  // Whether rank 0 creates a unique id for ctx.id (relayed to every rank).
+  bool createId = true;
+  // Whether the harness creates (and afterwards destroys) ctx.comm; needs createId.
   bool initComm = true;
   // A rank that exits with failures leaves the others this long to finish.
   std::chrono::seconds graceAfterFailure{20};

@@ -1,10 +1,19 @@
 // Point-to-point calls in groups, host streams and communicator splits on
-// real processes, and the same bodies again with BRAID_DEBUG=TRACE.
+// real processes, the same bodies again with BRAID_DEBUG=TRACE, and what
+// ranks see when calls mismatch, a peer dies, aborts or stalls, and when the
+// communicator comes from launcher variables.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -301,6 +310,214 @@ TEST(Trace, EverythingWorksWithDebugTrace) {
         splitBody(ctx);
       },
       kTimeout, options);
+}
+
+// ---- Failures between real processes ---------------------------------------
+
+bool mentions(std::string text, std::string word) {
+  for (auto* s : {&text, &word})
+    for (char& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text.find(word) != std::string::npos;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Rank 0 calls call(ctx, true), rank 1 call(ctx, false): both must return
+// braidInvalidUsage with a message that mentions every one of `words`.
+void expectMismatch(const char* what, std::function<braidResult_t(RankContext&, bool)> call,
+                    std::vector<std::string> words = {}) {
+  SCOPED_TRACE(what);
+  RunOptions options;
+  options.braidTimeoutSeconds = 20;  // a hang shows as braidTimeout, not as a kill
+  runRanks(
+      2,
+      [&](RankContext& ctx) {
+        ctx.step(std::string("mismatched ") + what);
+        braidResult_t r = call(ctx, ctx.rank == 0);
+        std::string msg = braidGetLastError(nullptr);
+        RANK_EXPECT_EQ(r, braidInvalidUsage) << "mismatched " << what << ": " << msg;
+        for (const auto& w : words)
+          RANK_EXPECT_TRUE(mentions(msg, w)) << "message \"" << msg << "\" does not mention " << w;
+      },
+      kTimeout, options);
+}
+
+TEST(Failures, MismatchedCallsReturnInvalidUsage) {
+  static float a[64], b[64];
+  const auto f32 = braidFloat32;
+  expectMismatch("count", [](RankContext& c, bool z) {
+    return braidAllReduce(a, b, z ? 10 : 11, f32, braidSum, c.comm, nullptr);
+  });
+  expectMismatch("collective",
+                 [](RankContext& c, bool z) {
+                   return z ? braidAllReduce(a, b, 10, f32, braidSum, c.comm, nullptr)
+                            : braidBroadcast(a, b, 10, f32, 0, c.comm, nullptr);
+                 },
+                 {"AllReduce", "Broadcast"});
+  expectMismatch("root", [](RankContext& c, bool z) {
+    return braidBroadcast(a, b, 10, f32, z ? 0 : 1, c.comm, nullptr);
+  });
+  expectMismatch("datatype", [](RankContext& c, bool z) {
+    return braidAllReduce(a, b, 10, z ? f32 : braidInt32, braidSum, c.comm, nullptr);
+  });
+  expectMismatch("op", [](RankContext& c, bool z) {
+    return braidAllReduce(a, b, 10, f32, z ? braidSum : braidMax, c.comm, nullptr);
+  });
+  expectMismatch("Send/Recv count", [](RankContext& c, bool z) {
+    braidResult_t r = braidGroupStart();
+    if (r == braidSuccess) r = braidSend(a, z ? 5 : 6, f32, 1 - c.rank, c.comm, nullptr);
+    if (r == braidSuccess) r = braidRecv(b, z ? 5 : 6, f32, 1 - c.rank, c.comm, nullptr);
+    braidResult_t end = braidGroupEnd();
+    return r == braidSuccess ? end : r;
+  });
+}
+
+TEST(Failures, MismatchOnAStreamIsReportedBySynchronize) {
+  runRanks(
+      2,
+      [](RankContext& ctx) {
+        braidStream_t s = nullptr;
+        RANK_ASSERT_OK(braidStreamCreate(ctx.comm, &s));
+        std::vector<float> x(64, 1.f);
+        size_t count = ctx.rank == 0 ? 10 : 11;
+        RANK_ASSERT_OK(
+            braidAllReduce(x.data(), x.data(), count, braidFloat32, braidSum, ctx.comm, s));
+        RANK_EXPECT_EQ(braidStreamSynchronize(s), braidInvalidUsage) << braidGetLastError(nullptr);
+        RANK_EXPECT_EQ(braidStreamSynchronize(s), braidInvalidUsage) << "the error must stay";
+        RANK_EXPECT_EQ(braidStreamQuery(s), braidInvalidUsage);
+        braidResult_t async = braidSuccess;
+        RANK_ASSERT_OK(braidCommGetAsyncError(ctx.comm, &async));
+        RANK_EXPECT_EQ(async, braidInvalidUsage);
+        (void)braidStreamDestroy(s);
+      },
+      kTimeout);
+}
+
+void deadPeerBody(RankContext& ctx) {
+  int dead = ctx.nranks - 1;
+  if (ctx.rank == dead) {
+    ctx.step("exiting without braidCommDestroy");
+    ::_exit(0);
+  }
+  ::usleep(300000);
+  ctx.step("AllReduce with a dead peer");
+  std::vector<float> x(1000, 1.f);
+  braidResult_t r =
+      braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
+  std::string msg = braidGetLastError(nullptr);
+  RANK_EXPECT_EQ(r, braidRemoteError) << msg;
+  // With two ranks the peer that failed is unambiguous.
+  if (ctx.nranks == 2)
+    RANK_EXPECT_TRUE(mentions(msg, "rank " + std::to_string(dead)))
+        << "\"" << msg << "\" does not name the peer";
+}
+
+TEST(Failures, DeadPeerGivesRemoteError) {
+  runRanks(2, deadPeerBody, kTimeout);
+  runRanks(4, deadPeerBody, kTimeout);
+}
+
+TEST(Failures, AbortFromAnotherThreadEndsTheCallInFlight) {
+  runRanks(
+      2,
+      [](RankContext& ctx) {
+        std::vector<float> x(1000, 1.f);
+        if (ctx.rank == 1) {
+          ::usleep(1500000);  // rank 0 aborted meanwhile
+          braidResult_t r = braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum,
+                                           ctx.comm, nullptr);
+          RANK_EXPECT_EQ(r, braidRemoteError) << braidGetLastError(nullptr);
+          return;
+        }
+        std::thread aborter([&] {
+          ::usleep(300000);
+          RANK_EXPECT_OK(braidCommAbort(ctx.comm));
+        });
+        auto start = std::chrono::steady_clock::now();
+        braidResult_t r =
+            braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
+        double s = secondsSince(start);
+        std::string msg = braidGetLastError(nullptr);
+        aborter.join();
+        RANK_EXPECT_EQ(r, braidInvalidUsage) << msg;
+        RANK_EXPECT_TRUE(mentions(msg, "aborted")) << msg;
+        RANK_EXPECT_TRUE(s < 1.5) << "the aborted call returned after " << s << " s";
+        RANK_EXPECT_EQ(braidBarrier(ctx.comm, nullptr), braidInvalidUsage);
+      },
+      kTimeout);
+}
+
+TEST(Failures, StalledPeerGivesTimeout) {
+  RunOptions options;
+  options.braidTimeoutSeconds = 1;
+  runRanks(
+      2,
+      [](RankContext& ctx) {
+        std::vector<float> x(1000, 1.f);
+        if (ctx.rank == 1) {
+          ::usleep(3000000);
+          (void)braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm,
+                               nullptr);
+          return;  // whatever it returns, it must return
+        }
+        auto start = std::chrono::steady_clock::now();
+        braidResult_t r =
+            braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
+        double s = secondsSince(start);
+        RANK_EXPECT_EQ(r, braidTimeout) << braidGetLastError(nullptr);
+        RANK_EXPECT_TRUE(s > 0.9 && s < 2.5) << "BRAID_TIMEOUT=1 returned after " << s << " s";
+      },
+      kTimeout, options);
+}
+
+// ---- braidCommInitFromEnv ---------------------------------------------------
+
+int freeLocalPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    ADD_FAILURE() << "no free port";
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+void initFromEnv(const char* rankVariable, std::vector<std::pair<std::string, std::string>> env) {
+  RunOptions options;
+  options.createId = false;
+  options.env = std::move(env);
+  runRanks(
+      3,
+      [&](RankContext& ctx) {
+        ::setenv(rankVariable, std::to_string(ctx.rank).c_str(), 1);
+        RANK_ASSERT_OK(braidCommInitFromEnv(&ctx.comm));
+        int count = -1, rank = -1;
+        RANK_ASSERT_OK(braidCommCount(ctx.comm, &count));
+        RANK_ASSERT_OK(braidCommUserRank(ctx.comm, &rank));
+        RANK_EXPECT_EQ(count, 3);
+        RANK_EXPECT_EQ(rank, ctx.rank);
+        int32_t mine = ctx.rank + 1, sum = 0;
+        RANK_ASSERT_OK(braidAllReduce(&mine, &sum, 1, braidInt32, braidSum, ctx.comm, nullptr));
+        RANK_EXPECT_EQ(sum, 6);
+      },
+      kTimeout, options);
+}
+
+TEST(InitFromEnv, BraidVariablesWithSecret) {
+  initFromEnv("BRAID_RANK", {{"BRAID_WORLD_SIZE", "3"},
+                             {"BRAID_ADDR", "127.0.0.1:" + std::to_string(freeLocalPort())},
+                             {"BRAID_SECRET", "0123456789abcdef0123456789ABCDEF"}});
+}
+
+TEST(InitFromEnv, TorchrunVariables) {
+  initFromEnv("RANK", {{"WORLD_SIZE", "3"},
+                       {"MASTER_ADDR", "127.0.0.1"},
+                       {"MASTER_PORT", std::to_string(freeLocalPort())}});
 }
 
 }  // namespace
