@@ -265,7 +265,7 @@ void Communicator::abort() {
   aborted_ = true;
   uint64_t one = 1;
   if (abortFd_ >= 0) (void)!::write(abortFd_, &one, sizeof(one));
-  for (auto& c : owned_) c->abort(invalidUsage("communicator aborted"));
+  for (auto& c : owned_) c->abort(remoteError(strCat("rank ", rank_, " aborted the communicator")));
 }
 
 void Communicator::shutdown() {

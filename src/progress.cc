@@ -119,6 +119,7 @@ class JobRunner {
       active_[a] = active_.back();
       active_.pop_back();
       if (state == Request::State::kFailed) {
+        failedPeer_ = steps_[step].peer;
         failWith(describeFailure(step, *request));
         break;
       }
@@ -138,6 +139,9 @@ class JobRunner {
 
   // Aborts the connections that still hold requests on this job's memory.
   void abandon(const Status& reason) {
+    // The peer of the failed transfer hears why (a mismatch is its error
+    // too); the peers of unfinished ones must not write into our memory.
+    if (failedPeer_ >= 0) job_.connections[failedPeer_]->abort(reason);
     for (const auto& a : active_) job_.connections[steps_[a.step].peer]->abort(reason);
     active_.clear();
   }
@@ -158,11 +162,11 @@ class JobRunner {
   Status describeFailure(int step, const Request& request) const {
     const Step& s = steps_[step];
     const Status& e = request.error();
-    if (e.code() != ErrorCode::kInvalidUsage)
+    if (request.failure() == Request::Failure::kOther)
       return Status(e.code(), strCat(job_.callName, ": ", e.message()));
     transport::Tag mine = job_.tagFor(s.kind == StepKind::kSend, s.peer, messageIndex_[step]);
     std::string expected = CallSignature::unpack(mine.check).describe();
-    if (request.mismatch().check == 0)
+    if (request.failure() == Request::Failure::kOvertaken)
       return invalidUsage(strCat(job_.callName, " ", expected, " on rank ", job_.rank,
                                  ": rank ", s.peer, " has moved on to a later call without sending ",
                                  "what this call expects; the ranks called different collectives, ",
@@ -238,6 +242,7 @@ class JobRunner {
   std::map<int, std::map<uint32_t, int>> readySends_;
   std::map<int, uint32_t> nextSend_;
   size_t remaining_ = 0;
+  int failedPeer_ = -1;
   Status status_;
 };
 
@@ -311,7 +316,7 @@ Status runJobs(std::span<Job> jobs) {
   Status first;
   for (auto& r : runners) {
     if (r->status().isOk()) continue;
-    r->abandon(remoteError(strCat("a call on rank ", r->job().rank, " failed: ", r->status().message())));
+    r->abandon(r->status());
     if (first.isOk()) first = r->status();
   }
   return first;

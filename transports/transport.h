@@ -36,12 +36,17 @@ class Request {
   State state() const { return state_.load(std::memory_order_acquire); }
   // Valid once state() == kFailed.
   const Status& error() const { return error_; }
-  // For a receive that failed on a mismatch: the tag that came instead.
+  // Why a receive failed, when the cause was the message itself: another
+  // call's message arrived (kDifferentCall; mismatch() is its tag) or the
+  // peer sent a later message of the channel first (kOvertaken).
+  enum class Failure : int { kOther, kDifferentCall, kOvertaken };
+  Failure failure() const { return failure_; }
   const Tag& mismatch() const { return mismatch_; }
 
   void complete() { state_.store(State::kDone, std::memory_order_release); }
-  void fail(Status error, Tag mismatch = {}) {
+  void fail(Status error, Failure failure = Failure::kOther, Tag mismatch = {}) {
     error_ = std::move(error);
+    failure_ = failure;
     mismatch_ = mismatch;
     state_.store(State::kFailed, std::memory_order_release);
   }
@@ -49,6 +54,7 @@ class Request {
  private:
   std::atomic<State> state_{State::kPending};
   Status error_;
+  Failure failure_ = Failure::kOther;
   Tag mismatch_;
 };
 using RequestPtr = std::shared_ptr<Request>;

@@ -27,6 +27,14 @@ TcpConnection::TcpConnection(Fd fd, int peer)
 
 TcpConnection::~TcpConnection() { abort(remoteError("connection closed")); }
 
+namespace {
+// A frame in this channel is the last one on a connection: its check is the
+// ErrorCode of why the sender ended it and its payload the message, so the
+// peer can report the cause instead of a bare "connection closed".
+constexpr uint64_t kGoodbyeChannel = uint64_t{0xff} << 56;
+constexpr size_t kGoodbyeMessageBytes = 512;
+}  // namespace
+
 Status TcpConnection::deadStatus() const { return dead_; }
 
 RequestPtr TcpConnection::postSend(const void* data, size_t bytes, Tag tag) {
@@ -49,7 +57,7 @@ RequestPtr TcpConnection::postRecv(void* data, size_t bytes, Tag tag) {
     Unexpected& u = it->second;
     if (u.check != tag.check || u.payload.size() != bytes) {
       request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match")),
-                    Tag{tag.value, u.check});
+                    Request::Failure::kDifferentCall, Tag{tag.value, u.check});
     } else {
       if (bytes) std::memcpy(data, u.payload.data(), bytes);
       request->complete();
@@ -67,7 +75,7 @@ RequestPtr TcpConnection::postRecv(void* data, size_t bytes, Tag tag) {
     // The peer already sent something later in this channel: this message
     // will never come, the two ranks called different things.
     request->fail(invalidUsage(strCat("rank ", peer_, " moved past this message")),
-                  Tag{highestArrived_[channel] - 1, 0});
+                  Request::Failure::kOvertaken, Tag{highestArrived_[channel] - 1, 0});
     return request;
   }
   posted_[tag.value] = {static_cast<uint8_t*>(data), bytes, tag.check, request};
@@ -133,7 +141,7 @@ void TcpConnection::failPostedBefore(uint64_t tag, const Tag& arrived) {
   auto it = posted_.lower_bound(channelBase(tag));
   while (it != posted_.end() && it->first < tag) {
     it->second.request->fail(invalidUsage(strCat("rank ", peer_, " moved past this message")),
-                             arrived);
+                             Request::Failure::kOvertaken, arrived);
     it = posted_.erase(it);
   }
 }
@@ -142,6 +150,12 @@ void TcpConnection::startFrame() {
   inPayload_ = true;
   payloadGot_ = 0;
   matched_ = nullptr;
+  if (channelBase(header_.tag) == kGoodbyeChannel) {
+    spill_.assign(std::min<uint64_t>(header_.bytes, kGoodbyeMessageBytes), 0);
+    header_.bytes = spill_.size();
+    target_ = spill_.data();
+    return;
+  }
   const Tag arrived{header_.tag, header_.check};
   uint64_t& highest = highestArrived_[arrived.channel()];
   highest = std::max(highest, header_.tag + 1);
@@ -155,7 +169,7 @@ void TcpConnection::startFrame() {
     }
     p.request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match (",
                                         header_.bytes, " bytes arrived, ", p.bytes, " expected)")),
-                    arrived);
+                    Request::Failure::kDifferentCall, arrived);
     posted_.erase(it);
   }
   spill_.assign(header_.bytes, 0);
@@ -163,6 +177,18 @@ void TcpConnection::startFrame() {
 }
 
 void TcpConnection::finishFrame() {
+  if (channelBase(header_.tag) == kGoodbyeChannel) {
+    std::string why(spill_.begin(), spill_.end());
+    // Only a mismatch is the peer's verdict on this call too; anything else
+    // means the peer failed or left.
+    Status s = header_.check == static_cast<uint64_t>(ErrorCode::kInvalidUsage)
+                   ? invalidUsage(why)
+                   : remoteError(strCat("rank ", peer_, " ended the connection: ", why));
+    failAll(s);
+    inPayload_ = false;
+    headerGot_ = 0;
+    return;
+  }
   if (matched_) {
     matched_->request->complete();
     posted_.erase(header_.tag);
@@ -175,7 +201,7 @@ void TcpConnection::finishFrame() {
         p.request->complete();
       } else {
         p.request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match")),
-                        Tag{header_.tag, header_.check});
+                        Request::Failure::kDifferentCall, Tag{header_.tag, header_.check});
       }
       posted_.erase(it);
     } else {
@@ -192,7 +218,7 @@ Result<bool> TcpConnection::recvSome() {
   bool moved = false;
   while (true) {
     // Consume what is staged.
-    while (stagingBegin_ < stagingEnd_) {
+    while (stagingBegin_ < stagingEnd_ && dead_.isOk()) {
       size_t avail = stagingEnd_ - stagingBegin_;
       if (!inPayload_) {
         size_t take = std::min(avail, sizeof(FrameHeader) - headerGot_);
@@ -211,6 +237,7 @@ Result<bool> TcpConnection::recvSome() {
         if (payloadGot_ == header_.bytes) finishFrame();
       }
     }
+    if (!dead_.isOk()) return dead_;
     stagingBegin_ = stagingEnd_ = 0;
     uint8_t* into = staging_.data();
     size_t room = staging_.size();
@@ -251,6 +278,18 @@ void TcpConnection::failAll(const Status& reason) {
 
 void TcpConnection::abort(const Status& reason) {
   std::lock_guard lock(mutex_);
+  // Say goodbye unless a frame is half written (that would break framing)
+  // or the connection is already dead. Best effort: never blocks.
+  bool midFrame = !sends_.empty() && sends_.front().sent > 0;
+  if (dead_.isOk() && !midFrame && fd_.valid()) {
+    std::string why = reason.message().substr(0, kGoodbyeMessageBytes);
+    FrameHeader goodbye{kGoodbyeChannel, static_cast<uint64_t>(reason.code()), why.size()};
+    iovec iov[2] = {{&goodbye, sizeof(goodbye)}, {why.data(), why.size()}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    (void)::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
   failAll(reason);
   if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
 }

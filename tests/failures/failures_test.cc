@@ -1,0 +1,164 @@
+// What users see when things go wrong between real processes: mismatched
+// calls, a peer that dies, a peer that stalls, an abort from another
+// thread. Each must end in a clear error, quickly, on every rank involved.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid.h"
+
+namespace {
+
+struct RankReport {
+  int result = -1;
+  char message[512] = {};
+  double seconds = 0;
+};
+
+// Forks `n` ranks sharing one unique id; each runs body(comm, rank) and
+// reports the result code and last error of the call it marks as decisive.
+std::vector<RankReport> runRanks(int n, const char* timeout,
+                                 const std::function<braidResult_t(braidComm_t, int)>& body) {
+  setenv("BRAID_TIMEOUT", timeout, 1);
+  braidUniqueId id;
+  EXPECT_EQ(braidGetUniqueId(&id), braidSuccess);
+  std::vector<int> pipes(n);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      RankReport report;
+      braidComm_t comm = nullptr;
+      if (braidCommInitRank(&comm, n, id, r) != braidSuccess) _exit(3);
+      auto start = std::chrono::steady_clock::now();
+      report.result = body(comm, r);
+      report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::strncpy(report.message, braidGetLastError(nullptr), sizeof(report.message) - 1);
+      if (write(fds[1], &report, sizeof(report)) != sizeof(report)) _exit(4);
+      braidCommDestroy(comm);
+      _exit(0);
+    }
+    close(fds[1]);
+    pipes[r] = fds[0];
+    pids.push_back(pid);
+  }
+  std::vector<RankReport> reports(n);
+  for (int r = 0; r < n; ++r) {
+    ssize_t got = read(pipes[r], &reports[r], sizeof(RankReport));
+    if (got != sizeof(RankReport)) reports[r].result = -2;  // the rank died first
+    close(pipes[r]);
+  }
+  for (pid_t pid : pids) waitpid(pid, nullptr, 0);
+  unsetenv("BRAID_TIMEOUT");
+  return reports;
+}
+
+std::vector<float> buffer(1000, 1.0f);
+
+TEST(Mismatch, DifferentCollectivesFailOnBothRanksNamingBothCalls) {
+  auto reports = runRanks(2, "20", [](braidComm_t comm, int rank) {
+    std::vector<float> data(1000, 1.0f);
+    return rank == 0 ? braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm, nullptr)
+                     : braidBroadcast(data.data(), data.data(), 1000, braidFloat32, 0, comm, nullptr);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(reports[r].result, braidInvalidUsage) << "rank " << r << ": " << reports[r].message;
+    EXPECT_NE(std::string(reports[r].message).find("allreduce"), std::string::npos) << reports[r].message;
+    EXPECT_NE(std::string(reports[r].message).find("broadcast"), std::string::npos) << reports[r].message;
+    EXPECT_LT(reports[r].seconds, 5.0);
+  }
+}
+
+TEST(Mismatch, DifferentCountsFailOnBothRanks) {
+  auto reports = runRanks(3, "20", [](braidComm_t comm, int rank) {
+    std::vector<int32_t> data(2000, 1);
+    size_t count = rank == 1 ? 2000 : 1000;
+    return braidAllReduce(data.data(), data.data(), count, braidInt32, braidSum, comm, nullptr);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(reports[r].result, braidSuccess) << "rank " << r;
+    EXPECT_LT(reports[r].seconds, 5.0);
+  }
+  EXPECT_EQ(reports[1].result, braidInvalidUsage) << reports[1].message;
+}
+
+TEST(Mismatch, AnExtraCallOnOneRankIsDetected) {
+  auto reports = runRanks(2, "20", [](braidComm_t comm, int rank) {
+    std::vector<float> data(1000, 1.0f);
+    if (rank == 1) braidBroadcast(data.data(), data.data(), 10, braidFloat32, 1, comm, nullptr);
+    return braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm, nullptr);
+  });
+  EXPECT_EQ(reports[0].result, braidInvalidUsage) << reports[0].message;
+  EXPECT_LT(reports[0].seconds, 5.0);
+}
+
+TEST(PeerFailure, DeadPeerGivesRemoteErrorNamingIt) {
+  auto reports = runRanks(2, "20", [](braidComm_t comm, int rank) -> braidResult_t {
+    if (rank == 1) _exit(0);  // dies without a word
+    std::vector<float> data(1000, 1.0f);
+    return braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm, nullptr);
+  });
+  EXPECT_EQ(reports[0].result, braidRemoteError) << reports[0].message;
+  EXPECT_NE(std::string(reports[0].message).find("rank 1"), std::string::npos) << reports[0].message;
+  EXPECT_LT(reports[0].seconds, 5.0);
+}
+
+TEST(PeerFailure, StalledPeerGivesTimeoutNamingIt) {
+  auto reports = runRanks(2, "1", [](braidComm_t comm, int rank) -> braidResult_t {
+    std::vector<float> data(1000, 1.0f);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      return braidSuccess;
+    }
+    return braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm, nullptr);
+  });
+  EXPECT_EQ(reports[0].result, braidTimeout) << reports[0].message;
+  EXPECT_NE(std::string(reports[0].message).find("rank 1"), std::string::npos) << reports[0].message;
+  EXPECT_LT(reports[0].seconds, 2.5);
+}
+
+TEST(Abort, FromAnotherThreadEndsTheCallWithinASecond) {
+  auto reports = runRanks(2, "60", [](braidComm_t comm, int rank) -> braidResult_t {
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      return braidSuccess;
+    }
+    std::thread aborter([comm] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      braidCommAbort(comm);
+    });
+    std::vector<float> data(1000, 1.0f);
+    braidResult_t r = braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm, nullptr);
+    aborter.join();
+    return r;
+  });
+  EXPECT_EQ(reports[0].result, braidInvalidUsage) << reports[0].message;
+  EXPECT_NE(std::string(reports[0].message).find("aborted"), std::string::npos) << reports[0].message;
+  EXPECT_LT(reports[0].seconds, 1.2);
+}
+
+TEST(Init, UnreachableRankZeroFailsWithinTheTimeout) {
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
+  // Rank 0 never joins: the others must give up after BRAID_TIMEOUT.
+  setenv("BRAID_TIMEOUT", "1", 1);
+  braidComm_t comm = nullptr;
+  auto start = std::chrono::steady_clock::now();
+  braidResult_t r = braidCommInitRank(&comm, 2, id, 1);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  unsetenv("BRAID_TIMEOUT");
+  EXPECT_EQ(r, braidTimeout) << braidGetLastError(nullptr);
+  EXPECT_LT(seconds, 3.0);
+}
+
+}  // namespace
