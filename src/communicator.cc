@@ -147,6 +147,8 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex, st
       const uint64_t base = channelBits(streamIndex, false) | (uint64_t{sequence} << 24);
       job.tagFor = [base, check](bool, int, uint32_t k) { return transport::Tag{base | k, check}; };
       job.callName = strCat(op.name, " #", sequence);
+      job.tagsBelow = base + (uint64_t{1} << 24);
+      job.serialKey = &st;
       {
         std::lock_guard lock(lastAlgorithmMutex_);
         lastAlgorithm_[op.args.kind] = std::string(algorithm->name);
@@ -269,7 +271,7 @@ void Communicator::abort() {
 }
 
 void Communicator::shutdown() {
-  for (auto& c : owned_) c->abort(remoteError(strCat("rank ", rank_, " destroyed the communicator")));
+  for (auto& c : owned_) c->abort(Status(ErrorCode::kOk, strCat("rank ", rank_, " destroyed the communicator")));
 }
 
 }  // namespace braid

@@ -146,6 +146,33 @@ class JobRunner {
     active_.clear();
   }
 
+  // Fails the job if a peer reported a failure of its own.
+  void checkPeers() {
+    for (transport::Connection* c : job_.connections) {
+      Status s = c->peerFailure();
+      if (!s.isOk()) {
+        failWith(Status(s.code(), strCat(job_.callName, " on rank ", job_.rank, ": ", s.message())));
+        return;
+      }
+    }
+  }
+
+  // After success: a message nobody claimed means a peer called something else.
+  void checkUnclaimed() {
+    if (job_.tagsBelow == 0 || !status_.isOk()) return;
+    const auto channel = static_cast<uint8_t>(job_.tagsBelow >> 56);
+    for (transport::Connection* c : job_.connections) {
+      auto stray = c->unclaimed(channel, job_.tagsBelow);
+      if (!stray) continue;
+      failedPeer_ = c->peer();
+      std::string mine = CallSignature::unpack(job_.tagFor(false, c->peer(), 0).check).describe();
+      failWith(invalidUsage(strCat("mismatched calls: rank ", job_.rank, " called ", job_.callName,
+                                   " ", mine, " but rank ", c->peer(), " sent it a message of ",
+                                   CallSignature::unpack(stray->check).describe())));
+      return;
+    }
+  }
+
   std::string waitingOn() const {
     std::string out;
     for (const auto& a : active_) {
@@ -251,13 +278,23 @@ class JobRunner {
 Status runJobs(std::span<Job> jobs) {
   std::vector<std::unique_ptr<JobRunner>> runners;
   for (Job& job : jobs) runners.push_back(std::make_unique<JobRunner>(job));
+  // A job may start once every earlier job with its serial key is finished.
+  auto blocked = [&](size_t i) {
+    const void* key = runners[i]->job().serialKey;
+    if (!key) return false;
+    for (size_t j = 0; j < i; ++j)
+      if (runners[j]->job().serialKey == key && !runners[j]->finished()) return true;
+    return false;
+  };
   auto lastMoved = Clock::now();
   std::vector<pollfd> fds;
-  std::set<transport::Connection*> connections;
+  std::set<transport::Connection*> connections, watched;
+  std::vector<transport::Connection*> polled;  // polled[i] owns fds[i]
   while (true) {
     bool moved = false, allDone = true;
-    for (auto& r : runners) {
-      if (r->finished()) continue;
+    for (size_t i = 0; i < runners.size(); ++i) {
+      auto& r = runners[i];
+      if (r->finished() || blocked(i)) continue;
       const Job& job = r->job();
       if (job.aborted && job.aborted->load(std::memory_order_relaxed))
         r->failWith(invalidUsage(strCat(job.callName, ": communicator aborted")));
@@ -274,6 +311,8 @@ Status runJobs(std::span<Job> jobs) {
     for (auto& r : runners) {
       if (r->finished()) continue;
       moved |= r->reap();
+      if (!r->finished()) r->checkPeers();
+      if (r->finished()) r->checkUnclaimed();
       allDone = allDone && r->finished();
     }
     if (allDone) break;
@@ -298,10 +337,19 @@ Status runJobs(std::span<Job> jobs) {
                                            " s (BRAID_TIMEOUT); still waiting for: ", r->waitingOn())));
       break;
     }
+    // Sleep on every connection of the running calls, not only the busy
+    // ones: a peer that gives up says so on a connection we may not be
+    // using right now.
     fds.clear();
-    for (transport::Connection* c : connections)
-      if (c->pollFd() >= 0)
-        fds.push_back({c->pollFd(), static_cast<short>(POLLIN | (c->wantsWrite() ? POLLOUT : 0)), 0});
+    watched.clear();
+    polled.clear();
+    for (auto& r : runners)
+      if (!r->finished())
+        for (transport::Connection* c : r->job().connections)
+          if (c->pollFd() >= 0 && watched.insert(c).second) {
+            fds.push_back({c->pollFd(), static_cast<short>(POLLIN | (c->wantsWrite() ? POLLOUT : 0)), 0});
+            polled.push_back(c);
+          }
     std::set<int> abortFds;
     for (auto& r : runners)
       if (!r->finished() && r->job().abortFd >= 0) abortFds.insert(r->job().abortFd);
@@ -309,9 +357,13 @@ Status runJobs(std::span<Job> jobs) {
     int waitMs = static_cast<int>(std::clamp((timeout - idle) * 1000.0 + 1, 1.0, 200.0));
     if (fds.empty()) {
       usleep(1000);
-    } else {
-      ::poll(fds.data(), fds.size(), waitMs);
+      continue;
     }
+    if (::poll(fds.data(), fds.size(), waitMs) <= 0) continue;
+    // Idle connections that woke us are read now; busy ones are progressed
+    // at the top of the loop anyway.
+    for (size_t i = 0; i < polled.size(); ++i)
+      if (fds[i].revents != 0 && !connections.count(polled[i])) (void)polled[i]->progress();
   }
   Status first;
   for (auto& r : runners) {

@@ -46,6 +46,14 @@ struct Job {
   std::span<transport::Connection* const> connections;
   // Tag of the k-th message to or from `peer` in this call.
   std::function<transport::Tag(bool isSend, int peer, uint32_t k)> tagFor;
+  // A collective's messages all have tag values below this (its channel is
+  // the top byte); anything unclaimed below it when the call is done was
+  // sent by a peer that made a different call. 0 = no such check.
+  uint64_t tagsBelow = 0;
+  // Jobs with the same non-null key run one after another, in order (the
+  // collectives of one group on one communicator: tags on a connection must
+  // rise within a channel). Jobs with different keys run concurrently.
+  const void* serialKey = nullptr;
   std::string callName;          // for messages: "braidAllReduce #12"
   double timeoutSeconds = 300;   // no progress for this long = braidTimeout
   double spinSeconds = 0;        // busy-poll this long before sleeping in poll(2)

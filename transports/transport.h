@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "src/common/deadline.h"
@@ -81,8 +82,20 @@ class Connection {
   virtual int pollFd() const = 0;
   virtual bool wantsWrite() const = 0;
 
-  // Fails every pending request with `reason` and closes. Any thread.
+  // Fails every pending request and closes, telling the peer `reason`
+  // (best effort). A reason whose code is kOk is an orderly close: the
+  // peer's pending requests fail, but the peer is not told of a failure.
+  // Any thread.
   virtual void abort(const Status& reason) = 0;
+
+  // Non-ok once the peer reported that a call of its failed (its
+  // communicator is broken, so is ours).
+  virtual Status peerFailure() const = 0;
+
+  // A message that arrived with nobody to receive it, in `channel`, with a
+  // tag value below `below`: proof that the peer made a call this rank did
+  // not make. Its tag carries the peer's check.
+  virtual std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) = 0;
 
   // The rank at the other end, for messages.
   virtual int peer() const = 0;

@@ -4,7 +4,8 @@
 // computes the expected result serially (reference.h) and compares it
 // exactly (with a tolerance only for floating-point Avg); it also checks that
 // out-of-place calls leave sendbuff alone and that nothing is written
-// outside the buffers.
+// outside the buffers. Also: collectives on split communicators, in groups,
+// and from two threads at once.
 #include <gtest/gtest.h>
 #include <time.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -172,18 +174,27 @@ class Matrix {
       ctx_.fail(__FILE__, __LINE__,
                 desc_ + ": " + what + " on rank " + std::to_string(rank_) + ": " + mismatch);
   }
-  void expectGuards(const GuardedBuffer& b, const char* what) {
-    if (!b.guardsIntact()) ctx_.fail(__FILE__, __LINE__, desc_ + ": bytes written outside " + what);
+  // sendbuff unchanged (unless the call may write it) and no byte written
+  // outside either buffer.
+  void expectClean(GuardedBuffer& send, const std::vector<unsigned char>& orig, bool sendMayChange,
+                   const GuardedBuffer& recv) {
+    if (!sendMayChange && !send.equals(orig))
+      ctx_.fail(__FILE__, __LINE__, desc_ + ": sendbuff was modified");
+    if (!send.guardsIntact())
+      ctx_.fail(__FILE__, __LINE__, desc_ + ": bytes written outside sendbuff");
+    if (!recv.guardsIntact())
+      ctx_.fail(__FILE__, __LINE__, desc_ + ": bytes written outside recvbuff");
   }
-  void expectUnchanged(GuardedBuffer& b, const std::vector<unsigned char>& orig, const char* what) {
-    if (!b.equals(orig)) ctx_.fail(__FILE__, __LINE__, desc_ + ": " + what + " was modified");
+  // Buffers start 0, 1 or 2 elements past an 8-byte boundary, varying by case.
+  GuardedBuffer buffer(braidDataType_t t, size_t count, unsigned char fill = 0xcd) {
+    return GuardedBuffer(t, count, fill, (seed_ + shift_++) % 3);
   }
   Expected copyOf(braidDataType_t t, int r, size_t index) const {
     return {inputValue(t, Kind::kCopy, seed_, r, index), 0};
   }
 
   void allReduce(const Case& k) {
-    GuardedBuffer send(k.t, k.count), recvBuf(k.t, k.inPlace ? 0 : k.count);
+    GuardedBuffer send = buffer(k.t, k.count), recvBuf = buffer(k.t, k.inPlace ? 0 : k.count);
     fillInput(k.t, kindOf(k.op), seed_, rank_, send.data(), k.count);
     auto orig = send.snapshot();
     void* recv = k.inPlace ? send.data() : recvBuf.data();
@@ -192,14 +203,12 @@ class Matrix {
     expectMatch(compareWith(k.t, recv, k.count,
                             [&](size_t i) { return reduceAt(k.t, k.op, seed_, n_, i); }),
                 "recvbuff");
-    if (!k.inPlace) expectUnchanged(send, orig, "sendbuff");
-    expectGuards(send, "sendbuff");
-    expectGuards(recvBuf, "recvbuff");
+    expectClean(send, orig, k.inPlace, recvBuf);
   }
 
   void broadcast(const Case& k) {
     bool root = rank_ == k.root;
-    GuardedBuffer send(k.t, k.count, 0x3c), recvBuf(k.t, k.count);
+    GuardedBuffer send = buffer(k.t, k.count, 0x3c), recvBuf = buffer(k.t, k.count);
     if (root) fillInput(k.t, Kind::kCopy, seed_, rank_, send.data(), k.count);
     auto orig = send.snapshot();
     void* recv = k.inPlace ? send.data() : recvBuf.data();
@@ -209,14 +218,12 @@ class Matrix {
     call(braidBroadcast(sendPtr, recv, k.count, k.t, k.root, ctx_.comm, nullptr), "braidBroadcast");
     expectMatch(compareWith(k.t, recv, k.count, [&](size_t i) { return copyOf(k.t, k.root, i); }),
                 "recvbuff");
-    if (!k.inPlace) expectUnchanged(send, orig, "sendbuff");
-    expectGuards(send, "sendbuff");
-    expectGuards(recvBuf, "recvbuff");
+    expectClean(send, orig, k.inPlace, recvBuf);
   }
 
   void reduce(const Case& k) {
     bool root = rank_ == k.root;
-    GuardedBuffer send(k.t, k.count), recvBuf(k.t, k.count);
+    GuardedBuffer send = buffer(k.t, k.count), recvBuf = buffer(k.t, k.count);
     fillInput(k.t, kindOf(k.op), seed_, rank_, send.data(), k.count);
     auto orig = send.snapshot();
     // recvbuff matters only at the root: the others pass NULL.
@@ -227,14 +234,12 @@ class Matrix {
       expectMatch(compareWith(k.t, recv, k.count,
                               [&](size_t i) { return reduceAt(k.t, k.op, seed_, n_, i); }),
                   "recvbuff");
-    if (!k.inPlace) expectUnchanged(send, orig, "sendbuff");
-    expectGuards(send, "sendbuff");
-    expectGuards(recvBuf, "recvbuff");
+    expectClean(send, orig, k.inPlace, recvBuf);
   }
 
   void allGather(const Case& k) {
     size_t total = k.count * static_cast<size_t>(n_);
-    GuardedBuffer recv(k.t, total), sendBuf(k.t, k.inPlace ? 0 : k.count);
+    GuardedBuffer recv = buffer(k.t, total), sendBuf = buffer(k.t, k.inPlace ? 0 : k.count);
     void* send = k.inPlace ? recv.bytes() + rank_ * k.count * typeInfo(k.t).size : sendBuf.data();
     fillInput(k.t, Kind::kCopy, seed_, rank_, send, k.count);
     auto orig = sendBuf.snapshot();
@@ -244,14 +249,12 @@ class Matrix {
                               return copyOf(k.t, static_cast<int>(i / k.count), i % k.count);
                             }),
                 "recvbuff");
-    if (!k.inPlace) expectUnchanged(sendBuf, orig, "sendbuff");
-    expectGuards(sendBuf, "sendbuff");
-    expectGuards(recv, "recvbuff");
+    expectClean(sendBuf, orig, k.inPlace, recv);
   }
 
   void reduceScatter(const Case& k) {
     size_t total = k.count * static_cast<size_t>(n_);
-    GuardedBuffer send(k.t, total), recvBuf(k.t, k.inPlace ? 0 : k.count);
+    GuardedBuffer send = buffer(k.t, total), recvBuf = buffer(k.t, k.inPlace ? 0 : k.count);
     fillInput(k.t, kindOf(k.op), seed_, rank_, send.data(), total);
     auto orig = send.snapshot();
     size_t base = rank_ * k.count;
@@ -261,14 +264,12 @@ class Matrix {
     expectMatch(compareWith(k.t, recv, k.count,
                             [&](size_t i) { return reduceAt(k.t, k.op, seed_, n_, base + i); }),
                 "recvbuff");
-    if (!k.inPlace) expectUnchanged(send, orig, "sendbuff");
-    expectGuards(send, "sendbuff");
-    expectGuards(recvBuf, "recvbuff");
+    expectClean(send, orig, k.inPlace, recvBuf);
   }
 
   void allToAll(const Case& k) {
     size_t total = k.count * static_cast<size_t>(n_);
-    GuardedBuffer send(k.t, total), recv(k.t, total);
+    GuardedBuffer send = buffer(k.t, total), recv = buffer(k.t, total);
     fillInput(k.t, Kind::kCopy, seed_, rank_, send.data(), total);
     auto orig = send.snapshot();
     call(braidAllToAll(send.data(), recv.data(), k.count, k.t, ctx_.comm, nullptr),
@@ -280,15 +281,13 @@ class Matrix {
                                             rank_ * k.count + i % k.count);
                             }),
                 "recvbuff");
-    expectUnchanged(send, orig, "sendbuff");
-    expectGuards(send, "sendbuff");
-    expectGuards(recv, "recvbuff");
+    expectClean(send, orig, false, recv);
   }
 
   void gather(const Case& k) {
     bool root = rank_ == k.root;
     size_t total = k.count * static_cast<size_t>(n_), esize = typeInfo(k.t).size;
-    GuardedBuffer recv(k.t, root ? total : 0), sendBuf(k.t, k.count);
+    GuardedBuffer recv = buffer(k.t, root ? total : 0), sendBuf = buffer(k.t, k.count);
     void* send = root && k.inPlace ? recv.bytes() + k.root * k.count * esize : sendBuf.data();
     fillInput(k.t, Kind::kCopy, seed_, rank_, send, k.count);
     auto orig = sendBuf.snapshot();
@@ -301,15 +300,13 @@ class Matrix {
                                 return copyOf(k.t, static_cast<int>(i / k.count), i % k.count);
                               }),
                   "recvbuff");
-    if (!(root && k.inPlace)) expectUnchanged(sendBuf, orig, "sendbuff");
-    expectGuards(sendBuf, "sendbuff");
-    expectGuards(recv, "recvbuff");
+    expectClean(sendBuf, orig, root && k.inPlace, recv);
   }
 
   void scatter(const Case& k) {
     bool root = rank_ == k.root;
     size_t total = k.count * static_cast<size_t>(n_), esize = typeInfo(k.t).size;
-    GuardedBuffer send(k.t, root ? total : 0), recvBuf(k.t, k.count);
+    GuardedBuffer send = buffer(k.t, root ? total : 0), recvBuf = buffer(k.t, k.count);
     if (root) fillInput(k.t, Kind::kCopy, seed_, rank_, send.data(), total);
     auto orig = send.snapshot();
     void* recv = root && k.inPlace ? send.bytes() + k.root * k.count * esize : recvBuf.data();
@@ -320,15 +317,13 @@ class Matrix {
                             [&](size_t i) { return copyOf(k.t, k.root, rank_ * k.count + i); }),
                 "recvbuff");
     // In place, the root's own part already holds what it receives.
-    expectUnchanged(send, orig, "sendbuff");
-    expectGuards(send, "sendbuff");
-    expectGuards(recvBuf, "recvbuff");
+    expectClean(send, orig, false, recvBuf);
   }
 
   RankContext& ctx_;
   int n_, rank_;
   uint64_t seed_ = 0;
-  size_t ran_ = 0;
+  size_t ran_ = 0, shift_ = 0;
   std::string desc_;
 };
 
@@ -383,6 +378,135 @@ TEST_P(PipelinedCollectives, LargeCounts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSize, PipelinedCollectives, ::testing::Values(2, 3, 4), sizeName);
+
+void splitBody(RankContext& ctx) {
+  int n = ctx.nranks, me = ctx.rank;
+  ctx.step("braidCommSplit(color = rank % 2, key = -rank)");
+  braidComm_t sub = nullptr;
+  RANK_ASSERT_OK(braidCommSplit(ctx.comm, me % 2, -me, &sub));
+  RANK_ASSERT_TRUE(sub != nullptr);
+  std::vector<int32_t> members;  // same parity, by descending old rank (= new rank order)
+  for (int r = n - 1; r >= 0; --r)
+    if (r % 2 == me % 2) members.push_back(r);
+  int size = -1, newRank = -1;
+  RANK_ASSERT_OK(braidCommCount(sub, &size));
+  RANK_ASSERT_OK(braidCommUserRank(sub, &newRank));
+  RANK_EXPECT_EQ(size, static_cast<int>(members.size()));
+  int expectRank =
+      static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
+  RANK_EXPECT_EQ(newRank, expectRank);
+  int32_t mine = me, sum = -1;
+  RANK_ASSERT_OK(braidAllReduce(&mine, &sum, 1, braidInt32, braidSum, sub, nullptr));
+  int32_t expectSum = 0;
+  for (int32_t r : members) expectSum += r;
+  RANK_EXPECT_EQ(sum, expectSum);
+  std::vector<int32_t> gathered(members.size(), -1);
+  RANK_ASSERT_OK(braidAllGather(&mine, gathered.data(), 1, braidInt32, sub, nullptr));
+  RANK_EXPECT_TRUE(gathered == members) << "AllGather on the split comm is not in key order";
+
+  ctx.step("braidCommSplit with color < 0 on rank 0");
+  braidComm_t rest = reinterpret_cast<braidComm_t>(&mine);  // must be overwritten
+  RANK_ASSERT_OK(braidCommSplit(ctx.comm, me == 0 ? -1 : 7, 0, &rest));
+  if (me == 0) {
+    RANK_EXPECT_TRUE(rest == nullptr) << "color < 0 must give newcomm == NULL";
+  } else {
+    RANK_ASSERT_TRUE(rest != nullptr);
+    RANK_ASSERT_OK(braidCommCount(rest, &size));
+    RANK_ASSERT_OK(braidCommUserRank(rest, &newRank));
+    RANK_EXPECT_EQ(size, n - 1);
+    RANK_EXPECT_EQ(newRank, me - 1);
+    RANK_ASSERT_OK(braidAllReduce(&mine, &sum, 1, braidInt32, braidMax, rest, nullptr));
+    RANK_EXPECT_EQ(sum, n - 1);
+  }
+
+  ctx.step("parent communicator after the splits");
+  RANK_ASSERT_OK(braidAllReduce(&mine, &sum, 1, braidInt32, braidSum, ctx.comm, nullptr));
+  RANK_EXPECT_EQ(sum, n * (n - 1) / 2);
+  RANK_ASSERT_OK(braidCommDestroy(sub));
+  if (rest) {
+    RANK_ASSERT_OK(braidCommDestroy(rest));
+  }
+  RANK_ASSERT_OK(braidBarrier(ctx.comm, nullptr));
+}
+
+// Collectives and Send/Recv queued in one group run together; each result is
+// as if it ran alone.
+void groupedBody(RankContext& ctx) {
+  int n = ctx.nranks, me = ctx.rank;
+  std::vector<int32_t> a(100, me + 1), sum(100, -1), b(50, me == n - 1 ? 77 : -1), mine(3, me);
+  std::vector<int32_t> gathered(3 * static_cast<size_t>(n), -1), ring(10, me), fromPrev(10, -1);
+  ctx.step("AllReduce, Broadcast, AllGather and a Send/Recv ring in one group");
+  RANK_ASSERT_OK(braidGroupStart());
+  RANK_ASSERT_OK(
+      braidAllReduce(a.data(), sum.data(), a.size(), braidInt32, braidSum, ctx.comm, nullptr));
+  RANK_ASSERT_OK(
+      braidBroadcast(b.data(), b.data(), b.size(), braidInt32, n - 1, ctx.comm, nullptr));
+  RANK_ASSERT_OK(braidAllGather(mine.data(), gathered.data(), 3, braidInt32, ctx.comm, nullptr));
+  RANK_ASSERT_OK(braidSend(ring.data(), ring.size(), braidInt32, (me + 1) % n, ctx.comm, nullptr));
+  RANK_ASSERT_OK(
+      braidRecv(fromPrev.data(), fromPrev.size(), braidInt32, (me + n - 1) % n, ctx.comm, nullptr));
+  RANK_ASSERT_OK(braidGroupEnd());
+  RANK_EXPECT_TRUE(
+      std::all_of(sum.begin(), sum.end(), [&](int32_t v) { return v == n * (n + 1) / 2; }))
+      << "AllReduce in a group: " << sum[0];
+  RANK_EXPECT_TRUE(std::all_of(b.begin(), b.end(), [](int32_t v) { return v == 77; }))
+      << "Broadcast in a group: " << b[0];
+  for (int r = 0; r < n; ++r) RANK_EXPECT_EQ(gathered[3 * r + 2], r) << "AllGather in a group";
+  RANK_EXPECT_EQ(fromPrev[9], (me + n - 1) % n) << "Recv in a group";
+}
+
+// Two threads, each with its own communicator (a split of the world with the
+// same ranks), run collectives and groups at the same time.
+void threadsBody(RankContext& ctx) {
+  int n = ctx.nranks, me = ctx.rank;
+  braidComm_t dup = nullptr;
+  ctx.step("braidCommSplit(0, rank)");
+  RANK_ASSERT_OK(braidCommSplit(ctx.comm, 0, me, &dup));
+  RANK_ASSERT_TRUE(dup != nullptr);
+  auto work = [&](braidComm_t c, int64_t salt, std::string* error) {
+    for (int64_t i = 0; i < 100 && error->empty(); ++i) {
+      std::vector<int64_t> x(257, me + salt + i), y(257, -1), z(5, -1);
+      braidResult_t r =
+          braidAllReduce(x.data(), y.data(), x.size(), braidInt64, braidSum, c, nullptr);
+      if (r == braidSuccess) r = braidGroupStart();
+      if (r == braidSuccess) r = braidSend(x.data(), 5, braidInt64, (me + 1) % n, c, nullptr);
+      if (r == braidSuccess) r = braidRecv(z.data(), 5, braidInt64, (me + n - 1) % n, c, nullptr);
+      braidResult_t end = r == braidSuccess ? braidGroupEnd() : r;
+      int64_t expect = n * (n - 1) / 2 + n * (salt + i);
+      if (end != braidSuccess)
+        *error = describeResult(end, "iteration " + std::to_string(i));
+      else if (y[0] != expect || y[256] != expect || z[4] != (me + n - 1) % n + salt + i)
+        *error = "iteration " + std::to_string(i) + ": AllReduce gave " + std::to_string(y[0]) +
+                 " (expected " + std::to_string(expect) + "), Recv gave " + std::to_string(z[4]);
+    }
+  };
+  std::string mainError, threadError;
+  ctx.step("two threads, two communicators");
+  std::thread t([&] { work(dup, 1000, &threadError); });
+  work(ctx.comm, 0, &mainError);
+  t.join();
+  RANK_EXPECT_TRUE(mainError.empty()) << "world communicator: " << mainError;
+  RANK_EXPECT_TRUE(threadError.empty()) << "split communicator on a second thread: " << threadError;
+  RANK_EXPECT_OK(braidCommDestroy(dup));
+}
+
+class Split : public ::testing::TestWithParam<int> {};
+TEST_P(Split, EvenOddReversed) {
+  runRanks(GetParam(), splitBody, std::chrono::seconds(120));
+}
+INSTANTIATE_TEST_SUITE_P(WorldSize, Split, ::testing::Values(1, 2, 3, 4, 7, 8), sizeName);
+
+class Grouped : public ::testing::TestWithParam<int> {};
+TEST_P(Grouped, CollectivesAndPointToPoint) {
+  runRanks(GetParam(), groupedBody, std::chrono::seconds(120));
+}
+INSTANTIATE_TEST_SUITE_P(WorldSize, Grouped, ::testing::Values(1, 2, 3, 8), sizeName);
+
+class Threads : public ::testing::TestWithParam<int> {};
+TEST_P(Threads, TwoCommunicatorsAtOnce) {
+  runRanks(GetParam(), threadsBody, std::chrono::seconds(120));
+}
+INSTANTIATE_TEST_SUITE_P(WorldSize, Threads, ::testing::Values(1, 2, 3, 8), sizeName);
 
 }  // namespace
 }  // namespace braidtest

@@ -178,8 +178,8 @@ RankContext& currentRank() {
   return *gCurrent;
 }
 
-std::string describeResult(braidResult_t r, const char* call) {
-  return std::string(call) + " returned " + braidGetErrorString(r) + " (" + std::to_string(r) +
+std::string describeResult(braidResult_t r, const std::string& call) {
+  return call + " returned " + braidGetErrorString(r) + " (" + std::to_string(r) +
          "): " + braidGetLastError(nullptr);
 }
 

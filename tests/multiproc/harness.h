@@ -30,8 +30,10 @@ namespace braidtest {
 struct RankContext {
   int rank = 0;
   int nranks = 0;
-  braidComm_t comm = nullptr;  // nullptr when RunOptions::initComm is false
-  braidUniqueId id{};          // the id every rank received
+  // Made by the harness unless RunOptions::initComm is false; destroyed by
+  // the harness after the body when not nullptr.
+  braidComm_t comm = nullptr;
+  braidUniqueId id{};  // the id every rank received
 
   // Announces what the rank is doing now: reported if it hangs or crashes.
   void step(const std::string& what);
@@ -124,7 +126,7 @@ std::string describeNotEqual(const A& a, const B& b, const char* ta, const char*
   return s.str();
 }
 
-std::string describeResult(braidResult_t r, const char* call);
+std::string describeResult(braidResult_t r, const std::string& call);
 
 }  // namespace braidtest
 

@@ -374,13 +374,15 @@ std::string compareWith(braidDataType_t t, const void* got, size_t count, Expect
 }
 
 // A buffer with guard bytes before and after it, to catch writes outside
-// the range a call may touch.
+// the range a call may touch. The data starts `shift` elements after an
+// 8-byte boundary, so that calls also see buffers that are only element-aligned.
 class GuardedBuffer {
  public:
   static constexpr size_t kGuard = 64;
-  GuardedBuffer(braidDataType_t t, size_t count, unsigned char fill = 0xcd)
-      : bytes_(count * typeInfo(t).size), mem_(bytes_ + 2 * kGuard + 8) {
-    // Data 8-byte aligned behind the leading guard.
+  GuardedBuffer(braidDataType_t t, size_t count, unsigned char fill = 0xcd, size_t shift = 0)
+      : bytes_(count * typeInfo(t).size),
+        shift_(shift * typeInfo(t).size),
+        mem_(bytes_ + 2 * kGuard + 8 + shift_) {
     for (size_t i = 0; i < mem_.size(); ++i)
       mem_[i] = i >= offset() && i < offset() + bytes_ ? fill : guardByte(i);
   }
@@ -403,9 +405,9 @@ class GuardedBuffer {
   static unsigned char guardByte(size_t i) { return static_cast<unsigned char>(0xa5 ^ (i * 31)); }
   size_t offset() const {
     auto base = reinterpret_cast<uintptr_t>(mem_.data());
-    return kGuard + ((8 - base % 8) % 8);
+    return kGuard + ((8 - base % 8) % 8) + shift_;
   }
-  size_t bytes_;
+  size_t bytes_, shift_;
   std::vector<unsigned char> mem_;
 };
 

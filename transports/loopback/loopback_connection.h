@@ -21,6 +21,8 @@ class LoopbackConnection final : public Connection {
   bool wantsWrite() const override { return false; }
   void abort(const Status& reason) override;
   int peer() const override { return rank_; }
+  Status peerFailure() const override { return Status::ok(); }
+  std::optional<Tag> unclaimed(uint8_t, uint64_t) override { return std::nullopt; }
 
  private:
   struct Side {

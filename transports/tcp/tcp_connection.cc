@@ -25,7 +25,7 @@ uint64_t channelBase(uint64_t tag) { return tag & (uint64_t{0xff} << 56); }
 TcpConnection::TcpConnection(Fd fd, int peer)
     : fd_(std::move(fd)), peer_(peer), staging_(kStagingBytes) {}
 
-TcpConnection::~TcpConnection() { abort(remoteError("connection closed")); }
+TcpConnection::~TcpConnection() { abort(Status(ErrorCode::kOk, "connection closed")); }
 
 namespace {
 // A frame in this channel is the last one on a connection: its check is the
@@ -181,9 +181,14 @@ void TcpConnection::finishFrame() {
     std::string why(spill_.begin(), spill_.end());
     // Only a mismatch is the peer's verdict on this call too; anything else
     // means the peer failed or left.
-    Status s = header_.check == static_cast<uint64_t>(ErrorCode::kInvalidUsage)
+    const auto code = static_cast<ErrorCode>(header_.check);
+    Status s = code == ErrorCode::kInvalidUsage
                    ? invalidUsage(why)
                    : remoteError(strCat("rank ", peer_, " ended the connection: ", why));
+    if (code != ErrorCode::kOk && !peerFailed_) {
+      peerFailure_ = s;
+      peerFailed_ = true;
+    }
     failAll(s);
     inPayload_ = false;
     headerGot_ = 0;
@@ -290,8 +295,19 @@ void TcpConnection::abort(const Status& reason) {
     msg.msg_iovlen = 2;
     (void)::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
-  failAll(reason);
+  failAll(reason.isOk() ? remoteError(reason.message()) : reason);
   if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
+Status TcpConnection::peerFailure() const {
+  return peerFailed_.load(std::memory_order_acquire) ? peerFailure_ : Status::ok();
+}
+
+std::optional<Tag> TcpConnection::unclaimed(uint8_t channel, uint64_t below) {
+  std::lock_guard lock(mutex_);
+  auto it = unexpected_.lower_bound(uint64_t{channel} << 56);
+  if (it == unexpected_.end() || it->first >= below || (it->first >> 56) != channel) return std::nullopt;
+  return Tag{it->first, it->second.check};
 }
 
 }  // namespace braid::tcp

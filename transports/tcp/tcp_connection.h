@@ -29,6 +29,8 @@ class TcpConnection final : public transport::Connection {
   bool wantsWrite() const override { return sendsPending_.load(std::memory_order_relaxed); }
   void abort(const Status& reason) override;
   int peer() const override { return peer_; }
+  Status peerFailure() const override;
+  std::optional<transport::Tag> unclaimed(uint8_t channel, uint64_t below) override;
 
  private:
   struct FrameHeader {
@@ -66,6 +68,8 @@ class TcpConnection final : public transport::Connection {
   mutable std::mutex mutex_;
   std::atomic<bool> sendsPending_{false};
   Status dead_;  // set once the connection failed or was aborted
+  std::atomic<bool> peerFailed_{false};
+  Status peerFailure_;  // written once, before peerFailed_
 
   std::deque<PendingSend> sends_;
   std::map<uint64_t, PostedRecv> posted_;
