@@ -62,8 +62,22 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   }
   comm->owned_.push_back(std::make_unique<transport::LoopbackConnection>(rank));
   comm->connections_[rank] = comm->owned_.back().get();
-  BRAID_INFO("rank ", rank, " of ", nranks, ": transport tcp, address ", comm->tcp_->localAddress(),
-             ", rendezvous ", rendezvous.root.toString());
+  if (log::enabled(log::Level::kInfo)) {
+    std::string interface = "?";
+    if (auto list = tcp::listInterfaces(); list.isOk())
+      for (const auto& i : *list) {
+        auto mine = i.address;
+        mine.setPort(bindAddress.port());
+        if (mine.toString() == bindAddress.toString()) interface = i.name;
+      }
+    BRAID_INFO("rank ", rank, " of ", nranks, ": transport tcp, interface ", interface, ", address ",
+               comm->tcp_->localAddress(), ", rendezvous ", rendezvous.root.toString());
+    if (rank == 0) {
+      std::string table;
+      for (int p = 0; p < nranks && p < 16; ++p) table += strCat(" ", p, "=", addresses[p]);
+      BRAID_INFO("addresses:", table, nranks > 16 ? " ..." : "");
+    }
+  }
   return comm;
 }
 

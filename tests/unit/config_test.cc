@@ -108,3 +108,32 @@ TEST(CallSignature, PacksAndDescribes) {
 
 }  // namespace
 }  // namespace braid
+
+namespace braid {
+namespace {
+
+TEST(BootstrapInterface, NamedInterfaceIsUsed) {
+  auto chosen = chooseBootstrapAddress("lo", Deadline::after(5));
+  ASSERT_TRUE(chosen.isOk()) << chosen.status().message();
+  EXPECT_TRUE(chosen->isLoopback()) << chosen->toString();
+}
+
+TEST(BootstrapInterface, UnknownInterfaceIsAnErrorNamingIt) {
+  auto chosen = chooseBootstrapAddress("nosuchif0", Deadline::after(5));
+  ASSERT_FALSE(chosen.isOk());
+  EXPECT_EQ(chosen.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(chosen.status().message().find("nosuchif0"), std::string::npos);
+}
+
+TEST(BootstrapInterface, AutomaticChoiceAcceptsConnections) {
+  auto chosen = chooseBootstrapAddress("", Deadline::after(5));
+  ASSERT_TRUE(chosen.isOk()) << chosen.status().message();
+  auto listener = tcp::listenOn(*chosen);
+  ASSERT_TRUE(listener.isOk()) << listener.status().message();
+  auto bound = tcp::SocketAddress::ofSocket(listener->get(), false);
+  ASSERT_TRUE(bound.isOk());
+  EXPECT_TRUE(tcp::connectTo(*bound, Deadline::after(2)).isOk()) << bound->toString();
+}
+
+}  // namespace
+}  // namespace braid
