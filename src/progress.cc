@@ -129,8 +129,8 @@ class JobRunner {
     return moved;
   }
 
-  void collectConnections(std::set<transport::Connection*>* out) const {
-    for (const auto& a : active_) out->insert(job_.connections[steps_[a.step].peer]);
+  void collectConnections(std::vector<transport::Connection*>* out) const {
+    for (const auto& a : active_) out->push_back(job_.connections[steps_[a.step].peer]);
   }
 
   void failWith(Status s) {
@@ -288,7 +288,8 @@ Status runJobs(std::span<Job> jobs) {
   };
   auto lastMoved = Clock::now();
   std::vector<pollfd> fds;
-  std::set<transport::Connection*> connections, watched;
+  std::vector<transport::Connection*> connections;  // with requests of running jobs
+  std::set<transport::Connection*> watched;
   std::vector<transport::Connection*> polled;  // polled[i] owns fds[i]
   while (true) {
     bool moved = false, allDone = true;
@@ -303,6 +304,8 @@ Status runJobs(std::span<Job> jobs) {
     connections.clear();
     for (auto& r : runners)
       if (!r->finished()) r->collectConnections(&connections);
+    std::sort(connections.begin(), connections.end());
+    connections.erase(std::unique(connections.begin(), connections.end()), connections.end());
     for (transport::Connection* c : connections) {
       auto progressed = c->progress();
       // A dead connection has failed its requests; reap() reports them.
@@ -363,7 +366,9 @@ Status runJobs(std::span<Job> jobs) {
     // Idle connections that woke us are read now; busy ones are progressed
     // at the top of the loop anyway.
     for (size_t i = 0; i < polled.size(); ++i)
-      if (fds[i].revents != 0 && !connections.count(polled[i])) (void)polled[i]->progress();
+      if (fds[i].revents != 0 &&
+          !std::binary_search(connections.begin(), connections.end(), polled[i]))
+        (void)polled[i]->progress();
   }
   Status first;
   for (auto& r : runners) {

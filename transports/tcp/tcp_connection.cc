@@ -55,7 +55,7 @@ RequestPtr TcpConnection::postRecv(void* data, size_t bytes, Tag tag) {
   // A message that arrived before the peer closed is still delivered.
   if (auto it = unexpected_.find(tag.value); it != unexpected_.end()) {
     Unexpected& u = it->second;
-    if (u.check != tag.check || u.payload.size() != bytes) {
+    if (u.check != tag.check || u.payload.size != bytes) {
       request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match")),
                     Request::Failure::kDifferentCall, Tag{tag.value, u.check});
     } else {
@@ -151,8 +151,8 @@ void TcpConnection::startFrame() {
   payloadGot_ = 0;
   matched_ = nullptr;
   if (channelBase(header_.tag) == kGoodbyeChannel) {
-    spill_.assign(std::min<uint64_t>(header_.bytes, kGoodbyeMessageBytes), 0);
-    header_.bytes = spill_.size();
+    spill_ = Payload::allocate(std::min<uint64_t>(header_.bytes, kGoodbyeMessageBytes));
+    header_.bytes = spill_.size;
     target_ = spill_.data();
     return;
   }
@@ -172,13 +172,13 @@ void TcpConnection::startFrame() {
                     Request::Failure::kDifferentCall, arrived);
     posted_.erase(it);
   }
-  spill_.assign(header_.bytes, 0);
+  spill_ = Payload::allocate(header_.bytes);
   target_ = spill_.data();
 }
 
 void TcpConnection::finishFrame() {
   if (channelBase(header_.tag) == kGoodbyeChannel) {
-    std::string why(spill_.begin(), spill_.end());
+    std::string why(spill_.data(), spill_.data() + spill_.size);
     // Only a mismatch is the peer's verdict on this call too; anything else
     // means the peer failed or left.
     const auto code = static_cast<ErrorCode>(header_.check);

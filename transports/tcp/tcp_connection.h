@@ -50,9 +50,17 @@ class TcpConnection final : public transport::Connection {
     uint64_t check;
     transport::RequestPtr request;
   };
+  // Uninitialised bytes: a payload is written whole before it is read, and
+  // zeroing it first would only fault its pages in twice.
+  struct Payload {
+    std::unique_ptr<uint8_t[]> bytes;
+    size_t size = 0;
+    static Payload allocate(size_t n) { return {std::unique_ptr<uint8_t[]>(new uint8_t[n]), n}; }
+    uint8_t* data() { return bytes.get(); }
+  };
   struct Unexpected {
     uint64_t check;
-    std::vector<uint8_t> payload;
+    Payload payload;
   };
 
   Result<bool> sendSome();
@@ -83,7 +91,7 @@ class TcpConnection final : public transport::Connection {
   uint8_t* target_ = nullptr;  // where the payload goes (posted or unexpected)
   size_t payloadGot_ = 0;
   PostedRecv* matched_ = nullptr;
-  std::vector<uint8_t> spill_;  // payload with no posted receive yet
+  Payload spill_;  // payload with no posted receive yet
 
   std::vector<uint8_t> staging_;
   size_t stagingBegin_ = 0, stagingEnd_ = 0;
