@@ -12,8 +12,16 @@
 namespace braid::algo {
 
 enum class CollectiveKind : uint8_t {
-  kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kGather, kScatter,
-  kBarrier, kSendRecv,
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kGather,
+  kScatter,
+  kBarrier,
+  kSendRecv,
 };
 
 std::string_view collectiveName(CollectiveKind kind);  // "allreduce", ... (BRAID_ALGO spelling)

@@ -18,7 +18,9 @@ inline Range evenPart(size_t total, size_t parts, size_t index) {
   return {index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
 }
 
-inline int modRank(long long r, int n) { return static_cast<int>(((r % n) + n) % n); }
+inline int modRank(long long r, int n) {
+  return static_cast<int>(((r % n) + n) % n);
+}
 
 // How many chunks of at most chunkElements cover `elements` (at least one, so
 // that empty blocks still produce the matching zero-byte messages).

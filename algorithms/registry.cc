@@ -17,7 +17,9 @@ constexpr Algorithm kAlgorithms[] = {
 
 }  // namespace
 
-std::span<const Algorithm> allAlgorithms() { return kAlgorithms; }
+std::span<const Algorithm> allAlgorithms() {
+  return kAlgorithms;
+}
 
 const Algorithm* findAlgorithm(CollectiveKind kind, std::string_view name) {
   for (const auto& a : kAlgorithms)
@@ -33,16 +35,26 @@ const Algorithm* defaultAlgorithm(CollectiveKind kind) {
 
 std::string_view collectiveName(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kAllReduce: return "allreduce";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kReduce: return "reduce";
-    case CollectiveKind::kAllGather: return "allgather";
-    case CollectiveKind::kReduceScatter: return "reducescatter";
-    case CollectiveKind::kAllToAll: return "alltoall";
-    case CollectiveKind::kGather: return "gather";
-    case CollectiveKind::kScatter: return "scatter";
-    case CollectiveKind::kBarrier: return "barrier";
-    case CollectiveKind::kSendRecv: return "sendrecv";
+    case CollectiveKind::kAllReduce:
+      return "allreduce";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kReduce:
+      return "reduce";
+    case CollectiveKind::kAllGather:
+      return "allgather";
+    case CollectiveKind::kReduceScatter:
+      return "reducescatter";
+    case CollectiveKind::kAllToAll:
+      return "alltoall";
+    case CollectiveKind::kGather:
+      return "gather";
+    case CollectiveKind::kScatter:
+      return "scatter";
+    case CollectiveKind::kBarrier:
+      return "barrier";
+    case CollectiveKind::kSendRecv:
+      return "sendrecv";
   }
   return "?";
 }
@@ -51,9 +63,12 @@ size_t sendBufferBytes(const CollectiveArgs& a) {
   switch (a.kind) {
     case CollectiveKind::kReduceScatter:
     case CollectiveKind::kAllToAll:
-    case CollectiveKind::kScatter: return a.bytes() * a.nranks;
-    case CollectiveKind::kBarrier: return 0;
-    default: return a.bytes();
+    case CollectiveKind::kScatter:
+      return a.bytes() * a.nranks;
+    case CollectiveKind::kBarrier:
+      return 0;
+    default:
+      return a.bytes();
   }
 }
 
@@ -61,9 +76,12 @@ size_t recvBufferBytes(const CollectiveArgs& a) {
   switch (a.kind) {
     case CollectiveKind::kAllGather:
     case CollectiveKind::kAllToAll:
-    case CollectiveKind::kGather: return a.bytes() * a.nranks;
-    case CollectiveKind::kBarrier: return 0;
-    default: return a.bytes();
+    case CollectiveKind::kGather:
+      return a.bytes() * a.nranks;
+    case CollectiveKind::kBarrier:
+      return 0;
+    default:
+      return a.bytes();
   }
 }
 

@@ -51,8 +51,8 @@ class BlockChunks {
   }
   // Region c of scratch slot `slot`, sized for `bytes`.
   Slice slot(int slot, size_t c, size_t bytes) const {
-    return {BufferId::kScratch, slot * maxBlockBytes() + evenPart(maxBlock_, chunks_, c).begin * es_,
-            bytes};
+    return {BufferId::kScratch,
+            slot * maxBlockBytes() + evenPart(maxBlock_, chunks_, c).begin * es_, bytes};
   }
 
  private:
@@ -125,7 +125,8 @@ Schedule planReduceScatterRing(const CollectiveArgs& args) {
   BlockChunks blocks(args.count, P, args.elementSize(), args.chunkBytes, true);
   const size_t C = blocks.chunks();
   if (P == 1) {
-    if (!args.inPlace) plan.copy({BufferId::kRecv, 0, args.bytes()}, {BufferId::kSend, 0, args.bytes()});
+    if (!args.inPlace)
+      plan.copy({BufferId::kRecv, 0, args.bytes()}, {BufferId::kSend, 0, args.bytes()});
     return plan;
   }
   const int next = modRank(r + 1, P), prev = modRank(r - 1, P);
@@ -150,7 +151,8 @@ Schedule planReduceScatterRing(const CollectiveArgs& args) {
     }
   }
   if (args.op == RedOp::kAvg)
-    for (size_t c = 0; c < C; ++c) plan.average(blocks.single(BufferId::kRecv, c), reduced[P - 2][c]);
+    for (size_t c = 0; c < C; ++c)
+      plan.average(blocks.single(BufferId::kRecv, c), reduced[P - 2][c]);
   return plan;
 }
 

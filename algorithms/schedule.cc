@@ -22,8 +22,8 @@ std::string validate(const Schedule& schedule, size_t sendBytes, size_t recvByte
                    step.kind == StepKind::kCopy;
     if (usesDst && !inside(step.dst)) return strCat("step ", i, " writes outside its buffer");
     if (usesSrc && !inside(step.src)) return strCat("step ", i, " reads outside its buffer");
-    if (step.kind == StepKind::kReduce &&
-        (!inside(step.src2) || step.src.bytes != step.dst.bytes || step.src2.bytes != step.dst.bytes))
+    if (step.kind == StepKind::kReduce && (!inside(step.src2) || step.src.bytes != step.dst.bytes ||
+                                           step.src2.bytes != step.dst.bytes))
       return strCat("step ", i, " reduces slices of different sizes");
     if (step.kind == StepKind::kCopy && step.src.bytes != step.dst.bytes)
       return strCat("step ", i, " copies slices of different sizes");

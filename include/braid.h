@@ -52,16 +52,16 @@ typedef struct {
 
 typedef enum {
   braidSuccess = 0,
-  braidSystemError = 1,      /* the OS or network failed (errno-level) */
-  braidInternalError = 2,    /* a bug in braid */
-  braidInvalidArgument = 3,  /* bad pointer, count, datatype, op, root, peer, nranks */
-  braidInvalidUsage = 4,     /* misuse: ranks calling different collectives, counts or roots;
-                                unbalanced group calls; a call on an aborted communicator */
-  braidRemoteError = 5,      /* a peer failed, disconnected or aborted */
-  braidInProgress = 6,       /* an asynchronous operation has not finished */
-  braidTimeout = 7,          /* no progress within the communicator's timeout */
+  braidSystemError = 1,     /* the OS or network failed (errno-level) */
+  braidInternalError = 2,   /* a bug in braid */
+  braidInvalidArgument = 3, /* bad pointer, count, datatype, op, root, peer, nranks */
+  braidInvalidUsage = 4,    /* misuse: ranks calling different collectives, counts or roots;
+                               unbalanced group calls; a call on an aborted communicator */
+  braidRemoteError = 5,     /* a peer failed, disconnected or aborted */
+  braidInProgress = 6,      /* an asynchronous operation has not finished */
+  braidTimeout = 7,         /* no progress within the communicator's timeout */
   braidUnhandledCudaError = 8,
-  braidNotSupported = 9      /* e.g. GPU buffers in a build without CUDA */
+  braidNotSupported = 9 /* e.g. GPU buffers in a build without CUDA */
 } braidResult_t;
 
 typedef enum {
@@ -256,8 +256,7 @@ braidResult_t braidGroupEnd(void);
 braidResult_t braidStreamCreate(braidComm_t comm, braidStream_t* stream);
 
 /* Wraps a cudaStream_t (CUDA builds). braidNotSupported otherwise. */
-braidResult_t braidStreamCreateFromCuda(braidComm_t comm, void* cudaStream,
-                                        braidStream_t* stream);
+braidResult_t braidStreamCreateFromCuda(braidComm_t comm, void* cudaStream, braidStream_t* stream);
 
 /* Waits until every call queued on `stream` has finished; returns the first
  * error among them (and keeps returning it). */

@@ -35,12 +35,15 @@ struct Call {
 Status checkAndSubmit(const Call& c, braidComm_t comm, braidStream_t stream) {
   BRAID_RETURN_IF_ERROR(braid::api::checkComm(comm));
   if (c.dtype < 0 || c.dtype >= braidNumTypes)
-    return braid::invalidArgument(braid::strCat("datatype=", static_cast<int>(c.dtype), " is not a braidDataType_t"));
+    return braid::invalidArgument(
+        braid::strCat("datatype=", static_cast<int>(c.dtype), " is not a braidDataType_t"));
   if (c.usesOp && (c.op < 0 || c.op >= braidNumOps))
-    return braid::invalidArgument(braid::strCat("op=", static_cast<int>(c.op), " is not a braidRedOp_t"));
+    return braid::invalidArgument(
+        braid::strCat("op=", static_cast<int>(c.op), " is not a braidRedOp_t"));
   const int nranks = comm->comm->size(), rank = comm->comm->rank();
   if (c.usesRoot && (c.root < 0 || c.root >= nranks))
-    return braid::invalidArgument(braid::strCat("root=", c.root, " is out of range [0, ", nranks, ")"));
+    return braid::invalidArgument(
+        braid::strCat("root=", c.root, " is out of range [0, ", nranks, ")"));
   if (stream) BRAID_RETURN_IF_ERROR(braid::api::checkStream(stream));
   if (c.count == 0 && c.kind != CollectiveKind::kBarrier) return Status::ok();
 
@@ -98,15 +101,19 @@ Status checkAndSubmit(const Call& c, braidComm_t comm, braidStream_t stream) {
     case CollectiveKind::kSendRecv:
       break;
   }
-  if (needSend && !c.send) return braid::invalidArgument(braid::strCat("sendbuff is NULL with count=", c.count));
-  if (needRecv && !c.recv) return braid::invalidArgument(braid::strCat("recvbuff is NULL with count=", c.count));
+  if (needSend && !c.send)
+    return braid::invalidArgument(braid::strCat("sendbuff is NULL with count=", c.count));
+  if (needRecv && !c.recv)
+    return braid::invalidArgument(braid::strCat("recvbuff is NULL with count=", c.count));
   o.args.inPlace = inPlace;
   if (needSend && needRecv && !inPlace) {
-    size_t sendSize = braid::algo::sendBufferBytes(o.args), recvSize = braid::algo::recvBufferBytes(o.args);
+    size_t sendSize = braid::algo::sendBufferBytes(o.args),
+           recvSize = braid::algo::recvBufferBytes(o.args);
     if (overlaps(c.send, sendSize, c.recv, recvSize))
-      return braid::invalidArgument(c.kind == CollectiveKind::kAllToAll
-                                        ? std::string("sendbuff and recvbuff overlap (AllToAll is never in place)")
-                                        : std::string("sendbuff and recvbuff overlap without being in place"));
+      return braid::invalidArgument(
+          c.kind == CollectiveKind::kAllToAll
+              ? std::string("sendbuff and recvbuff overlap (AllToAll is never in place)")
+              : std::string("sendbuff and recvbuff overlap without being in place"));
   }
   o.send = needSend ? c.send : nullptr;
   o.recv = needRecv ? c.recv : nullptr;
@@ -117,15 +124,19 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
                     braidDataType_t dtype, int peer, braidComm_t comm, braidStream_t stream) {
   BRAID_RETURN_IF_ERROR(braid::api::checkComm(comm));
   if (dtype < 0 || dtype >= braidNumTypes)
-    return braid::invalidArgument(braid::strCat("datatype=", static_cast<int>(dtype), " is not a braidDataType_t"));
+    return braid::invalidArgument(
+        braid::strCat("datatype=", static_cast<int>(dtype), " is not a braidDataType_t"));
   const int nranks = comm->comm->size();
   if (peer < 0 || peer >= nranks)
-    return braid::invalidArgument(braid::strCat("peer=", peer, " is out of range [0, ", nranks, ")"));
+    return braid::invalidArgument(
+        braid::strCat("peer=", peer, " is out of range [0, ", nranks, ")"));
   if (peer == comm->comm->rank() && !braid::api::groupOpen())
-    return braid::invalidArgument("peer is the caller's own rank, which is allowed only inside a group");
+    return braid::invalidArgument(
+        "peer is the caller's own rank, which is allowed only inside a group");
   if (stream) BRAID_RETURN_IF_ERROR(braid::api::checkStream(stream));
   if (count > 0 && !buffer)
-    return braid::invalidArgument(braid::strCat(isSend ? "sendbuff" : "recvbuff", " is NULL with count=", count));
+    return braid::invalidArgument(
+        braid::strCat(isSend ? "sendbuff" : "recvbuff", " is NULL with count=", count));
   Operation o;
   o.name = name;
   o.args.kind = CollectiveKind::kSendRecv;
@@ -144,23 +155,29 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
 
 extern "C" {
 
-braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
-                             braidRedOp_t op, braidComm_t comm, braidStream_t stream) {
-  Call c{"braidAllReduce", CollectiveKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, true};
+braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                             braidStream_t stream) {
+  Call c{
+      "braidAllReduce", CollectiveKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, true};
   return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
 }
 
-braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
-                             int root, braidComm_t comm, braidStream_t stream) {
+braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, int root, braidComm_t comm,
+                             braidStream_t stream) {
   Call c{"braidBroadcast", CollectiveKind::kBroadcast, sendbuff, recvbuff, count, datatype};
   c.root = root;
   c.usesRoot = true;
   return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
 }
 
-braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
-                          braidRedOp_t op, int root, braidComm_t comm, braidStream_t stream) {
-  Call c{"braidReduce", CollectiveKind::kReduce, sendbuff, recvbuff, count, datatype, op, true, root, true};
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
+                          braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm,
+                          braidStream_t stream) {
+  Call c{
+      "braidReduce", CollectiveKind::kReduce, sendbuff, recvbuff, count, datatype, op, true, root,
+      true};
   return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
 }
 
@@ -173,26 +190,35 @@ braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendco
 braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                  braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
                                  braidStream_t stream) {
-  Call c{"braidReduceScatter", CollectiveKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, true};
+  Call c{"braidReduceScatter",
+         CollectiveKind::kReduceScatter,
+         sendbuff,
+         recvbuff,
+         recvcount,
+         datatype,
+         op,
+         true};
   return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
 }
 
-braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count, braidDataType_t datatype,
-                            braidComm_t comm, braidStream_t stream) {
+braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                            braidDataType_t datatype, braidComm_t comm, braidStream_t stream) {
   Call c{"braidAllToAll", CollectiveKind::kAllToAll, sendbuff, recvbuff, count, datatype};
   return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
 }
 
-braidResult_t braidGather(const void* sendbuff, void* recvbuff, size_t sendcount, braidDataType_t datatype,
-                          int root, braidComm_t comm, braidStream_t stream) {
+braidResult_t braidGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                          braidDataType_t datatype, int root, braidComm_t comm,
+                          braidStream_t stream) {
   Call c{"braidGather", CollectiveKind::kGather, sendbuff, recvbuff, sendcount, datatype};
   c.root = root;
   c.usesRoot = true;
   return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
 }
 
-braidResult_t braidScatter(const void* sendbuff, void* recvbuff, size_t recvcount, braidDataType_t datatype,
-                           int root, braidComm_t comm, braidStream_t stream) {
+braidResult_t braidScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                           braidDataType_t datatype, int root, braidComm_t comm,
+                           braidStream_t stream) {
   Call c{"braidScatter", CollectiveKind::kScatter, sendbuff, recvbuff, recvcount, datatype};
   c.root = root;
   c.usesRoot = true;

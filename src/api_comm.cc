@@ -11,8 +11,8 @@
 #include "src/handles.h"
 
 using braid::Status;
-using braid::api::guard;
 using braid::api::checkComm;
+using braid::api::guard;
 
 namespace {
 
@@ -25,7 +25,8 @@ braid::Result<int> intVariable(const char* name, bool* present) {
   errno = 0;
   long v = std::strtol(text.c_str(), &end, 10);
   if (errno || *end != '\0' || v < 0 || v > INT_MAX)
-    return braid::invalidArgument(braid::strCat(name, "='", text, "' is not a non-negative integer"));
+    return braid::invalidArgument(
+        braid::strCat(name, "='", text, "' is not a non-negative integer"));
   return static_cast<int>(v);
 }
 
@@ -85,16 +86,26 @@ extern "C" {
 
 const char* braidGetErrorString(braidResult_t result) {
   switch (result) {
-    case braidSuccess: return "no error";
-    case braidSystemError: return "system error (the OS or network failed)";
-    case braidInternalError: return "internal error (a bug in braid)";
-    case braidInvalidArgument: return "invalid argument";
-    case braidInvalidUsage: return "invalid usage";
-    case braidRemoteError: return "remote error (a peer failed, disconnected or aborted)";
-    case braidInProgress: return "operation in progress";
-    case braidTimeout: return "timeout (no progress within BRAID_TIMEOUT)";
-    case braidUnhandledCudaError: return "unhandled CUDA error";
-    case braidNotSupported: return "not supported";
+    case braidSuccess:
+      return "no error";
+    case braidSystemError:
+      return "system error (the OS or network failed)";
+    case braidInternalError:
+      return "internal error (a bug in braid)";
+    case braidInvalidArgument:
+      return "invalid argument";
+    case braidInvalidUsage:
+      return "invalid usage";
+    case braidRemoteError:
+      return "remote error (a peer failed, disconnected or aborted)";
+    case braidInProgress:
+      return "operation in progress";
+    case braidTimeout:
+      return "timeout (no progress within BRAID_TIMEOUT)";
+    case braidUnhandledCudaError:
+      return "unhandled CUDA error";
+    case braidNotSupported:
+      return "not supported";
   }
   return "unknown result code";
 }
@@ -115,8 +126,8 @@ braidResult_t braidGetUniqueId(braidUniqueId* uniqueId) {
     BRAID_RETURN_IF_ERROR(braid::randomBytes(info.secret));
     BRAID_ASSIGN_OR_RETURN(auto listenAt, braid::chooseBootstrapAddress(
                                               config.socketIfname, braid::Deadline::after(10)));
-    BRAID_ASSIGN_OR_RETURN(info.root,
-                           braid::startRendezvousServer(listenAt, info.secret, config.timeoutSeconds));
+    BRAID_ASSIGN_OR_RETURN(
+        info.root, braid::startRendezvousServer(listenAt, info.secret, config.timeoutSeconds));
     info.encode(uniqueId->internal);
     BRAID_INFO("unique id: rendezvous at ", info.root.toString());
     return Status::ok();
@@ -128,10 +139,13 @@ braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uni
   braidResult_t r = guard("braidCommInitRank", [&]() -> Status {
     if (!comm) return braid::invalidArgument("comm is NULL");
     *comm = nullptr;
-    if (nranks < 1) return braid::invalidArgument(braid::strCat("nranks=", nranks, " must be >= 1"));
+    if (nranks < 1)
+      return braid::invalidArgument(braid::strCat("nranks=", nranks, " must be >= 1"));
     if (rank < 0 || rank >= nranks)
-      return braid::invalidArgument(braid::strCat("rank=", rank, " is out of range [0, ", nranks, ")"));
-    BRAID_ASSIGN_OR_RETURN(braid::RendezvousInfo info, braid::RendezvousInfo::decode(uniqueId.internal));
+      return braid::invalidArgument(
+          braid::strCat("rank=", rank, " is out of range [0, ", nranks, ")"));
+    BRAID_ASSIGN_OR_RETURN(braid::RendezvousInfo info,
+                           braid::RendezvousInfo::decode(uniqueId.internal));
     BRAID_ASSIGN_OR_RETURN(braid::Config config, braid::loadConfig());
     BRAID_ASSIGN_OR_RETURN(created, braid::Communicator::create(info, nranks, rank, config));
     return Status::ok();
@@ -152,15 +166,18 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm) {
     if (!secret.empty() && !braid::fromHex(secret, info.secret))
       return braid::invalidArgument("BRAID_SECRET must be 32 hex digits");
     if (secret.empty())
-      BRAID_INFO("BRAID_SECRET is not set: connections are not authenticated beyond the job's address");
+      BRAID_INFO(
+          "BRAID_SECRET is not set: connections are not authenticated beyond the job's address");
     if (launch.rank == 0) {
       auto started = braid::startRendezvousServer(info.root, info.secret, config.timeoutSeconds);
       if (!started.isOk())
-        return started.status().withContext(braid::strCat("rank 0 cannot listen on ", launch.address));
+        return started.status().withContext(
+            braid::strCat("rank 0 cannot listen on ", launch.address));
     }
     BRAID_INFO("init from ", launch.source, " variables: rank ", launch.rank, " of ", launch.size,
                ", rank 0 at ", launch.address);
-    BRAID_ASSIGN_OR_RETURN(created, braid::Communicator::create(info, launch.size, launch.rank, config));
+    BRAID_ASSIGN_OR_RETURN(created,
+                           braid::Communicator::create(info, launch.size, launch.rank, config));
     return Status::ok();
   });
   return r == braidSuccess ? newCommHandle(std::move(created), comm) : r;
@@ -182,7 +199,8 @@ braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* 
 braidResult_t braidCommDestroy(braidComm_t comm) {
   return guard("braidCommDestroy", [&]() -> Status {
     if (!comm) return Status::ok();
-    if (comm->magic != braidComm::kMagic) return braid::invalidArgument("comm is not a live communicator");
+    if (comm->magic != braidComm::kMagic)
+      return braid::invalidArgument("comm is not a live communicator");
     std::vector<std::shared_ptr<braid::HostStream>> streams;
     {
       std::lock_guard lock(comm->streamsMutex);
@@ -200,7 +218,8 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
 braidResult_t braidCommAbort(braidComm_t comm) {
   return guard("braidCommAbort", [&]() -> Status {
     if (!comm) return braid::invalidArgument("comm is NULL");
-    if (comm->magic != braidComm::kMagic) return braid::invalidArgument("comm is not a live communicator");
+    if (comm->magic != braidComm::kMagic)
+      return braid::invalidArgument("comm is not a live communicator");
     comm->comm->abort();
     return Status::ok();
   });
@@ -208,7 +227,8 @@ braidResult_t braidCommAbort(braidComm_t comm) {
 
 braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError) {
   return guard("braidCommGetAsyncError", [&]() -> Status {
-    if (!comm || comm->magic != braidComm::kMagic) return braid::invalidArgument("comm is NULL or not live");
+    if (!comm || comm->magic != braidComm::kMagic)
+      return braid::invalidArgument("comm is NULL or not live");
     if (!asyncError) return braid::invalidArgument("asyncError is NULL");
     *asyncError = static_cast<braidResult_t>(comm->comm->asyncError());
     return Status::ok();
@@ -217,7 +237,8 @@ braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError
 
 braidResult_t braidCommCount(braidComm_t comm, int* count) {
   return guard("braidCommCount", [&]() -> Status {
-    if (!comm || comm->magic != braidComm::kMagic) return braid::invalidArgument("comm is NULL or not live");
+    if (!comm || comm->magic != braidComm::kMagic)
+      return braid::invalidArgument("comm is NULL or not live");
     if (!count) return braid::invalidArgument("count is NULL");
     *count = comm->comm->size();
     return Status::ok();
@@ -226,7 +247,8 @@ braidResult_t braidCommCount(braidComm_t comm, int* count) {
 
 braidResult_t braidCommUserRank(braidComm_t comm, int* rank) {
   return guard("braidCommUserRank", [&]() -> Status {
-    if (!comm || comm->magic != braidComm::kMagic) return braid::invalidArgument("comm is NULL or not live");
+    if (!comm || comm->magic != braidComm::kMagic)
+      return braid::invalidArgument("comm is NULL or not live");
     if (!rank) return braid::invalidArgument("rank is NULL");
     *rank = comm->comm->rank();
     return Status::ok();

@@ -21,12 +21,17 @@ thread_local int groupDepth = 0;
 thread_local std::vector<PendingOperation> groupOps;
 }  // namespace
 
-void setLastError(const std::string& message) { lastError = message; }
-const std::string& lastErrorMessage() { return lastError; }
+void setLastError(const std::string& message) {
+  lastError = message;
+}
+const std::string& lastErrorMessage() {
+  return lastError;
+}
 
 braidResult_t toResult(const Status& s, const char* call) {
   if (s.isOk() || s.code() == ErrorCode::kInProgress) return static_cast<braidResult_t>(s.code());
-  std::string message = s.message().starts_with(call) ? s.message() : strCat(call, ": ", s.message());
+  std::string message =
+      s.message().starts_with(call) ? s.message() : strCat(call, ": ", s.message());
   setLastError(message);
   BRAID_INFO("error ", static_cast<int>(s.code()), ": ", message);
   return static_cast<braidResult_t>(s.code());
@@ -47,7 +52,9 @@ Status checkStream(braidStream_t stream) {
   return Status::ok();
 }
 
-bool groupOpen() { return groupDepth > 0; }
+bool groupOpen() {
+  return groupDepth > 0;
+}
 
 Status submit(braidComm_t comm, braidStream_t stream, std::vector<Operation> ops) {
   if (stream) {
@@ -101,7 +108,9 @@ using braid::api::guard;
 
 extern "C" {
 
-const char* braidGetLastError(braidComm_t) { return braid::api::lastErrorMessage().c_str(); }
+const char* braidGetLastError(braidComm_t) {
+  return braid::api::lastErrorMessage().c_str();
+}
 
 braidResult_t braidGroupStart(void) {
   return guard("braidGroupStart", [] { return braid::api::groupStart(); });

@@ -70,8 +70,8 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
     int n = static_cast<int>(*size);
     Status bad;
     if (nranks >= 0 && n != nranks)
-      bad = invalidUsage(strCat("rank ", *rank, " joined with nranks=", n, " but others with nranks=",
-                                nranks));
+      bad = invalidUsage(
+          strCat("rank ", *rank, " joined with nranks=", n, " but others with nranks=", nranks));
     else if (*rank < 0 || *rank >= n)
       bad = invalidArgument(strCat("rank ", *rank, " is out of range for nranks=", n));
     else if (joined.count(*rank))
@@ -108,13 +108,15 @@ void RendezvousInfo::encode(char out[kUniqueIdBytes]) const {
 
 Result<RendezvousInfo> RendezvousInfo::decode(const char in[kUniqueIdBytes]) {
   if (std::memcmp(in, kIdMagic, 4) != 0)
-    return invalidArgument("uniqueId is not a braid unique id (bad magic); was it made by braidGetUniqueId?");
+    return invalidArgument(
+        "uniqueId is not a braid unique id (bad magic); was it made by braidGetUniqueId?");
   size_t len = static_cast<uint8_t>(in[4]);
   if (len == 0 || len > kUniqueIdBytes - 24) return invalidArgument("uniqueId is malformed");
   RendezvousInfo info;
   std::memcpy(info.secret.data(), in + 8, info.secret.size());
   auto address = tcp::SocketAddress::parse(std::string(in + 24, len));
-  if (!address.isOk()) return invalidArgument("uniqueId is malformed: " + address.status().message());
+  if (!address.isOk())
+    return invalidArgument("uniqueId is malformed: " + address.status().message());
   info.root = *address;
   return info;
 }
@@ -159,7 +161,8 @@ Result<tcp::SocketAddress> chooseBootstrapAddress(const std::string& ifname, Dea
 Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& listenAt,
                                                  const Secret& secret, double timeoutSeconds) {
   BRAID_ASSIGN_OR_RETURN(tcp::Fd listener, tcp::listenOn(listenAt));
-  BRAID_ASSIGN_OR_RETURN(tcp::SocketAddress bound, tcp::SocketAddress::ofSocket(listener.get(), false));
+  BRAID_ASSIGN_OR_RETURN(tcp::SocketAddress bound,
+                         tcp::SocketAddress::ofSocket(listener.get(), false));
   std::thread(serveRendezvous, std::move(listener), secret, timeoutSeconds).detach();
   return bound;
 }
@@ -176,7 +179,8 @@ Result<RendezvousClient> RendezvousClient::connect(const RendezvousInfo& info, i
   return client;
 }
 
-Result<std::vector<std::string>> RendezvousClient::exchange(int nranks, const std::string& myAddress,
+Result<std::vector<std::string>> RendezvousClient::exchange(int nranks,
+                                                            const std::string& myAddress,
                                                             Deadline deadline) {
   int fd = fd_.get();
   BRAID_RETURN_IF_ERROR(sendU32(fd, static_cast<uint32_t>(nranks), deadline));
@@ -184,7 +188,8 @@ Result<std::vector<std::string>> RendezvousClient::exchange(int nranks, const st
   auto code = recvU32(fd, deadline);
   if (!code.isOk()) {
     if (code.status().code() == ErrorCode::kTimeout)
-      return timeoutError("not every rank joined the rendezvous before the timeout (BRAID_TIMEOUT)");
+      return timeoutError(
+          "not every rank joined the rendezvous before the timeout (BRAID_TIMEOUT)");
     return remoteError("the rendezvous at rank 0 ended before every rank joined: " +
                        code.status().message());
   }

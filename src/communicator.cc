@@ -39,7 +39,8 @@ Communicator::~Communicator() {
 Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo& rendezvous,
                                                            int nranks, int rank, Config config) {
   Deadline deadline = Deadline::after(config.timeoutSeconds);
-  BRAID_ASSIGN_OR_RETURN(RendezvousClient client, RendezvousClient::connect(rendezvous, rank, deadline));
+  BRAID_ASSIGN_OR_RETURN(RendezvousClient client,
+                         RendezvousClient::connect(rendezvous, rank, deadline));
   // Publish the interface that reached rank 0: it is known to route.
   tcp::SocketAddress bindAddress = client.localAddress();
   if (!config.socketIfname.empty()) {
@@ -70,8 +71,9 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
         mine.setPort(bindAddress.port());
         if (mine.toString() == bindAddress.toString()) interface = i.name;
       }
-    BRAID_INFO("rank ", rank, " of ", nranks, ": transport tcp, interface ", interface, ", address ",
-               comm->tcp_->localAddress(), ", rendezvous ", rendezvous.root.toString());
+    BRAID_INFO("rank ", rank, " of ", nranks, ": transport tcp, interface ", interface,
+               ", address ", comm->tcp_->localAddress(), ", rendezvous ",
+               rendezvous.root.toString());
     if (rank == 0) {
       std::string table;
       for (int p = 0; p < nranks && p < 16; ++p) table += strCat(" ", p, "=", addresses[p]);
@@ -100,7 +102,9 @@ void Communicator::recordAsyncError(const Status& s) {
   asyncError_.compare_exchange_strong(expected, static_cast<int>(s.code()));
 }
 
-ErrorCode Communicator::asyncError() const { return static_cast<ErrorCode>(asyncError_.load()); }
+ErrorCode Communicator::asyncError() const {
+  return static_cast<ErrorCode>(asyncError_.load());
+}
 
 std::string Communicator::lastAlgorithm(algo::CollectiveKind kind) const {
   std::lock_guard lock(lastAlgorithmMutex_);
@@ -108,7 +112,8 @@ std::string Communicator::lastAlgorithm(algo::CollectiveKind kind) const {
   return it == lastAlgorithm_.end() ? "" : it->second;
 }
 
-Status Communicator::prepare(std::span<const Operation> ops, int streamIndex, std::vector<Job>* jobs,
+Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
+                             std::vector<Job>* jobs,
                              std::vector<std::unique_ptr<algo::Schedule>>* schedules,
                              std::vector<std::vector<uint8_t>>* extraScratch) {
   StreamState& st = stream(streamIndex);
@@ -145,9 +150,9 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex, st
                   dataTypeName(op.args.dtype), " stream ", streamIndex);
     } else {
       auto forced = config_.algo.find(std::string(algo::collectiveName(op.args.kind)));
-      const algo::Algorithm* algorithm =
-          forced != config_.algo.end() ? algo::findAlgorithm(op.args.kind, forced->second)
-                                       : algo::defaultAlgorithm(op.args.kind);
+      const algo::Algorithm* algorithm = forced != config_.algo.end()
+                                             ? algo::findAlgorithm(op.args.kind, forced->second)
+                                             : algo::defaultAlgorithm(op.args.kind);
       if (!algorithm) return internalError(strCat("no algorithm for ", op.name));
       algo::CollectiveArgs args = op.args;
       args.rank = rank_;
@@ -187,7 +192,8 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex, st
 Status Communicator::run(std::span<const Operation> ops, int streamIndex) {
   std::pair<Communicator*, std::vector<Operation>> batch{this, {ops.begin(), ops.end()}};
   if (streamIndex == 0) return runTogether({&batch, 1});
-  if (aborted_) return invalidUsage(strCat(ops.empty() ? "call" : ops[0].name, ": communicator aborted"));
+  if (aborted_)
+    return invalidUsage(strCat(ops.empty() ? "call" : ops[0].name, ": communicator aborted"));
   StreamState& st = stream(streamIndex);
   std::lock_guard lock(st.order);
   std::vector<Job> jobs;
@@ -240,16 +246,19 @@ Result<std::shared_ptr<Communicator>> Communicator::split(int color, int key) {
     if (all[2 * r] == color) members.push_back(r);
   std::stable_sort(members.begin(), members.end(),
                    [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
-  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  const int newRank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   const int leader = members[0];
   char id[kUniqueIdBytes] = {};
   std::vector<Operation> handoff;
   if (rank_ == leader) {
     RendezvousInfo info;
     BRAID_RETURN_IF_ERROR(randomBytes(info.secret));
-    BRAID_ASSIGN_OR_RETURN(tcp::SocketAddress listenAt, tcp::SocketAddress::parse(tcp_->localAddress()));
+    BRAID_ASSIGN_OR_RETURN(tcp::SocketAddress listenAt,
+                           tcp::SocketAddress::parse(tcp_->localAddress()));
     listenAt.setPort(0);
-    BRAID_ASSIGN_OR_RETURN(info.root, startRendezvousServer(listenAt, info.secret, config_.timeoutSeconds));
+    BRAID_ASSIGN_OR_RETURN(info.root,
+                           startRendezvousServer(listenAt, info.secret, config_.timeoutSeconds));
     info.encode(id);
     for (size_t i = 1; i < members.size(); ++i) {
       Operation send;
@@ -285,7 +294,8 @@ void Communicator::abort() {
 }
 
 void Communicator::shutdown() {
-  for (auto& c : owned_) c->abort(Status(ErrorCode::kOk, strCat("rank ", rank_, " destroyed the communicator")));
+  for (auto& c : owned_)
+    c->abort(Status(ErrorCode::kOk, strCat("rank ", rank_, " destroyed the communicator")));
 }
 
 }  // namespace braid

@@ -69,8 +69,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   Communicator(int rank, int nranks, Config config);
 
   struct StreamState {
-    std::mutex order;           // one call at a time per stream keeps tags increasing
-    uint32_t sequence = 0;      // collectives issued on this stream
+    std::mutex order;       // one call at a time per stream keeps tags increasing
+    uint32_t sequence = 0;  // collectives issued on this stream
     std::map<int, uint64_t> sentTo, receivedFrom;  // point-to-point counters
     std::vector<uint8_t> scratch;
   };

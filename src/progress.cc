@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "algorithms/collective.h"
@@ -42,7 +42,8 @@ CallSignature CallSignature::unpack(uint64_t check) {
 
 std::string CallSignature::describe() const {
   auto kindEnum = static_cast<algo::CollectiveKind>(kind);
-  std::string out = strCat(algo::collectiveName(kindEnum), "(count=", count, ", ", dataTypeName(dtype));
+  std::string out =
+      strCat(algo::collectiveName(kindEnum), "(count=", count, ", ", dataTypeName(dtype));
   bool reduces = kindEnum == algo::CollectiveKind::kAllReduce ||
                  kindEnum == algo::CollectiveKind::kReduce ||
                  kindEnum == algo::CollectiveKind::kReduceScatter;
@@ -80,7 +81,8 @@ class JobRunner {
       if (waiting_[i] == 0) ready_.push_back(static_cast<int>(i));
     }
     dependentsBegin_.assign(n + 1, 0);
-    for (size_t i = 0; i < n; ++i) dependentsBegin_[i + 1] = dependentsBegin_[i] + dependentCount[i];
+    for (size_t i = 0; i < n; ++i)
+      dependentsBegin_[i + 1] = dependentsBegin_[i] + dependentCount[i];
     dependents_.assign(dependentsBegin_[n], 0);
     std::vector<int32_t> fill(dependentsBegin_.begin(), dependentsBegin_.end() - 1);
     for (size_t i = 0; i < n; ++i)
@@ -151,7 +153,8 @@ class JobRunner {
     for (transport::Connection* c : job_.connections) {
       Status s = c->peerFailure();
       if (!s.isOk()) {
-        failWith(Status(s.code(), strCat(job_.callName, " on rank ", job_.rank, ": ", s.message())));
+        failWith(
+            Status(s.code(), strCat(job_.callName, " on rank ", job_.rank, ": ", s.message())));
         return;
       }
     }
@@ -178,8 +181,8 @@ class JobRunner {
     for (const auto& a : active_) {
       const Step& s = steps_[a.step];
       if (!out.empty()) out += ", ";
-      out += strCat(s.kind == StepKind::kSend ? "send to rank " : "receive from rank ", s.peer, " (",
-                    s.kind == StepKind::kSend ? s.src.bytes : s.dst.bytes, " bytes)");
+      out += strCat(s.kind == StepKind::kSend ? "send to rank " : "receive from rank ", s.peer,
+                    " (", s.kind == StepKind::kSend ? s.src.bytes : s.dst.bytes, " bytes)");
       if (out.size() > 300) return out + ", ...";
     }
     return out;
@@ -194,14 +197,14 @@ class JobRunner {
     transport::Tag mine = job_.tagFor(s.kind == StepKind::kSend, s.peer, messageIndex_[step]);
     std::string expected = CallSignature::unpack(mine.check).describe();
     if (request.failure() == Request::Failure::kOvertaken)
-      return invalidUsage(strCat(job_.callName, " ", expected, " on rank ", job_.rank,
-                                 ": rank ", s.peer, " has moved on to a later call without sending ",
+      return invalidUsage(strCat(job_.callName, " ", expected, " on rank ", job_.rank, ": rank ",
+                                 s.peer, " has moved on to a later call without sending ",
                                  "what this call expects; the ranks called different collectives, ",
                                  "counts or roots"));
     std::string theirs = CallSignature::unpack(request.mismatch().check).describe();
     return invalidUsage(strCat("mismatched calls: rank ", job_.rank, " called ", job_.callName, " ",
-                               expected, " but rank ", s.peer, " called ", theirs, " (", e.message(),
-                               ")"));
+                               expected, " but rank ", s.peer, " called ", theirs, " (",
+                               e.message(), ")"));
   }
 
   uint8_t* base(BufferId b) const {
@@ -227,7 +230,8 @@ class JobRunner {
         return;
       }
       case StepKind::kReduce:
-        if (s.dst.bytes) reduceElements(at(s.dst), at(s.src), at(s.src2), s.dst.bytes / es, job_.dtype, job_.op);
+        if (s.dst.bytes)
+          reduceElements(at(s.dst), at(s.src), at(s.src2), s.dst.bytes / es, job_.dtype, job_.op);
         break;
       case StepKind::kCopy:
         if (s.dst.bytes && at(s.dst) != at(s.src)) std::memmove(at(s.dst), at(s.src), s.dst.bytes);
@@ -335,9 +339,9 @@ Status runJobs(std::span<Job> jobs) {
     if (idle >= timeout) {
       for (auto& r : runners)
         if (!r->finished())
-          r->failWith(timeoutError(strCat(r->job().callName, " on rank ", r->job().rank,
-                                           ": no progress for ", timeout,
-                                           " s (BRAID_TIMEOUT); still waiting for: ", r->waitingOn())));
+          r->failWith(timeoutError(
+              strCat(r->job().callName, " on rank ", r->job().rank, ": no progress for ", timeout,
+                     " s (BRAID_TIMEOUT); still waiting for: ", r->waitingOn())));
       break;
     }
     // Sleep on every connection of the running calls, not only the busy
@@ -350,7 +354,8 @@ Status runJobs(std::span<Job> jobs) {
       if (!r->finished())
         for (transport::Connection* c : r->job().connections)
           if (c->pollFd() >= 0 && watched.insert(c).second) {
-            fds.push_back({c->pollFd(), static_cast<short>(POLLIN | (c->wantsWrite() ? POLLOUT : 0)), 0});
+            fds.push_back(
+                {c->pollFd(), static_cast<short>(POLLIN | (c->wantsWrite() ? POLLOUT : 0)), 0});
             polled.push_back(c);
           }
     std::set<int> abortFds;

@@ -54,11 +54,11 @@ struct Job {
   // collectives of one group on one communicator: tags on a connection must
   // rise within a channel). Jobs with different keys run concurrently.
   const void* serialKey = nullptr;
-  std::string callName;          // for messages: "braidAllReduce #12"
-  double timeoutSeconds = 300;   // no progress for this long = braidTimeout
-  double spinSeconds = 0;        // busy-poll this long before sleeping in poll(2)
+  std::string callName;         // for messages: "braidAllReduce #12"
+  double timeoutSeconds = 300;  // no progress for this long = braidTimeout
+  double spinSeconds = 0;       // busy-poll this long before sleeping in poll(2)
   const std::atomic<bool>* aborted = nullptr;
-  int abortFd = -1;              // becomes readable on abort; wakes poll(2)
+  int abortFd = -1;  // becomes readable on abort; wakes poll(2)
 };
 
 // Runs every job to completion (all together, so that the calls of a group

@@ -26,9 +26,12 @@ bool PeerInfo::decode(std::string_view text, PeerInfo* out) {
 
 std::string_view linkKindName(LinkKind kind) {
   switch (kind) {
-    case LinkKind::kSelf: return "self";
-    case LinkKind::kSameHost: return "same-host";
-    case LinkKind::kNetwork: return "network";
+    case LinkKind::kSelf:
+      return "self";
+    case LinkKind::kSameHost:
+      return "same-host";
+    case LinkKind::kNetwork:
+      return "network";
   }
   return "?";
 }

@@ -15,12 +15,14 @@ namespace braid {
 namespace {
 
 constexpr EnvParam kParams[] = {
-    {"BRAID_DEBUG", "WARN", "Log level: WARN, INFO (init, transports, selection) or TRACE (every call)."},
+    {"BRAID_DEBUG", "WARN",
+     "Log level: WARN, INFO (init, transports, selection) or TRACE (every call)."},
     {"BRAID_TIMEOUT", "300",
      "Seconds a call may make no progress before it returns braidTimeout (also bounds init)."},
     {"BRAID_TRANSPORT", "", "Force one transport for every pair of ranks: tcp."},
     {"BRAID_ALGO", "",
-     "Force algorithms per collective, e.g. allreduce=ring,broadcast=tree (names in docs/ENVIRONMENT.md)."},
+     "Force algorithms per collective, e.g. allreduce=ring,broadcast=tree (names in "
+     "docs/ENVIRONMENT.md)."},
     {"BRAID_SOCKET_IFNAME", "",
      "Network interface for bootstrap and TCP (exact name, e.g. eth0); default: first non-loopback "
      "interface that connects, else loopback."},
@@ -38,9 +40,9 @@ constexpr EnvParam kParams[] = {
 // Algorithm names per collective accepted by BRAID_ALGO.
 const std::map<std::string, std::vector<std::string>>& knownAlgorithms() {
   static const std::map<std::string, std::vector<std::string>> known = {
-      {"allreduce", {"ring"}},     {"broadcast", {"tree"}},  {"reduce", {"tree"}},
-      {"allgather", {"ring"}},     {"reducescatter", {"ring"}}, {"alltoall", {"pairwise"}},
-      {"gather", {"linear"}},      {"scatter", {"linear"}},  {"barrier", {"dissemination"}},
+      {"allreduce", {"ring"}}, {"broadcast", {"tree"}},     {"reduce", {"tree"}},
+      {"allgather", {"ring"}}, {"reducescatter", {"ring"}}, {"alltoall", {"pairwise"}},
+      {"gather", {"linear"}},  {"scatter", {"linear"}},     {"barrier", {"dissemination"}},
   };
   return known;
 }
@@ -49,7 +51,8 @@ Status parseAlgo(const std::string& text, std::map<std::string, std::string>* ou
   size_t pos = 0;
   while (pos <= text.size() && !text.empty()) {
     size_t comma = text.find(',', pos);
-    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
       return invalidArgument(strCat("BRAID_ALGO: '", item, "' is not collective=algorithm"));
@@ -59,7 +62,8 @@ Status parseAlgo(const std::string& text, std::map<std::string, std::string>* ou
       return invalidArgument(strCat("BRAID_ALGO: unknown collective '", coll, "'"));
     bool found = false;
     for (const auto& name : it->second) found = found || name == algo;
-    if (!found) return invalidArgument(strCat("BRAID_ALGO: unknown algorithm '", algo, "' for ", coll));
+    if (!found)
+      return invalidArgument(strCat("BRAID_ALGO: unknown algorithm '", algo, "' for ", coll));
     (*out)[coll] = algo;
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -67,7 +71,8 @@ Status parseAlgo(const std::string& text, std::map<std::string, std::string>* ou
   return Status::ok();
 }
 
-Status parseDouble(std::string_view name, const std::string& text, double lo, double hi, double* out) {
+Status parseDouble(std::string_view name, const std::string& text, double lo, double hi,
+                   double* out) {
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(text.c_str(), &end);
@@ -79,7 +84,9 @@ Status parseDouble(std::string_view name, const std::string& text, double lo, do
 
 }  // namespace
 
-std::span<const EnvParam> envParams() { return kParams; }
+std::span<const EnvParam> envParams() {
+  return kParams;
+}
 
 std::string envString(std::string_view name) {
   const char* v = std::getenv(std::string(name).c_str());
@@ -106,8 +113,8 @@ Result<Config> loadConfig() {
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_TIMEOUT", t, 0.001, 1e7, &config.timeoutSeconds));
   config.transport = envString("BRAID_TRANSPORT");
   if (!config.transport.empty() && config.transport != "tcp")
-    return invalidArgument(strCat("BRAID_TRANSPORT='", config.transport,
-                                  "' is not an available transport (tcp)"));
+    return invalidArgument(
+        strCat("BRAID_TRANSPORT='", config.transport, "' is not an available transport (tcp)"));
   BRAID_RETURN_IF_ERROR(parseAlgo(envString("BRAID_ALGO"), &config.algo));
   config.socketIfname = envString("BRAID_SOCKET_IFNAME");
   if (std::string c = envString("BRAID_CHUNK_BYTES"); !c.empty()) {

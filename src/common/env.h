@@ -23,12 +23,12 @@ struct EnvParam {
 std::span<const EnvParam> envParams();
 
 struct Config {
-  double timeoutSeconds = 300;             // BRAID_TIMEOUT
-  std::string transport;                   // BRAID_TRANSPORT ("" = automatic)
-  std::map<std::string, std::string> algo; // BRAID_ALGO: collective -> algorithm
-  std::string socketIfname;                // BRAID_SOCKET_IFNAME
-  size_t chunkBytes = 1 << 19;             // BRAID_CHUNK_BYTES: pipelining unit
-  double spinMicroseconds = -1;            // BRAID_SPIN_US (-1 = automatic)
+  double timeoutSeconds = 300;              // BRAID_TIMEOUT
+  std::string transport;                    // BRAID_TRANSPORT ("" = automatic)
+  std::map<std::string, std::string> algo;  // BRAID_ALGO: collective -> algorithm
+  std::string socketIfname;                 // BRAID_SOCKET_IFNAME
+  size_t chunkBytes = 1 << 19;              // BRAID_CHUNK_BYTES: pipelining unit
+  double spinMicroseconds = -1;             // BRAID_SPIN_US (-1 = automatic)
 };
 
 // Reads the environment, validates every BRAID_* variable present.

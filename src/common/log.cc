@@ -26,17 +26,24 @@ std::atomic<int>& levelStorage() {
 
 const char* levelName(Level l) {
   switch (l) {
-    case Level::kWarn: return "WARN";
-    case Level::kInfo: return "INFO";
-    case Level::kTrace: return "TRACE";
+    case Level::kWarn:
+      return "WARN";
+    case Level::kInfo:
+      return "INFO";
+    case Level::kTrace:
+      return "TRACE";
   }
   return "?";
 }
 
 }  // namespace
 
-Level level() { return static_cast<Level>(levelStorage().load(std::memory_order_relaxed)); }
-void setLevel(Level l) { levelStorage().store(static_cast<int>(l)); }
+Level level() {
+  return static_cast<Level>(levelStorage().load(std::memory_order_relaxed));
+}
+void setLevel(Level l) {
+  levelStorage().store(static_cast<int>(l));
+}
 
 void write(Level l, std::string_view message) {
   char host[64] = "?";

@@ -17,13 +17,15 @@ Level level();
 void setLevel(Level level);
 void write(Level level, std::string_view message);
 
-inline bool enabled(Level l) { return static_cast<int>(l) <= static_cast<int>(level()); }
+inline bool enabled(Level l) {
+  return static_cast<int>(l) <= static_cast<int>(level());
+}
 
 }  // namespace braid::log
 
-#define BRAID_LOG(lvl, ...)                                                       \
-  do {                                                                            \
-    if (::braid::log::enabled(::braid::log::Level::lvl))                          \
+#define BRAID_LOG(lvl, ...)                                                        \
+  do {                                                                             \
+    if (::braid::log::enabled(::braid::log::Level::lvl))                           \
       ::braid::log::write(::braid::log::Level::lvl, ::braid::strCat(__VA_ARGS__)); \
   } while (0)
 #define BRAID_WARN(...) BRAID_LOG(kWarn, __VA_ARGS__)

@@ -12,8 +12,7 @@ namespace braid {
 
 // dst[i] = a[i] op b[i] for i < count. dst may alias a or b (exactly, not
 // partially). kAvg reduces as kSum; the division is applyAverage's job.
-void reduceElements(void* dst, const void* a, const void* b, size_t count, DataType type,
-                    RedOp op);
+void reduceElements(void* dst, const void* a, const void* b, size_t count, DataType type, RedOp op);
 
 // data[i] /= divisor (integers truncate toward zero), for the final step of kAvg.
 // The divisor is a rank count: a value below 2 leaves data unchanged.

@@ -47,13 +47,27 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status systemError(std::string m) { return {ErrorCode::kSystemError, std::move(m)}; }
-inline Status internalError(std::string m) { return {ErrorCode::kInternalError, std::move(m)}; }
-inline Status invalidArgument(std::string m) { return {ErrorCode::kInvalidArgument, std::move(m)}; }
-inline Status invalidUsage(std::string m) { return {ErrorCode::kInvalidUsage, std::move(m)}; }
-inline Status remoteError(std::string m) { return {ErrorCode::kRemoteError, std::move(m)}; }
-inline Status timeoutError(std::string m) { return {ErrorCode::kTimeout, std::move(m)}; }
-inline Status notSupported(std::string m) { return {ErrorCode::kNotSupported, std::move(m)}; }
+inline Status systemError(std::string m) {
+  return {ErrorCode::kSystemError, std::move(m)};
+}
+inline Status internalError(std::string m) {
+  return {ErrorCode::kInternalError, std::move(m)};
+}
+inline Status invalidArgument(std::string m) {
+  return {ErrorCode::kInvalidArgument, std::move(m)};
+}
+inline Status invalidUsage(std::string m) {
+  return {ErrorCode::kInvalidUsage, std::move(m)};
+}
+inline Status remoteError(std::string m) {
+  return {ErrorCode::kRemoteError, std::move(m)};
+}
+inline Status timeoutError(std::string m) {
+  return {ErrorCode::kTimeout, std::move(m)};
+}
+inline Status notSupported(std::string m) {
+  return {ErrorCode::kNotSupported, std::move(m)};
+}
 
 // errno-level failure: "what: strerror(err)".
 Status errnoStatus(const std::string& what, int err);
@@ -61,7 +75,7 @@ Status errnoStatus(const std::string& what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT
 
   bool isOk() const { return value_.has_value(); }
@@ -83,9 +97,9 @@ class [[nodiscard]] Result {
 #define BRAID_CONCAT_INNER(a, b) a##b
 #define BRAID_CONCAT(a, b) BRAID_CONCAT_INNER(a, b)
 
-#define BRAID_RETURN_IF_ERROR(expr)              \
-  do {                                           \
-    ::braid::Status braid_status_ = (expr);      \
+#define BRAID_RETURN_IF_ERROR(expr)                  \
+  do {                                               \
+    ::braid::Status braid_status_ = (expr);          \
     if (!braid_status_.isOk()) return braid_status_; \
   } while (0)
 

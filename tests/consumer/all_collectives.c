@@ -2,6 +2,7 @@
  * against the installed library with -lbraid. The parent makes one unique
  * id, forks N ranks that all join with it, and each rank runs every
  * collective and checks the result. Usage: all_collectives N */
+#include <braid.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,27 +10,27 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <braid.h>
-
 static int failures = 0;
-#define CHECK(call)                                                                               \
-  do {                                                                                            \
-    braidResult_t r_ = (call);                                                                    \
-    if (r_ != braidSuccess) {                                                                     \
-      fprintf(stderr, "rank %d: %s: %s\n", rank, #call, braidGetLastError(NULL));                \
-      return 1;                                                                                   \
-    }                                                                                             \
+#define CHECK(call)                                                               \
+  do {                                                                            \
+    braidResult_t r_ = (call);                                                    \
+    if (r_ != braidSuccess) {                                                     \
+      fprintf(stderr, "rank %d: %s: %s\n", rank, #call, braidGetLastError(NULL)); \
+      return 1;                                                                   \
+    }                                                                             \
   } while (0)
-#define EXPECT(cond, ...)                                                                         \
-  do {                                                                                            \
-    if (!(cond) && failures++ < 10) {                                                             \
-      fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__);                              \
-      fprintf(stderr, __VA_ARGS__);                                                               \
-      fputc('\n', stderr);                                                                        \
-    }                                                                                             \
+#define EXPECT(cond, ...)                                            \
+  do {                                                               \
+    if (!(cond) && failures++ < 10) {                                \
+      fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                                  \
+      fputc('\n', stderr);                                           \
+    }                                                                \
   } while (0)
 
-static int value(int rank, size_t i) { return (int)((rank * 5 + i * 3) % 7); }
+static int value(int rank, size_t i) {
+  return (int)((rank * 5 + i * 3) % 7);
+}
 
 static int runRank(braidUniqueId id, int n, int rank) {
   braidComm_t comm;
@@ -67,7 +68,8 @@ static int runRank(braidUniqueId id, int n, int rank) {
   }
   CHECK(braidAllToAll(send, recv, C, braidInt32, comm, NULL));
   for (r = 0; r < n; ++r)
-    for (i = 0; i < C; ++i) EXPECT(recv[r * C + i] == value(r, rank * C + i), "alltoall[%d][%zu]", r, i);
+    for (i = 0; i < C; ++i)
+      EXPECT(recv[r * C + i] == value(r, rank * C + i), "alltoall[%d][%zu]", r, i);
   CHECK(braidGather(send, recv, C, braidInt32, 1 % n, comm, NULL));
   if (rank == 1 % n)
     for (r = 0; r < n; ++r)

@@ -42,7 +42,8 @@ std::vector<RankReport> runRanks(int n, const char* timeout,
       if (braidCommInitRank(&comm, n, id, r) != braidSuccess) _exit(3);
       auto start = std::chrono::steady_clock::now();
       report.result = body(comm, r);
-      report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      report.seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::strncpy(report.message, braidGetLastError(nullptr), sizeof(report.message) - 1);
       if (write(fds[1], &report, sizeof(report)) != sizeof(report)) _exit(4);
       braidCommDestroy(comm);
@@ -68,13 +69,17 @@ std::vector<float> buffer(1000, 1.0f);
 TEST(Mismatch, DifferentCollectivesFailOnBothRanksNamingBothCalls) {
   auto reports = runRanks(2, "20", [](braidComm_t comm, int rank) {
     std::vector<float> data(1000, 1.0f);
-    return rank == 0 ? braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm, nullptr)
-                     : braidBroadcast(data.data(), data.data(), 1000, braidFloat32, 0, comm, nullptr);
+    return rank == 0
+               ? braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm,
+                                nullptr)
+               : braidBroadcast(data.data(), data.data(), 1000, braidFloat32, 0, comm, nullptr);
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(reports[r].result, braidInvalidUsage) << "rank " << r << ": " << reports[r].message;
-    EXPECT_NE(std::string(reports[r].message).find("allreduce"), std::string::npos) << reports[r].message;
-    EXPECT_NE(std::string(reports[r].message).find("broadcast"), std::string::npos) << reports[r].message;
+    EXPECT_NE(std::string(reports[r].message).find("allreduce"), std::string::npos)
+        << reports[r].message;
+    EXPECT_NE(std::string(reports[r].message).find("broadcast"), std::string::npos)
+        << reports[r].message;
     EXPECT_LT(reports[r].seconds, 5.0);
   }
 }
@@ -109,7 +114,8 @@ TEST(PeerFailure, DeadPeerGivesRemoteErrorNamingIt) {
     return braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm, nullptr);
   });
   EXPECT_EQ(reports[0].result, braidRemoteError) << reports[0].message;
-  EXPECT_NE(std::string(reports[0].message).find("rank 1"), std::string::npos) << reports[0].message;
+  EXPECT_NE(std::string(reports[0].message).find("rank 1"), std::string::npos)
+      << reports[0].message;
   EXPECT_LT(reports[0].seconds, 5.0);
 }
 
@@ -123,7 +129,8 @@ TEST(PeerFailure, StalledPeerGivesTimeoutNamingIt) {
     return braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm, nullptr);
   });
   EXPECT_EQ(reports[0].result, braidTimeout) << reports[0].message;
-  EXPECT_NE(std::string(reports[0].message).find("rank 1"), std::string::npos) << reports[0].message;
+  EXPECT_NE(std::string(reports[0].message).find("rank 1"), std::string::npos)
+      << reports[0].message;
   EXPECT_LT(reports[0].seconds, 2.5);
 }
 
@@ -138,12 +145,14 @@ TEST(Abort, FromAnotherThreadEndsTheCallWithinASecond) {
       braidCommAbort(comm);
     });
     std::vector<float> data(1000, 1.0f);
-    braidResult_t r = braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm, nullptr);
+    braidResult_t r =
+        braidAllReduce(data.data(), data.data(), 1000, braidFloat32, braidSum, comm, nullptr);
     aborter.join();
     return r;
   });
   EXPECT_EQ(reports[0].result, braidInvalidUsage) << reports[0].message;
-  EXPECT_NE(std::string(reports[0].message).find("aborted"), std::string::npos) << reports[0].message;
+  EXPECT_NE(std::string(reports[0].message).find("aborted"), std::string::npos)
+      << reports[0].message;
   EXPECT_LT(reports[0].seconds, 1.2);
 }
 

@@ -25,8 +25,10 @@ struct RankState {
 };
 
 uint8_t* at(RankMemory& m, const Slice& s) {
-  if (s.buffer == BufferId::kSend && m.sendInRecv >= 0) return m.recv.data() + m.sendInRecv + s.offset;
-  if (s.buffer == BufferId::kRecv && m.recvInSend >= 0) return m.send.data() + m.recvInSend + s.offset;
+  if (s.buffer == BufferId::kSend && m.sendInRecv >= 0)
+    return m.recv.data() + m.sendInRecv + s.offset;
+  if (s.buffer == BufferId::kRecv && m.recvInSend >= 0)
+    return m.send.data() + m.recvInSend + s.offset;
   std::vector<uint8_t>& v = s.buffer == BufferId::kSend   ? m.send
                             : s.buffer == BufferId::kRecv ? m.recv
                                                           : m.scratch;
@@ -55,7 +57,8 @@ std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory
     for (size_t i = 0; i < steps.size(); ++i) {
       for (auto d : steps[i].after)
         if (d != algo::kNoStep) {
-          if (d < 0 || static_cast<size_t>(d) >= i) return strCat("rank ", r, " step ", i, " waits for a later step");
+          if (d < 0 || static_cast<size_t>(d) >= i)
+            return strCat("rank ", r, " step ", i, " waits for a later step");
           ++st.waiting[i];
           st.dependents[d].push_back(static_cast<int>(i));
         }

@@ -6,13 +6,14 @@
 
 #include "braid.h"
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    braidResult_t r_ = (call);                                                               \
-    if (r_ != braidSuccess) {                                                                \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, braidGetErrorString(r_), braidGetLastError(NULL)); \
-      return 1;                                                                              \
-    }                                                                                        \
+#define CHECK(call)                                                          \
+  do {                                                                       \
+    braidResult_t r_ = (call);                                               \
+    if (r_ != braidSuccess) {                                                \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, braidGetErrorString(r_), \
+              braidGetLastError(NULL));                                      \
+      return 1;                                                              \
+    }                                                                        \
   } while (0)
 
 int main(void) {

@@ -79,8 +79,9 @@ TEST(Launch, Braidrun) {
 TEST(Launch, OpenMpiMpirun) {
   const std::string address = "127.0.0.1:" + std::to_string(freePort());
   // Root may run mpirun only when it says so; CI runs as root.
-  auto [status, out] = run("mpirun --allow-run-as-root --oversubscribe -np 3 -x BRAID_ADDR=" +
-                           address + " -x BRAID_TIMEOUT=30 " + envOrFail("ENV_RANK"));
+  auto [status, out] =
+      run("mpirun --allow-run-as-root --oversubscribe -np 3 -x BRAID_ADDR=" + address +
+          " -x BRAID_TIMEOUT=30 " + envOrFail("ENV_RANK"));
   EXPECT_EQ(status, 0) << out;
   for (int r = 0; r < 3; ++r)
     EXPECT_NE(out.find("rank " + std::to_string(r) + " of 3 ok"), std::string::npos) << out;

@@ -17,7 +17,9 @@ using algo::CollectiveArgs;
 using algo::CollectiveKind;
 
 // Small integers: every partial result is exact in every type used here.
-double inputValue(int rank, size_t i) { return static_cast<double>((rank * 7 + i * 3) % 5) - 1; }
+double inputValue(int rank, size_t i) {
+  return static_cast<double>((rank * 7 + i * 3) % 5) - 1;
+}
 
 template <typename T>
 void fill(std::vector<uint8_t>& bytes, size_t count, size_t offset, int rank) {
@@ -30,10 +32,14 @@ void fill(std::vector<uint8_t>& bytes, size_t count, size_t offset, int rank) {
 double combine(RedOp op, double a, double b) {
   switch (op) {
     case RedOp::kSum:
-    case RedOp::kAvg: return a + b;
-    case RedOp::kProd: return a * b;
-    case RedOp::kMax: return std::max(a, b);
-    case RedOp::kMin: return std::min(a, b);
+    case RedOp::kAvg:
+      return a + b;
+    case RedOp::kProd:
+      return a * b;
+    case RedOp::kMax:
+      return std::max(a, b);
+    case RedOp::kMin:
+      return std::min(a, b);
   }
   return 0;
 }
@@ -69,10 +75,11 @@ void runCase(const algo::Algorithm& algorithm, const Case& c) {
   std::vector<algo::Schedule> plans;
   std::vector<sim::RankMemory> memory(P);
   for (int r = 0; r < P; ++r) {
-    CollectiveArgs args{c.kind, c.count, DataType::kFloat64, c.op, c.root, r, P, c.inPlace, c.chunkBytes};
+    CollectiveArgs args{c.kind, c.count, DataType::kFloat64, c.op,        c.root,
+                        r,      P,       c.inPlace,          c.chunkBytes};
     plans.push_back(algorithm.plan(args));
-    std::string problem = algo::validate(plans.back(), algo::sendBufferBytes(args),
-                                         algo::recvBufferBytes(args), es);
+    std::string problem =
+        algo::validate(plans.back(), algo::sendBufferBytes(args), algo::recvBufferBytes(args), es);
     ASSERT_EQ(problem, "") << describe(algorithm, c) << " rank " << r;
     auto& m = memory[r];
     const size_t n = c.count;
@@ -121,7 +128,10 @@ void runCase(const algo::Algorithm& algorithm, const Case& c) {
 
   auto value = [&](sim::RankMemory& m, bool fromSend, size_t i) {
     T v;
-    const uint8_t* base = fromSend ? m.send.data() : (m.sendInRecv >= 0 || m.recvInSend < 0 ? m.recv.data() : m.send.data() + m.recvInSend);
+    const uint8_t* base =
+        fromSend ? m.send.data()
+                 : (m.sendInRecv >= 0 || m.recvInSend < 0 ? m.recv.data()
+                                                          : m.send.data() + m.recvInSend);
     std::memcpy(&v, base + i * es, es);
     return v;
   };
@@ -131,30 +141,37 @@ void runCase(const algo::Algorithm& algorithm, const Case& c) {
     for (size_t i = 0; i < n; ++i) {
       switch (c.kind) {
         case CollectiveKind::kAllReduce:
-          ASSERT_EQ(value(m, false, i), reduceOverRanks(c.op, P, i)) << describe(algorithm, c) << " rank " << r << " i " << i;
+          ASSERT_EQ(value(m, false, i), reduceOverRanks(c.op, P, i))
+              << describe(algorithm, c) << " rank " << r << " i " << i;
           break;
         case CollectiveKind::kReduce:
           if (r == c.root)
-            ASSERT_EQ(value(m, false, i), reduceOverRanks(c.op, P, i)) << describe(algorithm, c) << " i " << i;
+            ASSERT_EQ(value(m, false, i), reduceOverRanks(c.op, P, i))
+                << describe(algorithm, c) << " i " << i;
           break;
         case CollectiveKind::kBroadcast:
-          ASSERT_EQ(value(m, false, i), inputValue(c.root, i)) << describe(algorithm, c) << " rank " << r;
+          ASSERT_EQ(value(m, false, i), inputValue(c.root, i))
+              << describe(algorithm, c) << " rank " << r;
           break;
         case CollectiveKind::kAllGather:
         case CollectiveKind::kGather:
           if (c.kind == CollectiveKind::kGather && r != c.root) break;
           for (int q = 0; q < P; ++q)
-            ASSERT_EQ(value(m, false, q * n + i), inputValue(q, i)) << describe(algorithm, c) << " rank " << r;
+            ASSERT_EQ(value(m, false, q * n + i), inputValue(q, i))
+                << describe(algorithm, c) << " rank " << r;
           break;
         case CollectiveKind::kReduceScatter:
-          ASSERT_EQ(value(m, false, i), reduceOverRanks(c.op, P, r * n + i)) << describe(algorithm, c) << " rank " << r;
+          ASSERT_EQ(value(m, false, i), reduceOverRanks(c.op, P, r * n + i))
+              << describe(algorithm, c) << " rank " << r;
           break;
         case CollectiveKind::kScatter:
-          ASSERT_EQ(value(m, false, i), inputValue(c.root, r * n + i)) << describe(algorithm, c) << " rank " << r;
+          ASSERT_EQ(value(m, false, i), inputValue(c.root, r * n + i))
+              << describe(algorithm, c) << " rank " << r;
           break;
         case CollectiveKind::kAllToAll:
           for (int q = 0; q < P; ++q)
-            ASSERT_EQ(value(m, false, q * n + i), inputValue(q, r * n + i)) << describe(algorithm, c) << " rank " << r;
+            ASSERT_EQ(value(m, false, q * n + i), inputValue(q, r * n + i))
+                << describe(algorithm, c) << " rank " << r;
           break;
         default:
           break;
@@ -183,7 +200,8 @@ TEST_P(AlgorithmTest, MatchesSerialReference) {
       for (size_t chunk : {size_t{1} << 19, size_t{64}})
         for (bool inPlace : {false, true}) {
           std::vector<RedOp> ops = {RedOp::kSum};
-          if (reduces(a.kind)) ops = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg};
+          if (reduces(a.kind))
+            ops = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg};
           std::vector<int> roots = {0};
           if (rooted(a.kind)) roots = {0, P - 1, P / 2};
           for (RedOp op : ops)
@@ -200,7 +218,12 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, AlgorithmTest,
 
 TEST(ScheduleValidate, RejectsForwardDependency) {
   algo::Schedule s;
-  s.add({algo::StepKind::kCopy, -1, {algo::BufferId::kRecv, 0, 4}, {algo::BufferId::kSend, 0, 4}, {}, {1, algo::kNoStep}});
+  s.add({algo::StepKind::kCopy,
+         -1,
+         {algo::BufferId::kRecv, 0, 4},
+         {algo::BufferId::kSend, 0, 4},
+         {},
+         {1, algo::kNoStep}});
   s.copy({algo::BufferId::kRecv, 0, 4}, {algo::BufferId::kSend, 0, 4});
   EXPECT_NE(algo::validate(s, 4, 4, 4), "");
 }
@@ -220,14 +243,15 @@ TEST(SimNetwork, ReportsDeadlock) {
   }
   std::vector<sim::RankMemory> memory(2);
   for (auto& m : memory) m.send.assign(8, 0), m.recv.assign(8, 0);
-  EXPECT_NE(sim::run(plans, memory, DataType::kFloat64, RedOp::kSum).find("deadlock"), std::string::npos);
+  EXPECT_NE(sim::run(plans, memory, DataType::kFloat64, RedOp::kSum).find("deadlock"),
+            std::string::npos);
 }
 
 TEST(Registry, EveryCollectiveHasADefault) {
-  for (auto kind : {CollectiveKind::kAllReduce, CollectiveKind::kBroadcast, CollectiveKind::kReduce,
-                    CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
-                    CollectiveKind::kAllToAll, CollectiveKind::kGather, CollectiveKind::kScatter,
-                    CollectiveKind::kBarrier})
+  for (auto kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kBroadcast, CollectiveKind::kReduce,
+        CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll,
+        CollectiveKind::kGather, CollectiveKind::kScatter, CollectiveKind::kBarrier})
     EXPECT_NE(algo::defaultAlgorithm(kind), nullptr) << algo::collectiveName(kind);
   EXPECT_EQ(algo::findAlgorithm(CollectiveKind::kAllReduce, "nonsense"), nullptr);
 }

@@ -40,11 +40,16 @@ TEST(Config, UnknownVariableIsAnError) {
 }
 
 TEST(Config, MalformedValuesAreErrors) {
-  for (auto [name, value] : std::vector<std::pair<const char*, const char*>>{
-           {"BRAID_TIMEOUT", "abc"}, {"BRAID_TIMEOUT", "-1"}, {"BRAID_TIMEOUT", "5s"},
-           {"BRAID_DEBUG", "LOUD"}, {"BRAID_TRANSPORT", "carrier-pigeon"},
-           {"BRAID_ALGO", "allreduce=teleport"}, {"BRAID_ALGO", "allreduse=ring"},
-           {"BRAID_ALGO", "allreduce"}, {"BRAID_CHUNK_BYTES", "12"}}) {
+  for (auto [name, value] :
+       std::vector<std::pair<const char*, const char*>>{{"BRAID_TIMEOUT", "abc"},
+                                                        {"BRAID_TIMEOUT", "-1"},
+                                                        {"BRAID_TIMEOUT", "5s"},
+                                                        {"BRAID_DEBUG", "LOUD"},
+                                                        {"BRAID_TRANSPORT", "carrier-pigeon"},
+                                                        {"BRAID_ALGO", "allreduce=teleport"},
+                                                        {"BRAID_ALGO", "allreduse=ring"},
+                                                        {"BRAID_ALGO", "allreduce"},
+                                                        {"BRAID_CHUNK_BYTES", "12"}}) {
     ScopedEnv e(name, value);
     auto c = loadConfig();
     ASSERT_FALSE(c.isOk()) << name << "=" << value;

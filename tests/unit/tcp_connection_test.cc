@@ -1,13 +1,13 @@
 // The TCP connection's contract, over a connected socket pair: tagged
 // matching in any order, direct and staged payloads, mismatch detection,
 // and failure when the peer goes away.
+#include "transports/tcp/tcp_connection.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
 #include <chrono>
 #include <numeric>
-
-#include "transports/tcp/tcp_connection.h"
 
 namespace braid::tcp {
 namespace {
@@ -38,7 +38,9 @@ struct Pair {
   }
 };
 
-Tag tag(uint64_t value, uint64_t check = 7) { return {value, check}; }
+Tag tag(uint64_t value, uint64_t check = 7) {
+  return {value, check};
+}
 
 TEST(TcpConnection, MatchesReceivesPostedInAnyOrder) {
   Pair p;
@@ -110,7 +112,8 @@ TEST(TcpConnection, ReceiveOvertakenInItsChannelFails) {
   EXPECT_EQ(waiting->state(), Request::State::kFailed);
   EXPECT_EQ(other->state(), Request::State::kPending) << "another channel is unaffected";
   RequestPtr late = p.b->postRecv(&y, 4, tag(4));
-  EXPECT_EQ(late->state(), Request::State::kFailed) << "a receive posted after the overtake fails at once";
+  EXPECT_EQ(late->state(), Request::State::kFailed)
+      << "a receive posted after the overtake fails at once";
 }
 
 TEST(TcpConnection, PeerClosingFailsPendingRequests) {

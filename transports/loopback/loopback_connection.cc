@@ -8,8 +8,8 @@ namespace braid::transport {
 
 void LoopbackConnection::match(Side& send, Side& recv) {
   if (send.bytes != recv.bytes || send.check != recv.check) {
-    Status s = invalidUsage(strCat("send to self of ", send.bytes, " bytes does not match receive of ",
-                                   recv.bytes, " bytes"));
+    Status s = invalidUsage(strCat("send to self of ", send.bytes,
+                                   " bytes does not match receive of ", recv.bytes, " bytes"));
     send.request->fail(s);
     recv.request->fail(s);
     return;

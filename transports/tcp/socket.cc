@@ -46,7 +46,8 @@ std::string SocketAddress::toString() const {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(storage).sin_addr, host, sizeof(host));
     return strCat(host, ":", port());
   }
-  inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(storage).sin6_addr, host, sizeof(host));
+  inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(storage).sin6_addr, host,
+            sizeof(host));
   return strCat("[", host, "]:", port());
 }
 
@@ -145,7 +146,8 @@ Result<Fd> connectTo(const SocketAddress& address, Deadline deadline) {
   while (true) {
     Fd fd(::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd.valid()) return errnoStatus("socket", errno);
-    int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.storage), address.length);
+    int rc =
+        ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.storage), address.length);
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
       pollfd p{fd.get(), POLLOUT, 0};
@@ -165,8 +167,9 @@ Result<Fd> connectTo(const SocketAddress& address, Deadline deadline) {
                      err == EHOSTUNREACH || err == ECONNRESET || err == EAGAIN;
     if (!retryable) return errnoStatus(strCat("connect to ", address.toString()), err);
     if (deadline.expired())
-      return timeoutError(strCat("could not connect to ", address.toString(), " before the timeout (",
-                                 strerror(err), "); is the address right and the peer running?"));
+      return timeoutError(strCat("could not connect to ", address.toString(),
+                                 " before the timeout (", strerror(err),
+                                 "); is the address right and the peer running?"));
     std::this_thread::sleep_for(std::chrono::milliseconds(deadline.remainingMs(delayMs)));
     delayMs = std::min(delayMs * 2, 100);
   }
@@ -263,7 +266,8 @@ Status handshakeConnect(int fd, const Secret& secret, uint32_t purpose, int32_t 
   Mac answer{};
   Status got = recvAll(fd, answer, deadline);
   if (!got.isOk())
-    return remoteError("the peer rejected the handshake (different secret or job?): " + got.message());
+    return remoteError("the peer rejected the handshake (different secret or job?): " +
+                       got.message());
   if (!macEqual(answer, proofMac(secret, "braid-accept", proof.nonce, theirs, purpose, myRank)))
     return remoteError("the peer failed authentication (it does not hold this job's secret)");
   return Status::ok();
@@ -277,7 +281,8 @@ Result<int32_t> handshakeAccept(int fd, const Secret& secret, uint32_t purpose, 
   BRAID_RETURN_IF_ERROR(recvAll(fd, {reinterpret_cast<uint8_t*>(&proof), sizeof(proof)}, deadline));
   if (proof.magic != kHandshakeMagic || proof.purpose != purpose)
     return remoteError("a connection that is not this braid communicator's was refused");
-  if (!macEqual(proof.mac, proofMac(secret, "braid-connect", mine, proof.nonce, purpose, proof.rank)))
+  if (!macEqual(proof.mac,
+                proofMac(secret, "braid-connect", mine, proof.nonce, purpose, proof.rank)))
     return remoteError("a connection without this job's secret was refused");
   Mac answer = proofMac(secret, "braid-accept", proof.nonce, mine, purpose, proof.rank);
   BRAID_RETURN_IF_ERROR(sendAll(fd, answer, deadline));

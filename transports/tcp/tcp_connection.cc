@@ -19,13 +19,17 @@ constexpr size_t kStagingBytes = 256 << 10;
 constexpr size_t kDirectBytes = 32 << 10;
 constexpr int kMaxIov = 64;
 
-uint64_t channelBase(uint64_t tag) { return tag & (uint64_t{0xff} << 56); }
+uint64_t channelBase(uint64_t tag) {
+  return tag & (uint64_t{0xff} << 56);
+}
 }  // namespace
 
 TcpConnection::TcpConnection(Fd fd, int peer)
     : fd_(std::move(fd)), peer_(peer), staging_(kStagingBytes) {}
 
-TcpConnection::~TcpConnection() { abort(Status(ErrorCode::kOk, "connection closed")); }
+TcpConnection::~TcpConnection() {
+  abort(Status(ErrorCode::kOk, "connection closed"));
+}
 
 namespace {
 // A frame in this channel is the last one on a connection: its check is the
@@ -35,7 +39,9 @@ constexpr uint64_t kGoodbyeChannel = uint64_t{0xff} << 56;
 constexpr size_t kGoodbyeMessageBytes = 512;
 }  // namespace
 
-Status TcpConnection::deadStatus() const { return dead_; }
+Status TcpConnection::deadStatus() const {
+  return dead_;
+}
 
 RequestPtr TcpConnection::postSend(const void* data, size_t bytes, Tag tag) {
   auto request = std::make_shared<Request>();
@@ -114,9 +120,10 @@ Result<bool> TcpConnection::sendSome() {
     if (wrote < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == EINTR) continue;
-      Status s = errno == EPIPE || errno == ECONNRESET
-                     ? remoteError(strCat("rank ", peer_, " closed the connection (it exited or aborted)"))
-                     : errnoStatus(strCat("send to rank ", peer_), errno);
+      Status s =
+          errno == EPIPE || errno == ECONNRESET
+              ? remoteError(strCat("rank ", peer_, " closed the connection (it exited or aborted)"))
+              : errnoStatus(strCat("send to rank ", peer_), errno);
       failAll(s);
       return s;
     }
@@ -227,7 +234,8 @@ Result<bool> TcpConnection::recvSome() {
       size_t avail = stagingEnd_ - stagingBegin_;
       if (!inPayload_) {
         size_t take = std::min(avail, sizeof(FrameHeader) - headerGot_);
-        std::memcpy(reinterpret_cast<uint8_t*>(&header_) + headerGot_, &staging_[stagingBegin_], take);
+        std::memcpy(reinterpret_cast<uint8_t*>(&header_) + headerGot_, &staging_[stagingBegin_],
+                    take);
         headerGot_ += take;
         stagingBegin_ += take;
         if (headerGot_ == sizeof(FrameHeader)) {
@@ -264,9 +272,10 @@ Result<bool> TcpConnection::recvSome() {
     }
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return moved;
     if (got < 0 && errno == EINTR) continue;
-    Status s = got == 0 || errno == ECONNRESET
-                   ? remoteError(strCat("rank ", peer_, " closed the connection (it exited or aborted)"))
-                   : errnoStatus(strCat("recv from rank ", peer_), errno);
+    Status s =
+        got == 0 || errno == ECONNRESET
+            ? remoteError(strCat("rank ", peer_, " closed the connection (it exited or aborted)"))
+            : errnoStatus(strCat("recv from rank ", peer_), errno);
     failAll(s);
     return s;
   }
@@ -306,7 +315,8 @@ Status TcpConnection::peerFailure() const {
 std::optional<Tag> TcpConnection::unclaimed(uint8_t channel, uint64_t below) {
   std::lock_guard lock(mutex_);
   auto it = unexpected_.lower_bound(uint64_t{channel} << 56);
-  if (it == unexpected_.end() || it->first >= below || (it->first >> 56) != channel) return std::nullopt;
+  if (it == unexpected_.end() || it->first >= below || (it->first >> 56) != channel)
+    return std::nullopt;
   return Tag{it->first, it->second.check};
 }
 

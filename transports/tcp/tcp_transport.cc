@@ -70,10 +70,12 @@ Result<std::map<int, std::unique_ptr<transport::Connection>>> TcpTransport::conn
   }
   auto acceptedFds = accepted.get();
   BRAID_RETURN_IF_ERROR(dialStatus);
-  if (!acceptedFds.isOk()) return acceptedFds.status().withContext("waiting for higher ranks to connect");
+  if (!acceptedFds.isOk())
+    return acceptedFds.status().withContext("waiting for higher ranks to connect");
   for (auto& [p, fd] : *acceptedFds)
     connections.emplace(p, std::make_unique<TcpConnection>(std::move(fd), p));
-  BRAID_INFO("tcp: rank ", rank, " connected to ", connections.size(), " peers from ", localAddress());
+  BRAID_INFO("tcp: rank ", rank, " connected to ", connections.size(), " peers from ",
+             localAddress());
   return connections;
 }
 
