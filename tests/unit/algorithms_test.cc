@@ -145,9 +145,10 @@ void runCase(const algo::Algorithm& algorithm, const Case& c) {
               << describe(algorithm, c) << " rank " << r << " i " << i;
           break;
         case CollectiveKind::kReduce:
-          if (r == c.root)
+          if (r == c.root) {
             ASSERT_EQ(value(m, false, i), reduceOverRanks(c.op, P, i))
                 << describe(algorithm, c) << " i " << i;
+          }
           break;
         case CollectiveKind::kBroadcast:
           ASSERT_EQ(value(m, false, i), inputValue(c.root, i))
