@@ -72,3 +72,31 @@ Schedule planBarrierDissemination(const CollectiveArgs& args) {
 }
 
 }  // namespace braid::algo
+
+namespace braid::algo {
+
+// The root receives (or sends) P-1 messages one after another.
+Cost estimateGatherLinear(const CollectiveArgs& a, const LinkModel& m) {
+  Cost c;
+  c.steps = a.nranks - 1;
+  c.bytesSent = static_cast<double>(a.bytes()) * (a.nranks - 1);
+  c.seconds = roundsTime(m, a.nranks - 1, static_cast<double>(a.bytes()));
+  return c;
+}
+
+Cost estimateScatterLinear(const CollectiveArgs& a, const LinkModel& m) {
+  return estimateGatherLinear(a, m);
+}
+
+Cost estimateAllToAllPairwise(const CollectiveArgs& a, const LinkModel& m) {
+  return estimateGatherLinear(a, m);
+}
+
+Cost estimateBarrierDissemination(const CollectiveArgs& a, const LinkModel& m) {
+  Cost c;
+  for (int k = 1; k < a.nranks; k <<= 1) ++c.steps;
+  c.seconds = roundsTime(m, c.steps, 0);
+  return c;
+}
+
+}  // namespace braid::algo

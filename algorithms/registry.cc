@@ -4,15 +4,16 @@ namespace braid::algo {
 namespace {
 
 constexpr Algorithm kAlgorithms[] = {
-    {CollectiveKind::kAllReduce, "ring", planAllReduceRing},
-    {CollectiveKind::kReduceScatter, "ring", planReduceScatterRing},
-    {CollectiveKind::kAllGather, "ring", planAllGatherRing},
-    {CollectiveKind::kBroadcast, "tree", planBroadcastTree},
-    {CollectiveKind::kReduce, "tree", planReduceTree},
-    {CollectiveKind::kGather, "linear", planGatherLinear},
-    {CollectiveKind::kScatter, "linear", planScatterLinear},
-    {CollectiveKind::kAllToAll, "pairwise", planAllToAllPairwise},
-    {CollectiveKind::kBarrier, "dissemination", planBarrierDissemination},
+    {CollectiveKind::kAllReduce, "ring", planAllReduceRing, estimateAllReduceRing},
+    {CollectiveKind::kReduceScatter, "ring", planReduceScatterRing, estimateReduceScatterRing},
+    {CollectiveKind::kAllGather, "ring", planAllGatherRing, estimateAllGatherRing},
+    {CollectiveKind::kBroadcast, "tree", planBroadcastTree, estimateBroadcastTree},
+    {CollectiveKind::kReduce, "tree", planReduceTree, estimateReduceTree},
+    {CollectiveKind::kGather, "linear", planGatherLinear, estimateGatherLinear},
+    {CollectiveKind::kScatter, "linear", planScatterLinear, estimateScatterLinear},
+    {CollectiveKind::kAllToAll, "pairwise", planAllToAllPairwise, estimateAllToAllPairwise},
+    {CollectiveKind::kBarrier, "dissemination", planBarrierDissemination,
+     estimateBarrierDissemination},
 };
 
 }  // namespace

@@ -16,6 +16,8 @@
 // step s+1 waits only for the reduction of chunk c at step s, so sending,
 // receiving and reducing overlap along the ring (pipelining). Incoming
 // chunks land in two alternating scratch slots.
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -179,6 +181,43 @@ Schedule planAllGatherRing(const CollectiveArgs& args) {
       received[s][c] = plan.recv(prev, blocks.chunk(BufferId::kRecv, recvBlock, c));
   }
   return plan;
+}
+
+namespace {
+
+// A ring phase: P-1 rounds of one block each; with C chunks per block the
+// pipeline adds C-1 chunk times but overlaps reduction with transfer.
+Cost ringPhases(const CollectiveArgs& a, const LinkModel& m, int phases, bool reduces) {
+  const int P = a.nranks;
+  Cost c;
+  if (P == 1) return c;
+  const double block = static_cast<double>(a.bytes()) / P;
+  const double chunks = std::max(1.0, std::ceil(block / std::max<size_t>(a.chunkBytes, 1)));
+  const double chunk = block / chunks;
+  const double rounds = phases * (P - 1);
+  c.steps = static_cast<int>(rounds);
+  c.bytesSent = rounds * block;
+  const double perChunk = m.alpha + chunk * std::max(m.beta, reduces ? m.gamma : 0.0);
+  c.seconds = (rounds + chunks - 1) * perChunk;
+  return c;
+}
+
+}  // namespace
+
+Cost estimateAllReduceRing(const CollectiveArgs& a, const LinkModel& m) {
+  return ringPhases(a, m, 2, true);
+}
+
+Cost estimateReduceScatterRing(const CollectiveArgs& a, const LinkModel& m) {
+  CollectiveArgs whole = a;
+  whole.count = a.count * a.nranks;
+  return ringPhases(whole, m, 1, true);
+}
+
+Cost estimateAllGatherRing(const CollectiveArgs& a, const LinkModel& m) {
+  CollectiveArgs whole = a;
+  whole.count = a.count * a.nranks;
+  return ringPhases(whole, m, 1, false);
 }
 
 }  // namespace braid::algo

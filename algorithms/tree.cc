@@ -12,6 +12,8 @@
 //
 // The vector is cut into chunks so that a rank forwards chunk c while chunk
 // c+1 is still arriving: deep trees pipeline instead of waiting per level.
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -104,6 +106,40 @@ Schedule planReduceTree(const CollectiveArgs& args) {
     }
   }
   return plan;
+}
+
+}  // namespace braid::algo
+
+namespace braid::algo {
+
+namespace {
+int treeDepth(int nranks) {
+  int depth = 0;
+  while ((1 << depth) < nranks) ++depth;
+  return depth;
+}
+}  // namespace
+
+// Pipelined binomial tree: the root sends every chunk to each of its
+// ceil(log2 P) children; the last chunk reaches the deepest leaf after
+// depth more chunk times.
+Cost estimateBroadcastTree(const CollectiveArgs& a, const LinkModel& m) {
+  Cost c;
+  const int depth = treeDepth(a.nranks);
+  if (depth == 0) return c;
+  const double bytes = static_cast<double>(a.bytes());
+  const double chunks = std::max(1.0, std::ceil(bytes / std::max<size_t>(a.chunkBytes, 1)));
+  const double chunk = bytes / chunks;
+  c.steps = depth;
+  c.bytesSent = depth * bytes;
+  c.seconds = (depth * chunks + depth - 1) * (m.alpha + chunk * m.beta);
+  return c;
+}
+
+Cost estimateReduceTree(const CollectiveArgs& a, const LinkModel& m) {
+  Cost c = estimateBroadcastTree(a, m);
+  c.seconds += treeDepth(a.nranks) * static_cast<double>(a.bytes()) * m.gamma;
+  return c;
 }
 
 }  // namespace braid::algo
