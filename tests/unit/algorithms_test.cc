@@ -215,7 +215,7 @@ TEST_P(AlgorithmTest, MatchesSerialReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, AlgorithmTest,
-                         ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 31, 32, 33));
+                         ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 31, 32, 33, 64));
 
 TEST(ScheduleValidate, RejectsForwardDependency) {
   algo::Schedule s;
