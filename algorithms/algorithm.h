@@ -46,4 +46,30 @@ Cost estimateAllToAllPairwise(const CollectiveArgs& args, const LinkModel& link)
 Schedule planBarrierDissemination(const CollectiveArgs& args);
 Cost estimateBarrierDissemination(const CollectiveArgs& args, const LinkModel& link);
 
+// Added by the algorithm family (one file per family).
+Schedule planAllReduceButterfly(const CollectiveArgs& args);
+Cost estimateAllReduceButterfly(const CollectiveArgs& args, const LinkModel& link);
+Schedule planAllReduceHalving(const CollectiveArgs& args);
+Cost estimateAllReduceHalving(const CollectiveArgs& args, const LinkModel& link);
+Schedule planAllReduceDbtree(const CollectiveArgs& args);
+Cost estimateAllReduceDbtree(const CollectiveArgs& args, const LinkModel& link);
+Schedule planBroadcastChain(const CollectiveArgs& args);
+Cost estimateBroadcastChain(const CollectiveArgs& args, const LinkModel& link);
+Schedule planBroadcastScatterAllGather(const CollectiveArgs& args);
+Cost estimateBroadcastScatterAllGather(const CollectiveArgs& args, const LinkModel& link);
+Schedule planReduceScatterGather(const CollectiveArgs& args);
+Cost estimateReduceScatterGather(const CollectiveArgs& args, const LinkModel& link);
+Schedule planAllGatherDoubling(const CollectiveArgs& args);
+Cost estimateAllGatherDoubling(const CollectiveArgs& args, const LinkModel& link);
+Schedule planAllGatherBruck(const CollectiveArgs& args);
+Cost estimateAllGatherBruck(const CollectiveArgs& args, const LinkModel& link);
+Schedule planReduceScatterHalving(const CollectiveArgs& args);
+Cost estimateReduceScatterHalving(const CollectiveArgs& args, const LinkModel& link);
+Schedule planAllToAllBruck(const CollectiveArgs& args);
+Cost estimateAllToAllBruck(const CollectiveArgs& args, const LinkModel& link);
+Schedule planGatherBinomial(const CollectiveArgs& args);
+Cost estimateGatherBinomial(const CollectiveArgs& args, const LinkModel& link);
+Schedule planScatterBinomial(const CollectiveArgs& args);
+Cost estimateScatterBinomial(const CollectiveArgs& args, const LinkModel& link);
+
 }  // namespace braid::algo

@@ -2,6 +2,7 @@
 // network, against a serial reference; plus the schedule invariants.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -16,16 +17,58 @@ namespace {
 using algo::CollectiveArgs;
 using algo::CollectiveKind;
 
-// Small integers: every partial result is exact in every type used here.
-double inputValue(int rank, size_t i) {
+// Inputs are small integers (products use +-1), so every partial result
+// is exact in every type tested and any association order gives the
+// serial reference bit for bit.
+double inputValue(RedOp op, int rank, size_t i) {
+  if (op == RedOp::kProd) return (rank + i) % 3 == 0 ? -1 : 1;
   return static_cast<double>((rank * 7 + i * 3) % 5) - 1;
 }
 
-template <typename T>
-void fill(std::vector<uint8_t>& bytes, size_t count, size_t offset, int rank) {
-  for (size_t i = 0; i < count; ++i) {
-    T v = static_cast<T>(inputValue(rank, offset + i));
-    std::memcpy(bytes.data() + (offset + i) * sizeof(T), &v, sizeof(T));
+void store(DataType t, uint8_t* p, double v) {
+  switch (t) {
+    case DataType::kInt32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DataType::kFloat16: {
+      uint16_t x = floatToHalf(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case DataType::kBfloat16: {
+      uint16_t x = floatToBfloat16(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    default:
+      std::memcpy(p, &v, 8);
+  }
+}
+
+double load(DataType t, const uint8_t* p) {
+  switch (t) {
+    case DataType::kInt32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case DataType::kFloat16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      return halfToFloat(x);
+    }
+    case DataType::kBfloat16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      return bfloat16ToFloat(x);
+    }
+    default: {
+      double x;
+      std::memcpy(&x, p, 8);
+      return x;
+    }
   }
 }
 
@@ -44,10 +87,10 @@ double combine(RedOp op, double a, double b) {
   return 0;
 }
 
-double reduceOverRanks(RedOp op, int P, size_t i) {
-  double acc = inputValue(0, i);
-  for (int r = 1; r < P; ++r) acc = combine(op, acc, inputValue(r, i));
-  if (op == RedOp::kAvg) acc /= P;
+double reduceOverRanks(DataType t, RedOp op, int P, size_t i) {
+  double acc = inputValue(op, 0, i);
+  for (int r = 1; r < P; ++r) acc = combine(op, acc, inputValue(op, r, i));
+  if (op == RedOp::kAvg) acc = t == DataType::kInt32 ? std::trunc(acc / P) : acc / P;
   return acc;
 }
 
@@ -55,6 +98,7 @@ struct Case {
   CollectiveKind kind;
   int P;
   size_t count;
+  DataType dtype;
   RedOp op;
   int root;
   bool inPlace;
@@ -62,33 +106,34 @@ struct Case {
 };
 
 std::string describe(const algo::Algorithm& a, const Case& c) {
-  return strCat(algo::collectiveName(c.kind), "/", a.name, " P=", c.P, " count=", c.count,
-                " op=", redOpName(c.op), " root=", c.root, c.inPlace ? " in-place" : "",
-                " chunk=", c.chunkBytes);
+  return strCat(algo::collectiveName(c.kind), "/", a.name, " P=", c.P, " count=", c.count, " ",
+                dataTypeName(c.dtype), " op=", redOpName(c.op), " root=", c.root,
+                c.inPlace ? " in-place" : "", " chunk=", c.chunkBytes);
 }
 
-// float64 values; expected results computed per collective.
 void runCase(const algo::Algorithm& algorithm, const Case& c) {
-  using T = double;
-  const size_t es = sizeof(T);
+  const size_t es = dataTypeSize(c.dtype);
   const int P = c.P;
+  const size_t n = c.count;
   std::vector<algo::Schedule> plans;
   std::vector<sim::RankMemory> memory(P);
+  auto fill = [&](std::vector<uint8_t>& bytes, size_t elements, int rank) {
+    bytes.assign(elements * es, 0);
+    for (size_t i = 0; i < elements; ++i)
+      store(c.dtype, bytes.data() + i * es, inputValue(c.op, rank, i));
+  };
   for (int r = 0; r < P; ++r) {
-    CollectiveArgs args{c.kind, c.count, DataType::kFloat64, c.op,        c.root,
-                        r,      P,       c.inPlace,          c.chunkBytes};
+    CollectiveArgs args{c.kind, n, c.dtype, c.op, c.root, r, P, c.inPlace, c.chunkBytes};
     plans.push_back(algorithm.plan(args));
     std::string problem =
         algo::validate(plans.back(), algo::sendBufferBytes(args), algo::recvBufferBytes(args), es);
     ASSERT_EQ(problem, "") << describe(algorithm, c) << " rank " << r;
     auto& m = memory[r];
-    const size_t n = c.count;
     switch (c.kind) {
       case CollectiveKind::kAllReduce:
       case CollectiveKind::kReduce:
       case CollectiveKind::kBroadcast:
-        m.send.assign(n * es, 0);
-        fill<T>(m.send, n, 0, r);
+        fill(m.send, n, r);
         m.recv.assign(n * es, 0xEE);
         if (c.inPlace && (c.kind == CollectiveKind::kAllReduce || r == c.root)) {
           m.recv = m.send;
@@ -97,22 +142,19 @@ void runCase(const algo::Algorithm& algorithm, const Case& c) {
         break;
       case CollectiveKind::kAllGather:
       case CollectiveKind::kGather:
-        m.send.assign(n * es, 0);
-        fill<T>(m.send, n, 0, r);
+        fill(m.send, n, r);
         m.recv.assign(P * n * es, 0xEE);
         if (c.inPlace && (c.kind == CollectiveKind::kAllGather || r == c.root)) {
           int at = c.kind == CollectiveKind::kAllGather ? r : c.root;
-          std::memcpy(m.recv.data() + at * n * es, m.send.data(), n * es);
+          if (n) std::memcpy(m.recv.data() + at * n * es, m.send.data(), n * es);
           m.sendInRecv = static_cast<long>(at * n * es);
         }
         break;
       case CollectiveKind::kReduceScatter:
       case CollectiveKind::kScatter:
       case CollectiveKind::kAllToAll:
-        m.send.assign(P * n * es, 0);
-        fill<T>(m.send, P * n, 0, r);
-        m.recv.assign(n * es, 0xEE);
-        if (c.kind == CollectiveKind::kAllToAll) m.recv.assign(P * n * es, 0xEE);
+        fill(m.send, P * n, r);
+        m.recv.assign((c.kind == CollectiveKind::kAllToAll ? P : 1) * n * es, 0xEE);
         if (c.inPlace && c.kind != CollectiveKind::kAllToAll &&
             (c.kind == CollectiveKind::kReduceScatter || r == c.root)) {
           int at = c.kind == CollectiveKind::kReduceScatter ? r : c.root;
@@ -123,55 +165,48 @@ void runCase(const algo::Algorithm& algorithm, const Case& c) {
         break;
     }
   }
-  std::string problem = sim::run(plans, memory, DataType::kFloat64, c.op);
+  std::string problem = sim::run(plans, memory, c.dtype, c.op);
   ASSERT_EQ(problem, "") << describe(algorithm, c);
 
-  auto value = [&](sim::RankMemory& m, bool fromSend, size_t i) {
-    T v;
-    const uint8_t* base =
-        fromSend ? m.send.data()
-                 : (m.sendInRecv >= 0 || m.recvInSend < 0 ? m.recv.data()
-                                                          : m.send.data() + m.recvInSend);
-    std::memcpy(&v, base + i * es, es);
-    return v;
+  auto result = [&](sim::RankMemory& m, size_t i) {
+    const uint8_t* base = m.recvInSend >= 0 ? m.send.data() + m.recvInSend : m.recv.data();
+    return load(c.dtype, base + i * es);
   };
-  const size_t n = c.count;
+  auto input = [&](int rank, size_t i) { return inputValue(c.op, rank, i); };
   for (int r = 0; r < P; ++r) {
     auto& m = memory[r];
     for (size_t i = 0; i < n; ++i) {
       switch (c.kind) {
         case CollectiveKind::kAllReduce:
-          ASSERT_EQ(value(m, false, i), reduceOverRanks(c.op, P, i))
+          ASSERT_EQ(result(m, i), reduceOverRanks(c.dtype, c.op, P, i))
               << describe(algorithm, c) << " rank " << r << " i " << i;
           break;
         case CollectiveKind::kReduce:
           if (r == c.root) {
-            ASSERT_EQ(value(m, false, i), reduceOverRanks(c.op, P, i))
+            ASSERT_EQ(result(m, i), reduceOverRanks(c.dtype, c.op, P, i))
                 << describe(algorithm, c) << " i " << i;
           }
           break;
         case CollectiveKind::kBroadcast:
-          ASSERT_EQ(value(m, false, i), inputValue(c.root, i))
-              << describe(algorithm, c) << " rank " << r;
+          ASSERT_EQ(result(m, i), input(c.root, i)) << describe(algorithm, c) << " rank " << r;
           break;
         case CollectiveKind::kAllGather:
         case CollectiveKind::kGather:
           if (c.kind == CollectiveKind::kGather && r != c.root) break;
           for (int q = 0; q < P; ++q)
-            ASSERT_EQ(value(m, false, q * n + i), inputValue(q, i))
-                << describe(algorithm, c) << " rank " << r;
+            ASSERT_EQ(result(m, q * n + i), input(q, i)) << describe(algorithm, c) << " rank " << r;
           break;
         case CollectiveKind::kReduceScatter:
-          ASSERT_EQ(value(m, false, i), reduceOverRanks(c.op, P, r * n + i))
+          ASSERT_EQ(result(m, i), reduceOverRanks(c.dtype, c.op, P, r * n + i))
               << describe(algorithm, c) << " rank " << r;
           break;
         case CollectiveKind::kScatter:
-          ASSERT_EQ(value(m, false, i), inputValue(c.root, r * n + i))
+          ASSERT_EQ(result(m, i), input(c.root, r * n + i))
               << describe(algorithm, c) << " rank " << r;
           break;
         case CollectiveKind::kAllToAll:
           for (int q = 0; q < P; ++q)
-            ASSERT_EQ(value(m, false, q * n + i), inputValue(q, r * n + i))
+            ASSERT_EQ(result(m, q * n + i), input(q, r * n + i))
                 << describe(algorithm, c) << " rank " << r;
           break;
         default:
@@ -190,32 +225,75 @@ bool rooted(CollectiveKind k) {
          k == CollectiveKind::kGather || k == CollectiveKind::kScatter;
 }
 
-class AlgorithmTest : public ::testing::TestWithParam<int> {};
+// ALGO_FILTER=allreduce/butterfly (or a collective name) narrows the run.
+bool selected(const algo::Algorithm& a) {
+  const char* filter = std::getenv("ALGO_FILTER");
+  if (!filter || !*filter) return true;
+  std::string name = strCat(algo::collectiveName(a.kind), "/", a.name);
+  return name.find(filter) != std::string::npos;
+}
 
-TEST_P(AlgorithmTest, MatchesSerialReference) {
-  const int P = GetParam();
+// Every algorithm x counts x chunking x in place x ops x roots, in float64,
+// plus the other datatypes for the reducing collectives.
+void runMatrix(int P, std::vector<size_t> counts, bool allOps, bool allRoots) {
   for (const algo::Algorithm& a : algo::allAlgorithms()) {
-    std::vector<size_t> counts = {1, 7, 1000};
-    if (P > 1) counts.push_back(static_cast<size_t>(P - 1));
+    if (!selected(a)) continue;
     for (size_t count : counts)
       for (size_t chunk : {size_t{1} << 19, size_t{64}})
         for (bool inPlace : {false, true}) {
           std::vector<RedOp> ops = {RedOp::kSum};
-          if (reduces(a.kind))
+          if (reduces(a.kind) && allOps)
             ops = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg};
           std::vector<int> roots = {0};
-          if (rooted(a.kind)) roots = {0, P - 1, P / 2};
+          if (rooted(a.kind))
+            roots = allRoots ? std::vector<int>{0, P - 1, P / 2} : std::vector<int>{P / 2};
           for (RedOp op : ops)
             for (int root : roots) {
-              runCase(a, {a.kind, P, count, op, root, inPlace, chunk});
-              if (HasFatalFailure()) return;
+              runCase(a, {a.kind, P, count, DataType::kFloat64, op, root, inPlace, chunk});
+              if (::testing::Test::HasFatalFailure()) return;
             }
+          if (reduces(a.kind) && chunk == 64 && !inPlace) {
+            for (auto [t, op] :
+                 std::vector<std::pair<DataType, RedOp>>{{DataType::kInt32, RedOp::kAvg},
+                                                         {DataType::kInt32, RedOp::kProd},
+                                                         {DataType::kFloat16, RedOp::kSum},
+                                                         {DataType::kBfloat16, RedOp::kMax}}) {
+              runCase(a, {a.kind, P, count, t, op, roots.back(), false, chunk});
+              if (::testing::Test::HasFatalFailure()) return;
+            }
+          }
         }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, AlgorithmTest,
-                         ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 31, 32, 33, 64));
+std::vector<size_t> countsFor(int P) {
+  std::vector<size_t> counts = {0, 1, 7, 1001};
+  if (P > 2) counts.push_back(static_cast<size_t>(P - 1));
+  return counts;
+}
+
+class SmallWorlds : public ::testing::TestWithParam<int> {};
+TEST_P(SmallWorlds, EveryAlgorithmMatchesTheSerialReference) {
+  runMatrix(GetParam(), countsFor(GetParam()), true, true);
+}
+INSTANTIATE_TEST_SUITE_P(P, SmallWorlds, ::testing::Range(1, 18));
+
+class LargeWorlds : public ::testing::TestWithParam<int> {};
+TEST_P(LargeWorlds, EveryAlgorithmMatchesTheSerialReference) {
+  runMatrix(GetParam(), countsFor(GetParam()), false, false);
+}
+INSTANTIATE_TEST_SUITE_P(P, LargeWorlds, ::testing::Values(31, 32, 33, 64, 100));
+
+// A thousand ranks: every algorithm once, small counts (one of them below P).
+TEST(HugeWorld, EveryAlgorithmAt1024Ranks) {
+  for (const algo::Algorithm& a : algo::allAlgorithms()) {
+    if (!selected(a)) continue;
+    size_t count = a.kind == CollectiveKind::kAllReduce ? 1500 : 3;
+    runCase(a,
+            {a.kind, 1024, count, DataType::kFloat64, RedOp::kSum, 1000, false, size_t{1} << 19});
+    if (HasFatalFailure()) return;
+  }
+}
 
 TEST(ScheduleValidate, RejectsForwardDependency) {
   algo::Schedule s;
