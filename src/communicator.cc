@@ -8,6 +8,7 @@
 #include "algorithms/algorithm.h"
 #include "src/common/log.h"
 #include "src/common/strcat.h"
+#include "src/link_probe.h"
 #include "transports/loopback/loopback_connection.h"
 
 namespace braid {
@@ -38,6 +39,7 @@ Communicator::~Communicator() {
 
 Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo& rendezvous,
                                                            int nranks, int rank, Config config) {
+  BRAID_RETURN_IF_ERROR(Selector::validate(config.algo));
   Deadline deadline = Deadline::after(config.timeoutSeconds);
   BRAID_ASSIGN_OR_RETURN(RendezvousClient client,
                          RendezvousClient::connect(rendezvous, rank, deadline));
@@ -63,6 +65,8 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   }
   comm->owned_.push_back(std::make_unique<transport::LoopbackConnection>(rank));
   comm->connections_[rank] = comm->owned_.back().get();
+  BRAID_ASSIGN_OR_RETURN(algo::LinkModel link, probeLink(*comm));
+  comm->selector_ = Selector(comm->config_.algo, link);
   if (log::enabled(log::Level::kInfo)) {
     std::string interface = "?";
     if (auto list = tcp::listInterfaces(); list.isOk())
@@ -75,6 +79,10 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
                ", address ", comm->tcp_->localAddress(), ", rendezvous ",
                rendezvous.root.toString());
     if (rank == 0) {
+      BRAID_INFO("cost model: alpha ", link.alpha * 1e6, " us, link ", 1e-9 / link.beta,
+                 " GB/s, reduce ", 1e-9 / link.gamma, " GB/s");
+      BRAID_INFO("algorithms at ", nranks, " ranks: ",
+                 comm->selector_.describe(nranks, comm->config_.chunkBytes));
       std::string table;
       for (int p = 0; p < nranks && p < 16; ++p) table += strCat(" ", p, "=", addresses[p]);
       BRAID_INFO("addresses:", table, nranks > 16 ? " ..." : "");
@@ -149,15 +157,11 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       BRAID_TRACE("rank ", rank_, ": ", job.callName, " count ", op.args.count, " ",
                   dataTypeName(op.args.dtype), " stream ", streamIndex);
     } else {
-      auto forced = config_.algo.find(std::string(algo::collectiveName(op.args.kind)));
-      const algo::Algorithm* algorithm = forced != config_.algo.end()
-                                             ? algo::findAlgorithm(op.args.kind, forced->second)
-                                             : algo::defaultAlgorithm(op.args.kind);
-      if (!algorithm) return internalError(strCat("no algorithm for ", op.name));
       algo::CollectiveArgs args = op.args;
       args.rank = rank_;
       args.nranks = nranks_;
       args.chunkBytes = config_.chunkBytes;
+      const algo::Algorithm* algorithm = &selector_.choose(args);
       *schedule = algorithm->plan(args);
       if (schedule->steps.size() >= kMaxMessagesPerPeer)
         return notSupported(strCat(op.name, ": count ", args.count,

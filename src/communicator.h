@@ -18,6 +18,7 @@
 #include "src/common/env.h"
 #include "src/common/status.h"
 #include "src/progress.h"
+#include "src/selector.h"
 #include "transports/tcp/tcp_transport.h"
 #include "transports/transport.h"
 
@@ -64,6 +65,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
   // The algorithm that served the latest call of `kind` (for tests, TRACE).
   std::string lastAlgorithm(algo::CollectiveKind kind) const;
+  const Selector& selector() const { return selector_; }
 
  private:
   Communicator(int rank, int nranks, Config config);
@@ -87,6 +89,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;  // by rank
   double spinSeconds_ = 0;
+  Selector selector_;
   std::atomic<bool> aborted_{false};
   int abortFd_ = -1;
   std::mutex streamsMutex_;

@@ -121,7 +121,6 @@ class JobRunner {
       active_[a] = active_.back();
       active_.pop_back();
       if (state == Request::State::kFailed) {
-        failedPeer_ = steps_[step].peer;
         failWith(describeFailure(step, *request));
         break;
       }
@@ -140,11 +139,11 @@ class JobRunner {
   }
 
   // Aborts the connections that still hold requests on this job's memory.
+  // A failed call leaves the communicator unusable on this rank: every
+  // peer hears why at once (instead of waiting for its own timeout), and no
+  // peer can write into memory this call no longer owns.
   void abandon(const Status& reason) {
-    // The peer of the failed transfer hears why (a mismatch is its error
-    // too); the peers of unfinished ones must not write into our memory.
-    if (failedPeer_ >= 0) job_.connections[failedPeer_]->abort(reason);
-    for (const auto& a : active_) job_.connections[steps_[a.step].peer]->abort(reason);
+    for (transport::Connection* c : job_.connections) c->abort(reason);
     active_.clear();
   }
 
@@ -167,7 +166,6 @@ class JobRunner {
     for (transport::Connection* c : job_.connections) {
       auto stray = c->unclaimed(channel, job_.tagsBelow);
       if (!stray) continue;
-      failedPeer_ = c->peer();
       std::string mine = CallSignature::unpack(job_.tagFor(false, c->peer(), 0).check).describe();
       failWith(invalidUsage(strCat("mismatched calls: rank ", job_.rank, " called ", job_.callName,
                                    " ", mine, " but rank ", c->peer(), " sent it a message of ",
@@ -273,7 +271,6 @@ class JobRunner {
   std::map<int, std::map<uint32_t, int>> readySends_;
   std::map<int, uint32_t> nextSend_;
   size_t remaining_ = 0;
-  int failedPeer_ = -1;
   Status status_;
 };
 

@@ -30,22 +30,16 @@ constexpr EnvParam kParams[] = {
     {"BRAID_SPIN_US", "auto",
      "Microseconds a waiting call polls its connections before sleeping in poll(2): auto (50 when "
      "the ranks fit the cores, else 0) or a number."},
+    {"BRAID_LINK_ALPHA_US", "",
+     "Cost model: microseconds per message. Unset: measured at init between ranks 0 and 1."},
+    {"BRAID_LINK_GBPS", "", "Cost model: link bandwidth in GB/s. Unset: measured at init."},
+    {"BRAID_REDUCE_GBPS", "", "Cost model: reduction speed in GB/s. Unset: measured at init."},
     {"BRAID_RANK", "", "Launcher: this process's rank (with BRAID_WORLD_SIZE and BRAID_ADDR)."},
     {"BRAID_WORLD_SIZE", "", "Launcher: number of ranks."},
     {"BRAID_ADDR", "", "Launcher: host:port where rank 0 listens for the rendezvous."},
     {"BRAID_SECRET", "",
      "Launcher: 32 hex digits shared by all ranks; authenticates every connection of the job."},
 };
-
-// Algorithm names per collective accepted by BRAID_ALGO.
-const std::map<std::string, std::vector<std::string>>& knownAlgorithms() {
-  static const std::map<std::string, std::vector<std::string>> known = {
-      {"allreduce", {"ring"}}, {"broadcast", {"tree"}},     {"reduce", {"tree"}},
-      {"allgather", {"ring"}}, {"reducescatter", {"ring"}}, {"alltoall", {"pairwise"}},
-      {"gather", {"linear"}},  {"scatter", {"linear"}},     {"barrier", {"dissemination"}},
-  };
-  return known;
-}
 
 Status parseAlgo(const std::string& text, std::map<std::string, std::string>* out) {
   size_t pos = 0;
@@ -56,15 +50,8 @@ Status parseAlgo(const std::string& text, std::map<std::string, std::string>* ou
     size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
       return invalidArgument(strCat("BRAID_ALGO: '", item, "' is not collective=algorithm"));
-    std::string coll = item.substr(0, eq), algo = item.substr(eq + 1);
-    auto it = knownAlgorithms().find(coll);
-    if (it == knownAlgorithms().end())
-      return invalidArgument(strCat("BRAID_ALGO: unknown collective '", coll, "'"));
-    bool found = false;
-    for (const auto& name : it->second) found = found || name == algo;
-    if (!found)
-      return invalidArgument(strCat("BRAID_ALGO: unknown algorithm '", algo, "' for ", coll));
-    (*out)[coll] = algo;
+    // The names are checked against the algorithm registry at init.
+    (*out)[item.substr(0, eq)] = item.substr(eq + 1);
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
@@ -122,6 +109,12 @@ Result<Config> loadConfig() {
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_CHUNK_BYTES", c, 4096, 1 << 30, &v));
     config.chunkBytes = static_cast<size_t>(v);
   }
+  if (std::string v = envString("BRAID_LINK_ALPHA_US"); !v.empty())
+    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_LINK_ALPHA_US", v, 0.01, 1e7, &config.linkAlphaMicroseconds));
+  if (std::string v = envString("BRAID_LINK_GBPS"); !v.empty())
+    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_LINK_GBPS", v, 1e-4, 1e5, &config.linkGigabytesPerSecond));
+  if (std::string v = envString("BRAID_REDUCE_GBPS"); !v.empty())
+    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_REDUCE_GBPS", v, 1e-4, 1e5, &config.reduceGigabytesPerSecond));
   if (std::string spin = envString("BRAID_SPIN_US"); !spin.empty() && spin != "auto")
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SPIN_US", spin, 0, 1e6, &config.spinMicroseconds));
   return config;

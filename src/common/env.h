@@ -29,6 +29,10 @@ struct Config {
   std::string socketIfname;                 // BRAID_SOCKET_IFNAME
   size_t chunkBytes = 1 << 19;              // BRAID_CHUNK_BYTES: pipelining unit
   double spinMicroseconds = -1;             // BRAID_SPIN_US (-1 = automatic)
+  // Cost model figures; 0 = measured at init.
+  double linkAlphaMicroseconds = 0;         // BRAID_LINK_ALPHA_US
+  double linkGigabytesPerSecond = 0;        // BRAID_LINK_GBPS
+  double reduceGigabytesPerSecond = 0;      // BRAID_REDUCE_GBPS
 };
 
 // Reads the environment, validates every BRAID_* variable present.

@@ -11,6 +11,7 @@
 #include "src/bootstrap.h"
 #include "src/common/env.h"
 #include "src/progress.h"
+#include "src/selector.h"
 
 namespace braid {
 namespace {
@@ -46,8 +47,6 @@ TEST(Config, MalformedValuesAreErrors) {
                                                         {"BRAID_TIMEOUT", "5s"},
                                                         {"BRAID_DEBUG", "LOUD"},
                                                         {"BRAID_TRANSPORT", "carrier-pigeon"},
-                                                        {"BRAID_ALGO", "allreduce=teleport"},
-                                                        {"BRAID_ALGO", "allreduse=ring"},
                                                         {"BRAID_ALGO", "allreduce"},
                                                         {"BRAID_CHUNK_BYTES", "12"}}) {
     ScopedEnv e(name, value);
@@ -138,6 +137,48 @@ TEST(BootstrapInterface, AutomaticChoiceAcceptsConnections) {
   auto bound = tcp::SocketAddress::ofSocket(listener->get(), false);
   ASSERT_TRUE(bound.isOk());
   EXPECT_TRUE(tcp::connectTo(*bound, Deadline::after(2)).isOk()) << bound->toString();
+}
+
+}  // namespace
+}  // namespace braid
+
+namespace braid {
+namespace {
+
+TEST(Selector, UnknownNamesInBraidAlgoAreErrorsListingTheKnownOnes) {
+  auto bad = Selector::validate({{"allreduce", "teleport"}});
+  EXPECT_EQ(bad.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("teleport"), std::string::npos);
+  EXPECT_NE(bad.message().find("ring"), std::string::npos) << bad.message();
+  auto badCollective = Selector::validate({{"allreduse", "ring"}});
+  EXPECT_EQ(badCollective.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(badCollective.message().find("allreduse"), std::string::npos);
+  EXPECT_TRUE(Selector::validate({{"allreduce", "ring"}, {"broadcast", "tree"}}).isOk());
+}
+
+TEST(Selector, ForcedAlgorithmWinsOverTheModel) {
+  Selector s({{"allreduce", "ring"}}, algo::LinkModel{});
+  algo::CollectiveArgs args;
+  args.nranks = 4;
+  for (size_t count : {size_t{1}, size_t{1} << 24}) {
+    args.count = count;
+    EXPECT_EQ(s.choose(args).name, "ring");
+  }
+}
+
+TEST(Selector, ChoosesTheLowestEstimate) {
+  Selector s({}, algo::LinkModel{});
+  for (int P : {2, 3, 8, 64})
+    for (size_t count : {size_t{1}, size_t{1000}, size_t{1} << 22}) {
+      algo::CollectiveArgs args;
+      args.nranks = P;
+      args.count = count;
+      const algo::Algorithm& chosen = s.choose(args);
+      for (const auto& a : algo::allAlgorithms())
+        if (a.kind == args.kind)
+          EXPECT_LE(chosen.estimate(args, s.link()).seconds, a.estimate(args, s.link()).seconds)
+              << chosen.name << " vs " << a.name << " P=" << P << " count=" << count;
+    }
 }
 
 }  // namespace

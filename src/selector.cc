@@ -1,0 +1,97 @@
+#include "src/selector.h"
+
+#include <limits>
+
+#include "src/common/strcat.h"
+
+namespace braid {
+
+using algo::CollectiveKind;
+
+namespace {
+
+constexpr CollectiveKind kSelectable[] = {
+    CollectiveKind::kAllReduce,     CollectiveKind::kBroadcast, CollectiveKind::kReduce,
+    CollectiveKind::kAllGather,     CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll,
+    CollectiveKind::kGather,        CollectiveKind::kScatter,   CollectiveKind::kBarrier};
+
+std::string namesOf(CollectiveKind kind) {
+  std::string out;
+  for (const auto& a : algo::allAlgorithms())
+    if (a.kind == kind) out += strCat(out.empty() ? "" : ", ", a.name);
+  return out;
+}
+
+std::string sizeText(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 3) bytes /= 1024, ++u;
+  return strCat(static_cast<long long>(bytes), " ", units[u]);
+}
+
+}  // namespace
+
+bool collectiveFromName(const std::string& name, CollectiveKind* kind) {
+  for (CollectiveKind k : kSelectable)
+    if (algo::collectiveName(k) == name) {
+      *kind = k;
+      return true;
+    }
+  return false;
+}
+
+Status Selector::validate(const std::map<std::string, std::string>& forced) {
+  for (const auto& [collective, name] : forced) {
+    CollectiveKind kind;
+    if (!collectiveFromName(collective, &kind)) {
+      std::string known;
+      for (CollectiveKind k : kSelectable) known += strCat(known.empty() ? "" : ", ", algo::collectiveName(k));
+      return invalidArgument(strCat("BRAID_ALGO: unknown collective '", collective, "' (known: ", known, ")"));
+    }
+    if (!algo::findAlgorithm(kind, name))
+      return invalidArgument(strCat("BRAID_ALGO: unknown algorithm '", name, "' for ", collective,
+                                    " (known: ", namesOf(kind), ")"));
+  }
+  return Status::ok();
+}
+
+const algo::Algorithm& Selector::choose(const algo::CollectiveArgs& args) const {
+  if (auto it = forced_.find(std::string(algo::collectiveName(args.kind))); it != forced_.end())
+    if (const algo::Algorithm* a = algo::findAlgorithm(args.kind, it->second)) return *a;
+  const algo::Algorithm* best = algo::defaultAlgorithm(args.kind);
+  double bestSeconds = std::numeric_limits<double>::infinity();
+  // Registry order breaks ties, so equal estimates still agree across ranks.
+  for (const auto& a : algo::allAlgorithms()) {
+    if (a.kind != args.kind) continue;
+    double s = a.estimate(args, link_).seconds;
+    if (s < bestSeconds) {
+      bestSeconds = s;
+      best = &a;
+    }
+  }
+  return *best;
+}
+
+std::string Selector::describe(int nranks, size_t chunkBytes) const {
+  std::string out;
+  for (CollectiveKind kind : kSelectable) {
+    algo::CollectiveArgs args;
+    args.kind = kind;
+    args.nranks = nranks;
+    args.dtype = DataType::kFloat32;
+    args.chunkBytes = chunkBytes;
+    std::string line = strCat(algo::collectiveName(kind), ":");
+    std::string_view current;
+    for (double bytes = 4; bytes <= double{1 << 30}; bytes *= 2) {
+      args.count = static_cast<size_t>(bytes / 4);
+      std::string_view name = choose(args).name;
+      if (name == current) continue;
+      line += current.empty() ? strCat(" ", name) : strCat(" < ", sizeText(bytes), " <= ", name);
+      current = name;
+    }
+    out += (out.empty() ? "" : "; ") + line;
+  }
+  return out;
+}
+
+}  // namespace braid
