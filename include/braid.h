@@ -158,6 +158,15 @@ braidResult_t braidCommCount(braidComm_t comm, int* count);
 /* This process's rank in `comm`. Errors: braidInvalidArgument (NULL). */
 braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
 
+/* braid extension: the name of the algorithm that served this rank's latest
+ * call of `collective` on `comm` ("allreduce", "broadcast", "reduce",
+ * "allgather", "reducescatter", "alltoall", "gather", "scatter", "barrier"),
+ * or "" before the first such call. The string is static. With
+ * BRAID_DEBUG=TRACE every call also logs its algorithm.
+ * Errors: braidInvalidArgument (NULL pointer, unknown collective name). */
+braidResult_t braidCommGetLastAlgorithm(braidComm_t comm, const char* collective,
+                                        const char** algorithm);
+
 /* ---------------------------------------------------------------------------
  * Collectives. Every rank of `comm` calls the same collective with the same
  * count, datatype, op and root, in the same order. Errors common to all:

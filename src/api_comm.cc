@@ -255,4 +255,22 @@ braidResult_t braidCommUserRank(braidComm_t comm, int* rank) {
   });
 }
 
+braidResult_t braidCommGetLastAlgorithm(braidComm_t comm, const char* collective,
+                                        const char** algorithm) {
+  return guard("braidCommGetLastAlgorithm", [&]() -> Status {
+    if (!comm || comm->magic != braidComm::kMagic)
+      return braid::invalidArgument("comm is NULL or not live");
+    if (!collective) return braid::invalidArgument("collective is NULL");
+    if (!algorithm) return braid::invalidArgument("algorithm is NULL");
+    braid::algo::CollectiveKind kind;
+    if (!braid::collectiveFromName(collective, &kind))
+      return braid::invalidArgument(
+          braid::strCat("collective '", collective, "' is not a collective name"));
+    // Names live in the static algorithm registry, so the pointer stays valid.
+    std::string_view name = comm->comm->lastAlgorithm(kind);
+    *algorithm = name.empty() ? "" : name.data();
+    return Status::ok();
+  });
+}
+
 }  // extern "C"

@@ -114,7 +114,7 @@ ErrorCode Communicator::asyncError() const {
   return static_cast<ErrorCode>(asyncError_.load());
 }
 
-std::string Communicator::lastAlgorithm(algo::CollectiveKind kind) const {
+std::string_view Communicator::lastAlgorithm(algo::CollectiveKind kind) const {
   std::lock_guard lock(lastAlgorithmMutex_);
   auto it = lastAlgorithm_.find(kind);
   return it == lastAlgorithm_.end() ? "" : it->second;
@@ -174,7 +174,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       job.serialKey = &st;
       {
         std::lock_guard lock(lastAlgorithmMutex_);
-        lastAlgorithm_[op.args.kind] = std::string(algorithm->name);
+        lastAlgorithm_[op.args.kind] = algorithm->name;
       }
       BRAID_TRACE("rank ", rank_, ": ", job.callName, " ", signature.describe(), " algorithm ",
                   algorithm->name, " stream ", streamIndex, " steps ", schedule->steps.size());

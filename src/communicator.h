@@ -64,7 +64,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   ErrorCode asyncError() const;
 
   // The algorithm that served the latest call of `kind` (for tests, TRACE).
-  std::string lastAlgorithm(algo::CollectiveKind kind) const;
+  std::string_view lastAlgorithm(algo::CollectiveKind kind) const;
   const Selector& selector() const { return selector_; }
 
  private:
@@ -97,7 +97,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   int nextStream_ = 1;
   std::atomic<int> asyncError_{0};
   mutable std::mutex lastAlgorithmMutex_;
-  std::map<algo::CollectiveKind, std::string> lastAlgorithm_;
+  std::map<algo::CollectiveKind, std::string_view> lastAlgorithm_;
 };
 
 }  // namespace braid

@@ -379,6 +379,48 @@ TEST_P(PipelinedCollectives, LargeCounts) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSize, PipelinedCollectives, ::testing::Values(2, 3, 4), sizeName);
 
+// One collective's matrix with BRAID_ALGO forced to FORCE_ALGO (set by the
+// build, one test per algorithm, e.g. "allgather=bruck"): every algorithm
+// passes on real processes over TCP, and braidCommGetLastAlgorithm shows it
+// is the one that ran.
+class ForcedAlgorithm : public ::testing::TestWithParam<int> {};
+
+TEST_P(ForcedAlgorithm, Matrix) {
+  const char* forced = std::getenv("FORCE_ALGO");
+  ASSERT_NE(forced, nullptr) << "FORCE_ALGO=collective=algorithm is not set";
+  const std::string spec = forced;
+  const std::string collective = spec.substr(0, spec.find('='));
+  const std::string algorithm = spec.substr(spec.find('=') + 1);
+  const std::pair<const char*, Coll> names[] = {{"allreduce", Coll::kAllReduce},
+                                                {"broadcast", Coll::kBroadcast},
+                                                {"reduce", Coll::kReduce},
+                                                {"allgather", Coll::kAllGather},
+                                                {"reducescatter", Coll::kReduceScatter},
+                                                {"alltoall", Coll::kAllToAll},
+                                                {"gather", Coll::kGather},
+                                                {"scatter", Coll::kScatter}};
+  const Coll* coll = nullptr;
+  for (const auto& [name, c] : names)
+    if (collective == name) coll = &c;
+  ASSERT_NE(coll, nullptr) << "unknown collective in FORCE_ALGO: " << collective;
+  RunOptions options;
+  options.env = {{"BRAID_ALGO", spec}};
+  Plan plan;
+  plan.hugeAllReduce = false;
+  runRanks(
+      GetParam(),
+      [&](RankContext& ctx) {
+        Matrix m(ctx);
+        for (const Case& k : m.cases(*coll, plan)) m.run(*coll, k);
+        const char* used = nullptr;
+        RANK_ASSERT_OK(braidCommGetLastAlgorithm(ctx.comm, collective.c_str(), &used));
+        RANK_EXPECT_EQ(std::string(used), algorithm);
+      },
+      std::chrono::seconds(240), options);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSize, ForcedAlgorithm, ::testing::Range(2, 9), sizeName);
+
 void splitBody(RankContext& ctx) {
   int n = ctx.nranks, me = ctx.rank;
   ctx.step("braidCommSplit(color = rank % 2, key = -rank)");
