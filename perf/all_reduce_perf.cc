@@ -37,6 +37,7 @@ int64_t allReduceCheck(const TestContext& ctx, const void* recv) {
 
 constexpr braid::perf::Collective kAllReduce = {
     .name = "all_reduce_perf",
+    .braidName = "allreduce",
     .usesOp = true,
     .usesRoot = false,
     .sizesFor = allReduceSizes,

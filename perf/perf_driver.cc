@@ -46,6 +46,7 @@ struct Options {
   size_t minBytes = 0, maxBytes = 0;
   std::string stepText;  // for the preamble: "2(factor)" or "1048576(bytes)"
   int iters = 20, warmupIters = 1, checkIters = 1, average = 1, blocking = 0, root = 0;
+  bool showAlgorithm = false;
   std::vector<const DataType*> types;
   std::vector<RedOp> ops;
 };
@@ -92,6 +93,7 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   add("a,average", "time reported: 0 rank 0, 1 average, 2 minimum, 3 maximum over ranks",
       number("1"));
   add("z,blocking", "accepted; every call completes before it returns", number("0"));
+  add("A,algorithm", "1: add a column naming the algorithm braid chose", number("0"));
   add("h,help", "print this help");
   cxxopts::ParseResult args = spec.parse(argc, argv);
   if (args.count("help")) {
@@ -108,6 +110,7 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   options.average = args["average"].as<int>();
   options.blocking = args["blocking"].as<int>();
   options.root = args["root"].as<int>();
+  options.showAlgorithm = args["algorithm"].as<int>() != 0;
   if (options.iters < 1 || options.warmupIters < 0 || options.checkIters < 0) {
     throw std::invalid_argument("iters must be >= 1, warmup_iters and check >= 0");
   }
@@ -338,6 +341,12 @@ class PerfRun {
                         fitNumber(algBw, 6).c_str(), fitNumber(busBw, 6).c_str(), wrong.c_str());
     }
     if (rank_ != 0) return;
+    if (options_.showAlgorithm) {
+      const char* algorithm = "?";
+      (void)braidCommGetLastAlgorithm(comm_, collective_.braidName, &algorithm);
+      length +=
+          std::snprintf(row + length, sizeof(row) - static_cast<size_t>(length), "  %s", algorithm);
+    }
     std::printf("%s\n", row);
     std::fflush(stdout);
   }

@@ -52,9 +52,10 @@ struct TestContext {
 
 // What a test supplies to the driver.
 struct Collective {
-  const char* name;  // "all_reduce_perf"
-  bool usesOp;       // else the redop column reads "none"
-  bool usesRoot;     // else the root column reads -1
+  const char* name;       // "all_reduce_perf"
+  const char* braidName;  // "allreduce", for braidCommGetLastAlgorithm
+  bool usesOp;            // else the redop column reads "none"
+  bool usesRoot;          // else the root column reads -1
   Sizes (*sizesFor)(size_t bytes, size_t eltSize, int nranks);
   double (*busBwFactor)(int nranks);  // busbw = algbw * factor
   // Fills this rank's send buffer (ctx.sizes.sendCount elements).
