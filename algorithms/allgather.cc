@@ -38,7 +38,8 @@ Schedule planAllGatherDoubling(const CollectiveArgs& args) {
   Schedule plan;
   const int P = args.nranks, r = args.rank;
   const size_t bb = args.bytes();
-  const Slice own = args.inPlace ? blockRange(BufferId::kRecv, r, 1, bb) : Slice{BufferId::kSend, 0, bb};
+  const Slice own =
+      args.inPlace ? blockRange(BufferId::kRecv, r, 1, bb) : Slice{BufferId::kSend, 0, bb};
   const Slice all = blockRange(BufferId::kRecv, 0, P, bb);
   if (P == 1) {
     if (!args.inPlace) plan.copy(all, own);
@@ -76,7 +77,8 @@ Schedule planAllGatherBruck(const CollectiveArgs& args) {
   Schedule plan;
   const int P = args.nranks, r = args.rank;
   const size_t bb = args.bytes();
-  const Slice own = args.inPlace ? blockRange(BufferId::kRecv, r, 1, bb) : Slice{BufferId::kSend, 0, bb};
+  const Slice own =
+      args.inPlace ? blockRange(BufferId::kRecv, r, 1, bb) : Slice{BufferId::kSend, 0, bb};
   if (P == 1) {
     if (!args.inPlace) plan.copy(blockRange(BufferId::kRecv, 0, 1, bb), own);
     return plan;

@@ -33,7 +33,8 @@ namespace {
 std::vector<Range> runsWithBit(int P, int bit) {
   std::vector<Range> runs;
   for (int start = bit; start < P; start += 2 * bit)
-    runs.push_back({static_cast<size_t>(start), static_cast<size_t>(std::min(start + bit, P) - start)});
+    runs.push_back(
+        {static_cast<size_t>(start), static_cast<size_t>(std::min(start + bit, P) - start)});
   return runs;
 }
 
@@ -74,10 +75,11 @@ Schedule planAllToAllBruck(const CollectiveArgs& args) {
       at += run.size;
     }
     const int n = static_cast<int>(at);
-    StepIndex sent = plan.send(modRank(r + bit, P), blockRange(BufferId::kScratch, 0, n, bb, sendStage),
-                               joinSteps(plan, packed));
-    StepIndex got = plan.recv(modRank(r - bit, P), blockRange(BufferId::kScratch, 0, n, bb, recvStage),
-                              roundDone);
+    StepIndex sent =
+        plan.send(modRank(r + bit, P), blockRange(BufferId::kScratch, 0, n, bb, sendStage),
+                  joinSteps(plan, packed));
+    StepIndex got = plan.recv(modRank(r - bit, P),
+                              blockRange(BufferId::kScratch, 0, n, bb, recvStage), roundDone);
     std::vector<StepIndex> done = {sent};
     at = 0;
     for (size_t j = 0; j < runs.size(); ++j) {

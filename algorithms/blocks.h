@@ -65,7 +65,8 @@ struct Fold {
 // Bytes of `n` consecutive blocks starting at block `first`, in a buffer of
 // blocks of `blockBytes` that starts at `base`.
 inline Slice blockRange(BufferId buffer, long first, long n, size_t blockBytes, size_t base = 0) {
-  return {buffer, base + static_cast<size_t>(first) * blockBytes, static_cast<size_t>(n) * blockBytes};
+  return {buffer, base + static_cast<size_t>(first) * blockBytes,
+          static_cast<size_t>(n) * blockBytes};
 }
 
 // A vector of `count` elements cut into P blocks numbered by virtual rank

@@ -19,7 +19,8 @@
 //    allgather:         v0 -> v1 -> v2 -> v3 -> v0, P-1 steps of one block
 //
 //   time ceil(log2 P) alpha + (P-1)/P n beta        (scatter)
-//      + (P-1 + C-1) (alpha + (n/(P C)) beta)       (ring, C chunks a block)
+//      + (P-1) C (alpha + (n/(P C)) beta)           (ring, C chunks a block:
+//   every link carries P-1 blocks, so chunking the ring does not shorten it)
 //   about 2n beta for large n, against the binomial tree's log2(P) n beta.
 #include <algorithm>
 #include <cmath>
@@ -67,7 +68,8 @@ Schedule planBroadcastScatterAllGather(const CollectiveArgs& args) {
   const int v = modRank(args.rank - root, P);
   const size_t es = args.elementSize();
   if (P == 1) {
-    if (!args.inPlace) plan.copy({BufferId::kRecv, 0, args.bytes()}, {BufferId::kSend, 0, args.bytes()});
+    if (!args.inPlace)
+      plan.copy({BufferId::kRecv, 0, args.bytes()}, {BufferId::kSend, 0, args.bytes()});
     return plan;
   }
   const VectorBlocks blocks(args.count, P, es, args.chunkBytes);
@@ -80,7 +82,8 @@ Schedule planBroadcastScatterAllGather(const CollectiveArgs& args) {
   StepIndex own = kNoStep;  // block v is in Recv
   const BufferId from = v == 0 ? BufferId::kSend : BufferId::kRecv;
   if (v == 0) {
-    if (!args.inPlace) own = plan.copy(blocks.range(BufferId::kRecv, 0, 1), blocks.range(BufferId::kSend, 0, 1));
+    if (!args.inPlace)
+      own = plan.copy(blocks.range(BufferId::kRecv, 0, 1), blocks.range(BufferId::kSend, 0, 1));
   } else {
     own = plan.recv(real(binomialParent(v)), blocks.range(BufferId::kRecv, v, subtreeSize(v, P)));
   }
@@ -98,9 +101,11 @@ Schedule planBroadcastScatterAllGather(const CollectiveArgs& args) {
   for (int s = 0; s < P - 1; ++s) {
     const int sendBlock = modRank(v - s, P), recvBlock = modRank(v - s - 1, P);
     for (size_t c = 0; c < C; ++c)
-      plan.send(next, blocks.chunk(BufferId::kRecv, sendBlock, c), s == 0 ? own : received[s - 1][c]);
+      plan.send(next, blocks.chunk(BufferId::kRecv, sendBlock, c),
+                s == 0 ? own : received[s - 1][c]);
     for (size_t c = 0; c < C; ++c)
-      received[s][c] = plan.recv(prev, blocks.chunk(BufferId::kRecv, recvBlock, c), scatterSend[recvBlock]);
+      received[s][c] =
+          plan.recv(prev, blocks.chunk(BufferId::kRecv, recvBlock, c), scatterSend[recvBlock]);
   }
   return plan;
 }
@@ -138,7 +143,7 @@ Cost estimateBroadcastScatterAllGather(const CollectiveArgs& a, const LinkModel&
   c.steps = lg + P - 1;
   c.bytesSent = 2 * (P - 1) * block;
   c.seconds = lg * m.alpha + (P - 1) * block * m.beta +
-              (P - 1 + chunks - 1) * (m.alpha + block / chunks * m.beta);
+              (P - 1) * chunks * (m.alpha + block / chunks * m.beta);
   return c;
 }
 

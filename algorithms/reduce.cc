@@ -17,8 +17,9 @@
 // Blocks are chunked as in the ring, so sending, receiving and reducing
 // overlap; incoming chunks and partial sums use two alternating slots each.
 //
-//   time (P-1 + C-1) (alpha + (n/(P C)) max(beta, gamma))   (ring, C chunks a block)
-//      + ceil(log2 P) alpha + (P-1)/P n beta               (gather)
+//   time (P-1) C (alpha + (n/(P C)) max(beta, gamma))   (ring, C chunks a block;
+//        every link carries P-1 blocks, reduction overlapping transfer)
+//      + ceil(log2 P) alpha + (P-1)/P n beta           (gather)
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -109,7 +110,8 @@ Schedule planReduceScatterGather(const CollectiveArgs& args) {
         reads.insert(reads.end(), readers[b].begin(), readers[b].end());
       guard = joinSteps(plan, reads);
     }
-    ready.push_back(plan.recv(real(child), area(blocks.range(BufferId::kRecv, child, size)), guard));
+    ready.push_back(
+        plan.recv(real(child), area(blocks.range(BufferId::kRecv, child, size)), guard));
   }
   if (v != 0)
     plan.send(real(binomialParent(v)), area(blocks.range(BufferId::kRecv, v, subtree)),
@@ -128,7 +130,7 @@ Cost estimateReduceScatterGather(const CollectiveArgs& a, const LinkModel& m) {
   const int lg = ceilLog2(P);
   c.steps = P - 1 + lg;
   c.bytesSent = (P - 1) * block + (P - floorPow2(P - 1)) * block;
-  c.seconds = (P - 1 + chunks - 1) * (m.alpha + block / chunks * std::max(m.beta, m.gamma)) +
+  c.seconds = (P - 1) * chunks * (m.alpha + block / chunks * std::max(m.beta, m.gamma)) +
               lg * m.alpha + (P - 1) * block * m.beta;
   return c;
 }

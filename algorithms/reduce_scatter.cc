@@ -11,11 +11,11 @@
 // whole vector to 2i+1, which acts for both (new rank i owns blocks 2i
 // and 2i+1) and sends block 2i back at the end.
 //
-//    P = 4:   round d=2:  q0 <-b2 b3-> q2    q1 <-b2 b3-> q3   (q0 keeps b0 b1)
-//             round d=1:  q0 <-b1---b0-> q1  q2 <-b3---b2-> q3
+//    P = 4:   d = 2:  q0 --b2 b3--> q2, q2 --b0 b1--> q0   (likewise q1, q3)
+//             d = 1:  q0 --b1--> q1, q1 --b0--> q0         (likewise q2, q3)
 //
-//    P = 6:   fold 0 --all--> 1, 2 --all--> 3; the rounds over new ranks
-//             {1, 3, 4, 5} own blocks {0-1, 2-3, 4, 5}; then 1 --b0--> 0, 3 --b2--> 2
+//    P = 6:   fold 0 --all--> 1, 2 --all--> 3; ranks 1, 3, 4, 5 are new ranks
+//             0-3 and own blocks 0-1, 2-3, 4, 5; then 1 --b0--> 0, 3 --b2--> 2
 //
 //   time log2(p2) alpha + (p2-1)/p2 N (beta + gamma), N = P count bytes
 //        + (rem > 0): 2 alpha + N (beta + gamma) + count beta for the fold.
@@ -74,7 +74,8 @@ Schedule planReduceScatterHalving(const CollectiveArgs& args) {
     plan.send(peer, current(other, otherN), last);
     incomingBytes = std::max(incomingBytes, mineN * bb);
     // The incoming slot is free once the previous round's reduction read it.
-    StepIndex got = plan.recv(peer, blockRange(BufferId::kScratch, 0, mineN, bb, incomingBase), last);
+    StepIndex got =
+        plan.recv(peer, blockRange(BufferId::kScratch, 0, mineN, bb, incomingBase), last);
     auto incoming = [&](int block) {
       return blockRange(BufferId::kScratch, block - mine, 1, bb, incomingBase);
     };

@@ -185,20 +185,22 @@ Schedule planAllGatherRing(const CollectiveArgs& args) {
 
 namespace {
 
-// A ring phase: P-1 rounds of one block each; with C chunks per block the
-// pipeline adds C-1 chunk times but overlaps reduction with transfer.
+// Every link carries P-1 blocks per phase, chunk after chunk, so the wire
+// time is the whole of it: rounds * block * beta, plus alpha per chunk
+// message. One engine thread sends and reduces, so reduction adds to it
+// rather than hiding behind it: (P-1) * block * gamma for the reducing
+// phase. Pipelining buys the overlap of latency, not fewer bytes.
 Cost ringPhases(const CollectiveArgs& a, const LinkModel& m, int phases, bool reduces) {
   const int P = a.nranks;
   Cost c;
   if (P == 1) return c;
   const double block = static_cast<double>(a.bytes()) / P;
   const double chunks = std::max(1.0, std::ceil(block / std::max<size_t>(a.chunkBytes, 1)));
-  const double chunk = block / chunks;
   const double rounds = phases * (P - 1);
   c.steps = static_cast<int>(rounds);
   c.bytesSent = rounds * block;
-  const double perChunk = m.alpha + chunk * std::max(m.beta, reduces ? m.gamma : 0.0);
-  c.seconds = (rounds + chunks - 1) * perChunk;
+  c.seconds = rounds * chunks * m.alpha + rounds * block * m.beta +
+              (reduces ? (P - 1) * block * m.gamma : 0.0);
   return c;
 }
 

@@ -81,8 +81,8 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
     if (rank == 0) {
       BRAID_INFO("cost model: alpha ", link.alpha * 1e6, " us, link ", 1e-9 / link.beta,
                  " GB/s, reduce ", 1e-9 / link.gamma, " GB/s");
-      BRAID_INFO("algorithms at ", nranks, " ranks: ",
-                 comm->selector_.describe(nranks, comm->config_.chunkBytes));
+      BRAID_INFO("algorithms at ", nranks,
+                 " ranks: ", comm->selector_.describe(nranks, comm->config_.chunkBytes));
       std::string table;
       for (int p = 0; p < nranks && p < 16; ++p) table += strCat(" ", p, "=", addresses[p]);
       BRAID_INFO("addresses:", table, nranks > 16 ? " ..." : "");

@@ -29,7 +29,8 @@ Operation pointToPoint(bool isSend, int peer, void* data, size_t bytes) {
 
 // Seconds per round trip of `bytes` between ranks 0 and 1, best of 3
 // batches (the least disturbed one is the link's own figure).
-Result<double> roundTrip(Communicator& comm, std::vector<uint8_t>& buffer, size_t bytes, int iters) {
+Result<double> roundTrip(Communicator& comm, std::vector<uint8_t>& buffer, size_t bytes,
+                         int iters) {
   const int peer = 1 - comm.rank();
   Operation first = pointToPoint(comm.rank() == 0, peer, buffer.data(), bytes);
   Operation second = pointToPoint(comm.rank() != 0, peer, buffer.data(), bytes);
@@ -90,7 +91,8 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
   }
   if (config.linkAlphaMicroseconds > 0) model.alpha = config.linkAlphaMicroseconds * 1e-6;
   if (config.linkGigabytesPerSecond > 0) model.beta = 1.0 / (config.linkGigabytesPerSecond * 1e9);
-  if (config.reduceGigabytesPerSecond > 0) model.gamma = 1.0 / (config.reduceGigabytesPerSecond * 1e9);
+  if (config.reduceGigabytesPerSecond > 0)
+    model.gamma = 1.0 / (config.reduceGigabytesPerSecond * 1e9);
   return model;
 }
 

@@ -1,6 +1,7 @@
 #include "src/progress.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -332,7 +333,11 @@ Status runJobs(std::span<Job> jobs) {
         timeout = std::min(timeout, r->job().timeoutSeconds);
         spin = std::max(spin, r->job().spinSeconds);
       }
-    if (idle < spin) continue;
+    if (idle < spin) {
+      // Yield while spinning: an oversubscribed peer may need this core.
+      sched_yield();
+      continue;
+    }
     if (idle >= timeout) {
       for (auto& r : runners)
         if (!r->finished())

@@ -11,9 +11,9 @@ using algo::CollectiveKind;
 namespace {
 
 constexpr CollectiveKind kSelectable[] = {
-    CollectiveKind::kAllReduce,     CollectiveKind::kBroadcast, CollectiveKind::kReduce,
-    CollectiveKind::kAllGather,     CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll,
-    CollectiveKind::kGather,        CollectiveKind::kScatter,   CollectiveKind::kBarrier};
+    CollectiveKind::kAllReduce, CollectiveKind::kBroadcast,     CollectiveKind::kReduce,
+    CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll,
+    CollectiveKind::kGather,    CollectiveKind::kScatter,       CollectiveKind::kBarrier};
 
 std::string namesOf(CollectiveKind kind) {
   std::string out;
@@ -45,8 +45,10 @@ Status Selector::validate(const std::map<std::string, std::string>& forced) {
     CollectiveKind kind;
     if (!collectiveFromName(collective, &kind)) {
       std::string known;
-      for (CollectiveKind k : kSelectable) known += strCat(known.empty() ? "" : ", ", algo::collectiveName(k));
-      return invalidArgument(strCat("BRAID_ALGO: unknown collective '", collective, "' (known: ", known, ")"));
+      for (CollectiveKind k : kSelectable)
+        known += strCat(known.empty() ? "" : ", ", algo::collectiveName(k));
+      return invalidArgument(
+          strCat("BRAID_ALGO: unknown collective '", collective, "' (known: ", known, ")"));
     }
     if (!algo::findAlgorithm(kind, name))
       return invalidArgument(strCat("BRAID_ALGO: unknown algorithm '", name, "' for ", collective,

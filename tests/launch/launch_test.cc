@@ -70,10 +70,11 @@ int runRanks(int n, const std::function<std::map<std::string, std::string>(int)>
 TEST(Launch, Braidrun) {
   auto [status, out] = run(envOrFail("BRAIDRUN") + " -n 4 " + envOrFail("ENV_RANK"));
   EXPECT_EQ(status, 0) << out;
-  for (int r = 0; r < 4; ++r)
-    EXPECT_NE(out.find("[" + std::to_string(r) + "] rank " + std::to_string(r) + " of 4 ok"),
-              std::string::npos)
-        << out;
+  for (int r = 0; r < 4; ++r) {
+    char line[64];
+    std::snprintf(line, sizeof(line), "[%d] rank %d of 4 ok", r, r);
+    EXPECT_NE(out.find(line), std::string::npos) << out;
+  }
 }
 
 TEST(Launch, OpenMpiMpirun) {
@@ -117,7 +118,9 @@ TEST(Launch, MissingVariablesAreAClearError) {
 }
 
 TEST(Launch, PartialVariablesNameTheMissingOne) {
-  auto [status, out] = run("env BRAID_RANK=0 BRAID_ADDR=127.0.0.1:1 " + envOrFail("ENV_RANK"));
+  std::string command = "env BRAID_RANK=0 BRAID_ADDR=127.0.0.1:1 ";
+  command.append(envOrFail("ENV_RANK"));
+  auto [status, out] = run(command);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("BRAID_WORLD_SIZE"), std::string::npos) << out;
 }
