@@ -178,6 +178,7 @@ Buffer allocateBuffer(size_t bytes) {
 struct Measurement {
   double timeUs = 0;
   int64_t wrong = 0;
+  const char* algorithm = "?";  // what braid chose for the timed calls
 };
 
 // One process's run of the sweep. A failed braid call ends the process (after
@@ -294,6 +295,8 @@ class PerfRun {
 
     Measurement result;
     result.timeUs = elapsed.count() / options_.iters;
+    // Asked before the driver's own AllReduce below replaces the answer.
+    (void)braidCommGetLastAlgorithm(comm_, collective_.braidName, &result.algorithm);
     static constexpr braidRedOp_t kTimeReduction[] = {braidSum, braidSum, braidMin, braidMax};
     if (options_.average != 0) {
       expectOk(braidAllReduce(&result.timeUs, &result.timeUs, 1, braidFloat64,
@@ -341,12 +344,9 @@ class PerfRun {
                         fitNumber(algBw, 6).c_str(), fitNumber(busBw, 6).c_str(), wrong.c_str());
     }
     if (rank_ != 0) return;
-    if (options_.showAlgorithm) {
-      const char* algorithm = "?";
-      (void)braidCommGetLastAlgorithm(comm_, collective_.braidName, &algorithm);
-      length +=
-          std::snprintf(row + length, sizeof(row) - static_cast<size_t>(length), "  %s", algorithm);
-    }
+    if (options_.showAlgorithm)
+      length += std::snprintf(row + length, sizeof(row) - static_cast<size_t>(length), "  %s",
+                              outOfPlace.algorithm);
     std::printf("%s\n", row);
     std::fflush(stdout);
   }
