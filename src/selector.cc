@@ -61,13 +61,17 @@ const algo::Algorithm& Selector::choose(const algo::CollectiveArgs& args) const 
   if (auto it = forced_.find(std::string(algo::collectiveName(args.kind))); it != forced_.end())
     if (const algo::Algorithm* a = algo::findAlgorithm(args.kind, it->second)) return *a;
   const algo::Algorithm* best = algo::defaultAlgorithm(args.kind);
-  double bestSeconds = std::numeric_limits<double>::infinity();
-  // Registry order breaks ties, so equal estimates still agree across ranks.
+  algo::Cost bestCost{std::numeric_limits<double>::infinity(), 0, 0};
+  // Equal predicted times go to the algorithm with fewer rounds (less
+  // exposed to latency the model underrates), then to registry order, so
+  // ranks never disagree.
   for (const auto& a : algo::allAlgorithms()) {
     if (a.kind != args.kind) continue;
-    double s = a.estimate(args, link_).seconds;
-    if (s < bestSeconds) {
-      bestSeconds = s;
+    algo::Cost c = a.estimate(args, link_);
+    bool equal =
+        c.seconds <= bestCost.seconds * (1 + 1e-9) && c.seconds >= bestCost.seconds * (1 - 1e-9);
+    if (c.seconds < bestCost.seconds * (1 - 1e-9) || (equal && c.steps < bestCost.steps)) {
+      bestCost = c;
       best = &a;
     }
   }
