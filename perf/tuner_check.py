@@ -4,7 +4,12 @@ algorithm? Runs all_reduce_perf over a size sweep with the tuner choosing
 (no BRAID_ALGO) and with every AllReduce algorithm forced, interleaved
 REPS times, and compares medians per size:
 
-    ratio = tuner's time / fastest forced algorithm's time   (pass: <= 1 + tolerance)
+    pick  = median time of the algorithm the tuner picked, run forced
+    ratio = pick / median time of the fastest forced algorithm   (pass: <= 1 + tolerance)
+
+The tuner's own run is shown too, but it is one more launch on a machine
+whose speed changes from launch to launch, so the verdict compares forced
+runs only: it judges the choice, not the noise.
 
   perf/tuner_check.py --build build -P 2,3,4 --reps 5
 Exits 1 if any size fails.
@@ -25,7 +30,7 @@ def sweep(build, ranks, forced, args):
         env["BRAID_ALGO"] = "allreduce=" + forced
     out = subprocess.run(
         [f"{build}/tools/braidrun", "-n", str(ranks), f"{build}/perf/all_reduce_perf", "-b", args.min,
-         "-e", args.max, "-f", "4", "-n", str(args.iters), "-w", "3", "-c", "0", "-A", "1"],
+         "-e", args.max, "-f", str(args.factor), "-n", str(args.iters), "-w", "3", "-c", "0", "-A", "1"],
         capture_output=True, text=True, env=env, timeout=900, check=True).stdout
     rows = {}
     for line in out.splitlines():
@@ -45,6 +50,7 @@ def main():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--min", default="8")
     p.add_argument("--max", default="64M")
+    p.add_argument("--factor", type=int, default=2)
     p.add_argument("--tolerance", type=float, default=0.10)
     args = p.parse_args()
     failed = 0
@@ -62,7 +68,8 @@ def main():
         for size in sorted(times["tuner"]):
             medians = {a: statistics.median(times[a][size]) for a in times}
             best = min(medians[a] for a in ALGORITHMS)
-            ratio = medians["tuner"] / best
+            # A pick that changed between runs (a tie in the model) counts as its worst.
+            ratio = max(medians[a] for a in picks[size]) / best
             ok = ratio <= 1 + args.tolerance
             failed += not ok
             print(f"{size:>10} " + " ".join(f"{medians[a]:>10.1f}" for a in ALGORITHMS) +
