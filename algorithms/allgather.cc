@@ -127,7 +127,9 @@ Cost estimateAllGatherBruck(const CollectiveArgs& a, const LinkModel& m) {
   const double bb = static_cast<double>(a.bytes());
   c.steps = ceilLog2(P);
   c.bytesSent = (P - 1) * bb;
-  c.seconds = c.steps * m.alpha + c.bytesSent * m.beta;
+  // Plus the copy into scratch and the final rotation: two local passes
+  // over P blocks, priced like a reduction pass.
+  c.seconds = c.steps * m.alpha + c.bytesSent * m.beta + 2 * P * bb * m.gamma;
   return c;
 }
 

@@ -104,7 +104,9 @@ Cost estimateAllToAllBruck(const CollectiveArgs& a, const LinkModel& m) {
     ++c.steps;
     c.bytesSent += countWithBit(P, bit) * bb;
   }
-  c.seconds = c.steps * m.alpha + c.bytesSent * m.beta;
+  // Plus the two rotations and the packing and unpacking of every round:
+  // local passes priced like a reduction pass.
+  c.seconds = c.steps * m.alpha + c.bytesSent * m.beta + (2 * P * bb + 2 * c.bytesSent) * m.gamma;
   return c;
 }
 

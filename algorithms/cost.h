@@ -10,7 +10,7 @@ namespace braid::algo {
 struct LinkModel {
   double alpha = 20e-6;       // seconds per message: latency plus software overhead
   double beta = 1.0 / 1.5e9;  // seconds per byte sent
-  double gamma = 1.0 / 6e9;   // seconds per byte reduced
+  double gamma = 1.0 / 6e9;   // seconds per byte reduced (also: per byte of a local copy pass)
 };
 
 // What an algorithm costs the slowest rank: the predicted time, the number

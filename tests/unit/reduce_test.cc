@@ -19,9 +19,12 @@
 #include <vector>
 
 #include "src/common/datatype.h"
+#include "tests/unit/float_reference.h"
 
 namespace braid {
 namespace {
+
+using namespace testing_reference;
 
 __extension__ typedef __int128 Int128;
 __extension__ typedef unsigned __int128 Uint128;
@@ -35,78 +38,6 @@ constexpr RedOp kAllOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin
 // Around and between the 256-element fp16/bf16 staging blocks and the vector
 // widths, so every prologue/epilogue path runs.
 constexpr size_t kCounts[] = {1, 2, 3, 7, 15, 16, 17, 255, 256, 257, 511, 1000};
-
-// ---- Reference conversions ----
-
-bool isHalfNan(uint16_t h) {
-  return (h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0;
-}
-bool isBfloat16Nan(uint16_t b) {
-  return (b & 0x7F80) == 0x7F80 && (b & 0x007F) != 0;
-}
-
-// The value of a half from the definition of the format.
-double refHalfValue(uint16_t h) {
-  const int exponent = (h >> 10) & 0x1F;
-  const int mantissa = h & 0x03FF;
-  double magnitude;
-  if (exponent == 0) {
-    magnitude = std::ldexp(mantissa, -24);
-  } else if (exponent == 31) {
-    magnitude = mantissa ? std::numeric_limits<double>::quiet_NaN()
-                         : std::numeric_limits<double>::infinity();
-  } else {
-    magnitude = std::ldexp(mantissa + 1024, exponent - 25);
-  }
-  return (h & 0x8000) ? -magnitude : magnitude;
-}
-
-// Nearest half, ties to the even bit pattern. Positive halves are ordered
-// like their bit patterns, so a binary search finds the neighbours.
-uint16_t refHalfFromFloat(float f) {
-  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  if (std::isnan(f)) return sign | 0x7E00;
-  const double target = std::fabs(static_cast<double>(f));
-  if (target >= 65520.0) return sign | 0x7C00;  // 65520 is the tie between 65504 and 2^16
-  uint16_t low = 0, high = 0x7BFF;              // largest finite half whose value <= target
-  while (low < high) {
-    const uint16_t mid = static_cast<uint16_t>((low + high + 1) / 2);
-    if (refHalfValue(mid) <= target) {
-      low = mid;
-    } else {
-      high = static_cast<uint16_t>(mid - 1);
-    }
-  }
-  if (low == 0x7BFF) return sign | low;
-  const double below = target - refHalfValue(low);
-  const double above = refHalfValue(static_cast<uint16_t>(low + 1)) - target;
-  const bool roundUp = above < below || (above == below && (low & 1));
-  return sign | static_cast<uint16_t>(low + (roundUp ? 1 : 0));
-}
-
-float refBfloat16Value(uint16_t b) {
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-}
-
-// Nearest bfloat16: of the two fp32 values with zero low halves around f,
-// the closer one, ties to the even bit pattern; past the largest finite, Inf.
-uint16_t refBfloat16FromFloat(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = bits & 0x80000000u;
-  const uint32_t magnitude = bits & 0x7FFFFFFFu;
-  if (magnitude > 0x7F800000u) return static_cast<uint16_t>((sign | 0x7FC00000u) >> 16);
-  if (magnitude == 0x7F800000u) return static_cast<uint16_t>(bits >> 16);
-  const uint32_t low = magnitude & 0xFFFF0000u;
-  const uint32_t high = low + 0x10000u;
-  const double target = std::fabs(static_cast<double>(f));
-  const double lowValue = std::bit_cast<float>(low);
-  const double highValue =
-      high == 0x7F800000u ? std::ldexp(1.0, 128) : static_cast<double>(std::bit_cast<float>(high));
-  const double below = target - lowValue;
-  const double above = highValue - target;
-  const bool roundUp = above < below || (above == below && ((low >> 16) & 1));
-  return static_cast<uint16_t>((sign | (roundUp ? high : low)) >> 16);
-}
 
 // ---- Reference reductions ----
 
@@ -449,85 +380,6 @@ TEST(ReduceElements, Bfloat16RoundsToNearestEven) {
   EXPECT_TRUE(isBfloat16Nan(nan[0])) << std::hex << nan[0];
   // 1.5^2 = 2.25 exactly; (1 + 2^-7)^2 = 1 + 2^-6 + 2^-14 rounds to 1 + 2^-6.
   EXPECT_EQ(prod(B{0x3FC0, 0x3F81}, B{0x3FC0, 0x3F81}), (B{0x4010, 0x3F82}));
-}
-
-// ---- Conversions ----
-
-TEST(Conversions, HalfRoundTripsEveryBitPattern) {
-  for (uint32_t bits = 0; bits <= 0xFFFF; ++bits) {
-    const uint16_t h = static_cast<uint16_t>(bits);
-    const float f = halfToFloat(h);
-    if (isHalfNan(h)) {
-      ASSERT_TRUE(std::isnan(f)) << std::hex << bits;
-      ASSERT_TRUE(isHalfNan(floatToHalf(f))) << std::hex << bits;
-      continue;
-    }
-    ASSERT_EQ(std::bit_cast<uint32_t>(f),
-              std::bit_cast<uint32_t>(static_cast<float>(refHalfValue(h))))
-        << std::hex << bits;
-    ASSERT_EQ(floatToHalf(f), h) << std::hex << bits;
-  }
-}
-
-TEST(Conversions, Bfloat16RoundTripsEveryBitPattern) {
-  for (uint32_t bits = 0; bits <= 0xFFFF; ++bits) {
-    const uint16_t b = static_cast<uint16_t>(bits);
-    const float f = bfloat16ToFloat(b);
-    ASSERT_EQ(std::bit_cast<uint32_t>(f), bits << 16) << std::hex << bits;
-    if (isBfloat16Nan(b)) {
-      ASSERT_TRUE(isBfloat16Nan(floatToBfloat16(f))) << std::hex << bits;
-    } else {
-      ASSERT_EQ(floatToBfloat16(f), b) << std::hex << bits;
-    }
-  }
-}
-
-// Every midpoint between neighbouring finite halves, and the floats just
-// either side of it: the exact places where rounding can go wrong.
-TEST(Conversions, FloatToHalfRoundsMidpointsToEven) {
-  for (uint16_t h = 0; h < 0x7BFF; ++h) {
-    const float low = static_cast<float>(refHalfValue(h));
-    const float high = static_cast<float>(refHalfValue(static_cast<uint16_t>(h + 1)));
-    const float mid = (low + high) / 2;  // exact: a half needs 11 bits, fp32 has 24
-    const uint16_t even = (h & 1) ? static_cast<uint16_t>(h + 1) : h;
-    for (float sign : {1.0f, -1.0f}) {
-      const uint16_t signBit = sign < 0 ? 0x8000 : 0;
-      ASSERT_EQ(floatToHalf(sign * mid), signBit | even) << std::hex << h;
-      ASSERT_EQ(floatToHalf(sign * std::nextafter(mid, 0.0f)), signBit | h) << std::hex << h;
-      ASSERT_EQ(floatToHalf(sign * std::nextafter(mid, 1e9f)), signBit | (h + 1)) << std::hex << h;
-    }
-  }
-  EXPECT_EQ(floatToHalf(std::nextafter(65520.0f, 0.0f)), 0x7BFF);
-  EXPECT_EQ(floatToHalf(65520.0f), 0x7C00);
-  EXPECT_EQ(floatToHalf(-1e30f), 0xFC00);
-  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);
-  EXPECT_EQ(floatToHalf(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
-  EXPECT_EQ(floatToHalf(-0.0f), 0x8000);
-  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::denorm_min()), 0x0000);
-  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::infinity()), 0x7C00);
-  EXPECT_TRUE(isHalfNan(floatToHalf(std::numeric_limits<float>::quiet_NaN())));
-}
-
-// A spread of fp32 bit patterns over the whole range, both conversions
-// against their references.
-TEST(Conversions, NarrowingMatchesReferenceAcrossFloatRange) {
-  constexpr uint64_t kStride = 4093;  // prime, so the low bits vary too
-  for (uint64_t bits = 0; bits <= 0xFFFFFFFFu; bits += kStride) {
-    const float f = std::bit_cast<float>(static_cast<uint32_t>(bits));
-    if (std::isnan(f)) {
-      ASSERT_TRUE(isHalfNan(floatToHalf(f))) << std::hex << bits;
-      ASSERT_TRUE(isBfloat16Nan(floatToBfloat16(f))) << std::hex << bits;
-      continue;
-    }
-    ASSERT_EQ(floatToHalf(f), refHalfFromFloat(f)) << std::hex << bits;
-    ASSERT_EQ(floatToBfloat16(f), refBfloat16FromFloat(f)) << std::hex << bits;
-  }
-  EXPECT_EQ(floatToBfloat16(std::numeric_limits<float>::max()), 0x7F80);
-  EXPECT_EQ(floatToBfloat16(std::bit_cast<float>(0x7F7F7FFFu)), 0x7F7F);
-  EXPECT_EQ(floatToBfloat16(std::bit_cast<float>(0x00008000u)), 0x0000);  // tie to even
-  EXPECT_EQ(floatToBfloat16(std::bit_cast<float>(0x00018000u)), 0x0002);  // tie to even
-  // A NaN whose payload lies only in the dropped bits must stay NaN.
-  EXPECT_TRUE(isBfloat16Nan(floatToBfloat16(std::bit_cast<float>(0x7F800001u))));
 }
 
 // ---- applyAverage ----
