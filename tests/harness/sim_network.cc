@@ -1,6 +1,7 @@
 #include "tests/harness/sim_network.h"
 
 #include <cstring>
+#include <map>
 #include <unordered_map>
 
 #include "src/common/reduce.h"
@@ -19,6 +20,10 @@ struct RankState {
   std::vector<uint32_t> index;  // k of each Send/Recv
   std::vector<std::vector<int>> dependents;
   std::vector<int> ready;
+  // Like the engine, sends to one peer go out in schedule order: a ready
+  // send waits here until every earlier send to that peer has gone.
+  std::unordered_map<int, uint32_t> nextSend;
+  std::unordered_map<int, std::map<uint32_t, int>> heldSends;
   size_t remaining = 0;
 };
 
@@ -108,17 +113,26 @@ std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory
       const algo::Step& s = plans[r].steps[i];
       switch (s.kind) {
         case StepKind::kSend: {
-          const uint8_t* src = at(memory[r], s.src);
-          std::vector<uint8_t> payload(src, src + s.src.bytes);
-          const uint64_t key = messageKey(r, s.peer, st.index[i]);
-          if (auto w = waitingRecv.find(key); w != waitingRecv.end()) {
-            int receiver = w->second;
-            waitingRecv.erase(w);
-            if (std::string e = deliver(s.peer, receiver, payload); !e.empty()) return e;
-          } else {
-            mailbox.emplace(key, std::move(payload));
+          st.heldSends[s.peer].emplace(st.index[i], i);
+          auto& held = st.heldSends[s.peer];
+          uint32_t& next = st.nextSend[s.peer];
+          while (!held.empty() && held.begin()->first == next) {
+            const int send = held.begin()->second;
+            held.erase(held.begin());
+            ++next;
+            const algo::Step& out = plans[r].steps[send];
+            const uint8_t* src = at(memory[r], out.src);
+            std::vector<uint8_t> payload(src, src + out.src.bytes);
+            const uint64_t key = messageKey(r, out.peer, st.index[send]);
+            if (auto w = waitingRecv.find(key); w != waitingRecv.end()) {
+              int receiver = w->second;
+              waitingRecv.erase(w);
+              if (std::string e = deliver(out.peer, receiver, payload); !e.empty()) return e;
+            } else {
+              mailbox.emplace(key, std::move(payload));
+            }
+            finish(r, send);
           }
-          finish(r, i);
           continue;
         }
         case StepKind::kRecv: {

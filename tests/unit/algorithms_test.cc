@@ -344,3 +344,28 @@ TEST(Registry, EveryCollectiveHasADefault) {
 
 }  // namespace
 }  // namespace braid
+
+namespace braid {
+namespace {
+
+TEST(SimNetwork, SendsToOnePeerGoOutInScheduleOrder) {
+  // Rank 0's second send to rank 1 is ready at once, its first only after
+  // a message from rank 1 that rank 1 sends after receiving the second: a
+  // deadlock on real sockets, which post sends to a peer in order.
+  std::vector<algo::Schedule> plans(2);
+  algo::Slice eight{algo::BufferId::kSend, 0, 8};
+  algo::Slice into{algo::BufferId::kRecv, 0, 8};
+  auto heard = plans[0].recv(1, into);
+  plans[0].send(1, eight, heard);  // k = 0, waits for rank 1
+  plans[0].send(1, eight);         // k = 1, ready at once
+  plans[1].recv(0, into);          // k = 0
+  auto second = plans[1].recv(0, into);
+  plans[1].send(0, eight, second);
+  std::vector<sim::RankMemory> memory(2);
+  for (auto& m : memory) m.send.assign(8, 0), m.recv.assign(8, 0);
+  EXPECT_NE(sim::run(plans, memory, DataType::kFloat64, RedOp::kSum).find("deadlock"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace braid
