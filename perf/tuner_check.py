@@ -16,6 +16,7 @@ Exits 1 if any size fails.
 """
 import argparse
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -52,13 +53,19 @@ def main():
     p.add_argument("--max", default="64M")
     p.add_argument("--factor", type=int, default=2)
     p.add_argument("--tolerance", type=float, default=0.10)
+    p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
+    rng = random.Random(args.seed)
     failed = 0
     for ranks in [int(r) for r in args.ranks.split(",")]:
         times = {name: {} for name in ["tuner"] + ALGORITHMS}
         picks = {}
+        order = ["tuner"] + ALGORITHMS
         for _ in range(args.reps):
-            for name in ["tuner"] + ALGORITHMS:
+            # A fresh order each repetition, so that no configuration always
+            # runs right after another (the machine's speed drifts).
+            rng.shuffle(order)
+            for name in order:
                 for size, (t, algorithm) in sweep(args.build, ranks, None if name == "tuner" else name, args).items():
                     times[name].setdefault(size, []).append(t)
                     if name == "tuner":
