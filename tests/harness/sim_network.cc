@@ -43,7 +43,85 @@ uint64_t messageKey(int from, int to, uint32_t k) {
   return (static_cast<uint64_t>(from) << 44) | (static_cast<uint64_t>(to) << 24) | k;
 }
 
+// Where a slice lands once in-place aliasing is resolved: (buffer, offset).
+struct Region {
+  BufferId buffer;
+  size_t begin, end;
+};
+Region resolve(const RankMemory& m, const Slice& s) {
+  if (s.buffer == BufferId::kSend && m.sendInRecv >= 0)
+    return {BufferId::kRecv, m.sendInRecv + s.offset, m.sendInRecv + s.offset + s.bytes};
+  if (s.buffer == BufferId::kRecv && m.recvInSend >= 0)
+    return {BufferId::kSend, m.recvInSend + s.offset, m.recvInSend + s.offset + s.bytes};
+  return {s.buffer, s.offset, s.offset + s.bytes};
+}
+bool overlap(const Region& a, const Region& b) {
+  return a.buffer == b.buffer && a.begin < b.end && b.begin < a.end;
+}
+
+// What a step reads and writes. A Reduce may write its own operand.
+void footprint(const algo::Step& s, const RankMemory& m, std::vector<Region>* reads,
+               std::vector<Region>* writes) {
+  reads->clear();
+  writes->clear();
+  auto add = [&](std::vector<Region>* to, const Slice& slice) {
+    if (slice.bytes) to->push_back(resolve(m, slice));
+  };
+  switch (s.kind) {
+    case StepKind::kSend:
+      add(reads, s.src);
+      break;
+    case StepKind::kRecv:
+      add(writes, s.dst);
+      break;
+    case StepKind::kReduce:
+      add(reads, s.src);
+      add(reads, s.src2);
+      add(writes, s.dst);
+      break;
+    case StepKind::kCopy:
+      add(reads, s.src);
+      add(writes, s.dst);
+      break;
+    case StepKind::kAverage:
+      add(writes, s.dst);
+      break;
+  }
+}
+
 }  // namespace
+
+std::string findRaces(const algo::Schedule& plan, const RankMemory& m) {
+  const size_t n = plan.steps.size();
+  const size_t words = n / 64 + 1;
+  // before[j] has bit i set when step i must finish before step j starts.
+  std::vector<std::vector<uint64_t>> before(n, std::vector<uint64_t>(words, 0));
+  for (size_t j = 0; j < n; ++j)
+    for (auto d : plan.steps[j].after)
+      if (d != algo::kNoStep) {
+        for (size_t w = 0; w < words; ++w) before[j][w] |= before[d][w];
+        before[j][d / 64] |= uint64_t{1} << (d % 64);
+      }
+  std::vector<Region> readsI, writesI, readsJ, writesJ;
+  for (size_t j = 0; j < n; ++j) {
+    footprint(plan.steps[j], m, &readsJ, &writesJ);
+    if (writesJ.empty() && readsJ.empty()) continue;
+    for (size_t i = 0; i < j; ++i) {
+      if (before[j][i / 64] >> (i % 64) & 1) continue;
+      footprint(plan.steps[i], m, &readsI, &writesI);
+      for (const Region& w : writesJ)
+        for (const auto* other : {&readsI, &writesI})
+          for (const Region& r : *other)
+            if (overlap(w, r))
+              return strCat("steps ", i, " and ", j, " may run together and touch the same bytes");
+      for (const Region& w : writesI)
+        for (const Region& r : readsJ)
+          if (overlap(w, r))
+            return strCat("steps ", i, " and ", j, " may run together and touch the same bytes");
+    }
+  }
+  return "";
+}
 
 // Event driven: a send lands in a mailbox or completes the receive already
 // waiting for it; a receive takes its message or waits for it. Every step

@@ -25,4 +25,10 @@ struct RankMemory {
 std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory>& memory,
                 DataType dtype, RedOp op);
 
+// Two steps of one rank that no chain of dependencies orders, one writing
+// bytes the other reads or writes: a race on real transports, whatever the
+// simulator's order happened to be. Returns "" or the first such pair.
+// Quadratic in the schedule's steps: for schedules up to a few thousand.
+std::string findRaces(const algo::Schedule& plan, const RankMemory& layout);
+
 }  // namespace braid::sim

@@ -172,6 +172,10 @@ void runCase(const algo::Algorithm& algorithm, const Case& c) {
         break;
     }
   }
+  for (int r = 0; r < P; ++r) {
+    if (plans[r].steps.size() > 600) continue;  // quadratic: small and medium schedules only
+    ASSERT_EQ(sim::findRaces(plans[r], memory[r]), "") << describe(algorithm, c) << " rank " << r;
+  }
   std::string problem = sim::run(plans, memory, c.dtype, c.op);
   ASSERT_EQ(problem, "") << describe(algorithm, c);
 
@@ -365,6 +369,26 @@ TEST(SimNetwork, SendsToOnePeerGoOutInScheduleOrder) {
   for (auto& m : memory) m.send.assign(8, 0), m.recv.assign(8, 0);
   EXPECT_NE(sim::run(plans, memory, DataType::kFloat64, RedOp::kSum).find("deadlock"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace braid
+
+namespace braid {
+namespace {
+
+TEST(SimNetwork, FindsARaceBetweenUnorderedSteps) {
+  algo::Schedule plan;
+  plan.recv(1, {algo::BufferId::kRecv, 0, 8});
+  plan.send(1, {algo::BufferId::kRecv, 4, 8});  // reads what the receive writes, unordered
+  sim::RankMemory m;
+  m.send.assign(16, 0);
+  m.recv.assign(16, 0);
+  EXPECT_NE(sim::findRaces(plan, m), "");
+  algo::Schedule ordered;
+  auto got = ordered.recv(1, {algo::BufferId::kRecv, 0, 8});
+  ordered.send(1, {algo::BufferId::kRecv, 4, 8}, got);
+  EXPECT_EQ(sim::findRaces(ordered, m), "");
 }
 
 }  // namespace
