@@ -26,6 +26,9 @@ const Algorithm* findAlgorithm(CollectiveKind kind, std::string_view name);
 // The algorithm used when BRAID_ALGO does not name one for this collective.
 const Algorithm* defaultAlgorithm(CollectiveKind kind);
 
+// One rank's AllReduce: the result is its own input (a copy unless in place).
+Schedule planOwnInput(const CollectiveArgs& args);
+
 // Planners and their estimates, one file per algorithm family.
 Schedule planAllReduceRing(const CollectiveArgs& args);
 Cost estimateAllReduceRing(const CollectiveArgs& args, const LinkModel& link);

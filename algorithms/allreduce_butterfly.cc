@@ -39,11 +39,7 @@ Schedule planAllReduceButterfly(const CollectiveArgs& args) {
   Schedule plan;
   const int P = args.nranks;
   const size_t es = args.elementSize();
-  if (P == 1) {
-    if (!args.inPlace)
-      plan.copy({BufferId::kRecv, 0, args.bytes()}, {BufferId::kSend, 0, args.bytes()});
-    return plan;
-  }
+  if (P == 1) return planOwnInput(args);
   const size_t C = chunkCount(args.count, std::max<size_t>(1, args.chunkBytes / es));
   auto chunk = [&](BufferId buffer, size_t c) {
     Range ch = evenPart(args.count, C, c);

@@ -44,11 +44,7 @@ Schedule planAllReduceDbtree(const CollectiveArgs& args) {
   Schedule plan;
   const int P = args.nranks;
   const size_t es = args.elementSize();
-  if (P == 1) {
-    if (!args.inPlace)
-      plan.copy({BufferId::kRecv, 0, args.bytes()}, {BufferId::kSend, 0, args.bytes()});
-    return plan;
-  }
+  if (P == 1) return planOwnInput(args);
   const Range half[2] = {evenPart(args.count, 2, 0), evenPart(args.count, 2, 1)};
   const size_t C = chunkCount(half[0].size, std::max<size_t>(1, args.chunkBytes / es));
   const size_t slotBytes = evenPart(half[0].size, C, 0).size * es;

@@ -80,11 +80,7 @@ Schedule planAllReduceHalving(const CollectiveArgs& args) {
   Schedule plan;
   const int P = args.nranks;
   const size_t n = args.count;
-  if (P == 1) {
-    if (!args.inPlace)
-      plan.copy({BufferId::kRecv, 0, args.bytes()}, {BufferId::kSend, 0, args.bytes()});
-    return plan;
-  }
+  if (P == 1) return planOwnInput(args);
   const Fold fold(P);
   const int r = args.rank;
   // The other rank of a folded pair (the odd one acts for both); -1 outside.

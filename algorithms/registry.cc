@@ -48,6 +48,13 @@ const Algorithm* defaultAlgorithm(CollectiveKind kind) {
   return nullptr;
 }
 
+Schedule planOwnInput(const CollectiveArgs& args) {
+  Schedule plan;
+  if (!args.inPlace)
+    plan.copy({BufferId::kRecv, 0, args.bytes()}, {BufferId::kSend, 0, args.bytes()});
+  return plan;
+}
+
 std::string_view collectiveName(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::kAllReduce:

@@ -77,11 +77,7 @@ StepIndex at(const StepGrid& grid, long s, size_t c) {
 Schedule planAllReduceRing(const CollectiveArgs& args) {
   Schedule plan;
   const int P = args.nranks, r = args.rank;
-  const Slice whole{BufferId::kRecv, 0, args.bytes()};
-  if (P == 1) {
-    if (!args.inPlace) plan.copy(whole, {BufferId::kSend, 0, args.bytes()});
-    return plan;
-  }
+  if (P == 1) return planOwnInput(args);
   const int next = modRank(r + 1, P), prev = modRank(r - 1, P);
   BlockChunks blocks(args.count, P, args.elementSize(), args.chunkBytes, false);
   const size_t C = blocks.chunks();
