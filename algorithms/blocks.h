@@ -120,4 +120,12 @@ inline StepIndex joinSteps(Schedule& plan, const std::vector<StepIndex>& steps) 
   return joined;
 }
 
+// Step indices of a pipelined algorithm, [round][chunk]; at() reads a
+// round before the first as "no step", so round 0 waits for nothing.
+using StepGrid = std::vector<std::vector<StepIndex>>;
+
+inline StepIndex at(const StepGrid& grid, long s, size_t c) {
+  return s < 0 ? kNoStep : grid[static_cast<size_t>(s)][c];
+}
+
 }  // namespace braid::algo

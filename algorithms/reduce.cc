@@ -29,25 +29,11 @@
 #include "algorithms/patterns.h"
 
 namespace braid::algo {
-namespace {
-
-using StepGrid = std::vector<std::vector<StepIndex>>;  // [step][chunk]
-
-StepIndex at(const StepGrid& grid, long s, size_t c) {
-  return s < 0 ? kNoStep : grid[static_cast<size_t>(s)][c];
-}
-
-}  // namespace
-
 Schedule planReduceScatterGather(const CollectiveArgs& args) {
   Schedule plan;
   const int P = args.nranks, root = args.root;
   const int v = modRank(args.rank - root, P);
-  if (P == 1) {
-    const Slice whole{BufferId::kRecv, 0, args.bytes()};
-    if (!args.inPlace) plan.copy(whole, {BufferId::kSend, 0, args.bytes()});
-    return plan;
-  }
+  if (P == 1) return planOwnInput(args);
   auto real = [&](int virt) { return modRank(virt + root, P); };
   const VectorBlocks blocks(args.count, P, args.elementSize(), args.chunkBytes);
   const size_t C = blocks.chunks();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/blocks.h"
 #include "algorithms/patterns.h"
 
 namespace braid::algo {
@@ -65,12 +66,6 @@ class BlockChunks {
   size_t maxBlock_ = 0;
   size_t chunks_ = 1;
 };
-
-using StepGrid = std::vector<std::vector<StepIndex>>;  // [step][chunk]
-
-StepIndex at(const StepGrid& grid, long s, size_t c) {
-  return s < 0 ? kNoStep : grid[static_cast<size_t>(s)][c];
-}
 
 }  // namespace
 

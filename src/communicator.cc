@@ -22,6 +22,19 @@ uint64_t channelBits(int stream, bool pointToPoint) {
 }
 }  // namespace
 
+Operation byteTransfer(bool isSend, int peer, void* data, size_t bytes, std::string name) {
+  Operation op;
+  op.args.kind = algo::CollectiveKind::kSendRecv;
+  op.args.count = bytes;
+  op.args.dtype = DataType::kUint8;
+  op.peer = peer;
+  op.isSend = isSend;
+  op.send = data;
+  op.recv = data;
+  op.name = std::move(name);
+  return op;
+}
+
 Communicator::Communicator(int rank, int nranks, Config config)
     : rank_(rank), nranks_(nranks), config_(std::move(config)) {
   abortFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -264,26 +277,10 @@ Result<std::shared_ptr<Communicator>> Communicator::split(int color, int key) {
     BRAID_ASSIGN_OR_RETURN(info.root,
                            startRendezvousServer(listenAt, info.secret, config_.timeoutSeconds));
     info.encode(id);
-    for (size_t i = 1; i < members.size(); ++i) {
-      Operation send;
-      send.args.kind = algo::CollectiveKind::kSendRecv;
-      send.args.count = kUniqueIdBytes;
-      send.args.dtype = DataType::kUint8;
-      send.send = id;
-      send.peer = members[i];
-      send.isSend = true;
-      send.name = "braidCommSplit";
-      handoff.push_back(send);
-    }
+    for (size_t i = 1; i < members.size(); ++i)
+      handoff.push_back(byteTransfer(true, members[i], id, kUniqueIdBytes, "braidCommSplit"));
   } else {
-    Operation recv;
-    recv.args.kind = algo::CollectiveKind::kSendRecv;
-    recv.args.count = kUniqueIdBytes;
-    recv.args.dtype = DataType::kUint8;
-    recv.recv = id;
-    recv.peer = leader;
-    recv.name = "braidCommSplit";
-    handoff.push_back(recv);
+    handoff.push_back(byteTransfer(false, leader, id, kUniqueIdBytes, "braidCommSplit"));
   }
   BRAID_RETURN_IF_ERROR(run(handoff, 0));
   BRAID_ASSIGN_OR_RETURN(RendezvousInfo info, RendezvousInfo::decode(id));

@@ -34,6 +34,9 @@ struct Operation {
   std::string name;  // "braidAllReduce"
 };
 
+// A Send or Recv of raw bytes, for braid's own traffic (split, link probe).
+Operation byteTransfer(bool isSend, int peer, void* data, size_t bytes, std::string name);
+
 class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
   static Result<std::shared_ptr<Communicator>> create(const RendezvousInfo& rendezvous, int nranks,

@@ -14,26 +14,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Operation pointToPoint(bool isSend, int peer, void* data, size_t bytes) {
-  Operation op;
-  op.args.kind = algo::CollectiveKind::kSendRecv;
-  op.args.count = bytes;
-  op.args.dtype = DataType::kUint8;
-  op.peer = peer;
-  op.isSend = isSend;
-  op.send = data;
-  op.recv = data;
-  op.name = "link probe";
-  return op;
-}
-
 // Seconds per round trip of `bytes` between ranks 0 and 1, best of 3
 // batches (the least disturbed one is the link's own figure).
 Result<double> roundTrip(Communicator& comm, std::vector<uint8_t>& buffer, size_t bytes,
                          int iters) {
   const int peer = 1 - comm.rank();
-  Operation first = pointToPoint(comm.rank() == 0, peer, buffer.data(), bytes);
-  Operation second = pointToPoint(comm.rank() != 0, peer, buffer.data(), bytes);
+  Operation first = byteTransfer(comm.rank() == 0, peer, buffer.data(), bytes, "link probe");
+  Operation second = byteTransfer(comm.rank() != 0, peer, buffer.data(), bytes, "link probe");
   double best = 1e30;
   for (int batch = 0; batch < 3; ++batch) {
     auto start = Clock::now();
