@@ -9,6 +9,7 @@
 #include "src/common/log.h"
 #include "src/common/strcat.h"
 #include "src/link_probe.h"
+#include "src/peer_links.h"
 #include "transports/loopback/loopback_connection.h"
 
 namespace braid {
@@ -64,18 +65,34 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   std::shared_ptr<Communicator> comm(new Communicator(rank, nranks, std::move(config)));
   if (comm->abortFd_ < 0) return errnoStatus("eventfd", errno);
   BRAID_ASSIGN_OR_RETURN(comm->tcp_, tcp::TcpTransport::create(bindAddress, rendezvous.secret));
-  BRAID_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
-                         client.exchange(nranks, comm->tcp_->localAddress(), deadline));
+  // Each rank publishes where it listens and where it runs (its topology).
+  const topo::PeerInfo local = topo::detectLocal();
+  BRAID_ASSIGN_OR_RETURN(
+      std::vector<std::string> published,
+      client.exchange(nranks, comm->tcp_->localAddress() + "\n" + local.encode(), deadline));
+  std::vector<std::string> addresses(nranks);
+  std::vector<topo::PeerInfo> topology(nranks);
+  for (int p = 0; p < nranks; ++p) {
+    const size_t split = published[p].find('\n');
+    addresses[p] = published[p].substr(0, split);
+    if (split == std::string::npos ||
+        !topo::PeerInfo::decode(std::string_view(published[p]).substr(split + 1), &topology[p]))
+      return internalError(strCat("rank ", p, " published no topology at rendezvous"));
+  }
   std::vector<int> peers;
   for (int p = 0; p < nranks; ++p)
     if (p != rank) peers.push_back(p);
-  BRAID_ASSIGN_OR_RETURN(auto connections,
-                         comm->tcp_->connectPeers(rank, peers, addresses, deadline));
+  BRAID_ASSIGN_OR_RETURN(auto sockets, comm->tcp_->connectPeers(rank, peers, addresses, deadline));
+  BRAID_ASSIGN_OR_RETURN(
+      auto links, linkPeers(rank, std::move(sockets), topology, comm->config_, deadline));
   comm->connections_.assign(nranks, nullptr);
-  for (auto& [peer, c] : connections) {
-    comm->connections_[peer] = c.get();
-    comm->owned_.push_back(std::move(c));
+  std::string linkTable;
+  for (PeerLink& link : links) {
+    comm->connections_[link.peer] = link.connection.get();
+    comm->owned_.push_back(std::move(link.connection));
+    if (link.peer < 16) linkTable += strCat(" ", link.peer, "=", link.transport);
   }
+  BRAID_INFO("rank ", rank, " transports:", linkTable, nranks > 16 ? " ..." : "");
   comm->owned_.push_back(std::make_unique<transport::LoopbackConnection>(rank));
   comm->connections_[rank] = comm->owned_.back().get();
   BRAID_ASSIGN_OR_RETURN(algo::LinkModel link, probeLink(*comm));
@@ -88,7 +105,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
         mine.setPort(bindAddress.port());
         if (mine.toString() == bindAddress.toString()) interface = i.name;
       }
-    BRAID_INFO("rank ", rank, " of ", nranks, ": transport tcp, interface ", interface,
+    BRAID_INFO("rank ", rank, " of ", nranks, ": interface ", interface,
                ", address ", comm->tcp_->localAddress(), ", rendezvous ",
                rendezvous.root.toString());
     if (rank == 0) {

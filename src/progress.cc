@@ -369,6 +369,11 @@ Status runJobs(std::span<Job> jobs) {
       usleep(1000);
       continue;
     }
+    // Shared-memory connections learn here that we sleep, so that their
+    // peers ring; bytes that slipped in meanwhile cancel the sleep.
+    bool ready = false;
+    for (transport::Connection* c : polled) ready = !c->prepareToSleep() || ready;
+    if (ready) continue;
     if (::poll(fds.data(), fds.size(), waitMs) <= 0) continue;
     // Idle connections that woke us are read now; busy ones are progressed
     // at the top of the loop anyway.

@@ -81,6 +81,9 @@ class Connection {
   // whether output is pending (wait for POLLOUT too); -1 when none.
   virtual int pollFd() const = 0;
   virtual bool wantsWrite() const = 0;
+  // Called just before the caller sleeps on pollFd(); false means bytes can
+  // move already (or arrived meanwhile), so the caller must not sleep.
+  virtual bool prepareToSleep() { return true; }
 
   // Fails every pending request and closes, telling the peer `reason`
   // (best effort). A reason whose code is kOk is an orderly close: the

@@ -19,13 +19,21 @@ constexpr EnvParam kParams[] = {
      "Log level: WARN, INFO (init, transports, selection) or TRACE (every call)."},
     {"BRAID_TIMEOUT", "300",
      "Seconds a call may make no progress before it returns braidTimeout (also bounds init)."},
-    {"BRAID_TRANSPORT", "", "Force one transport for every pair of ranks: tcp."},
+    {"BRAID_TRANSPORT", "", "Force one transport for every pair of ranks: shm (ranks on one host only) or tcp."},
     {"BRAID_ALGO", "",
      "Force algorithms per collective, e.g. allreduce=ring,broadcast=tree (names in "
      "docs/ENVIRONMENT.md)."},
     {"BRAID_SOCKET_IFNAME", "",
      "Network interface for bootstrap and TCP (exact name, e.g. eth0); default: first non-loopback "
      "interface that connects, else loopback."},
+    {"BRAID_SHM_BYTES", "1048576",
+     "Bytes of each shared-memory ring (one per direction per pair of ranks on a host; a power of "
+     "two, 4096 .. 1 TiB)."},
+    {"BRAID_HOSTID", "",
+     "Host identity: ranks with equal values share memory (shm). Any string up to 256 bytes; "
+     "default: hostname and boot id."},
+    {"BRAID_TOPO_FILE", "",
+     "JSON file of rank descriptions used instead of detecting the topology (docs/TOPOLOGY.md)."},
     {"BRAID_CHUNK_BYTES", "524288", "Pipelining unit of ring algorithms in bytes (4096 .. 1 GiB)."},
     {"BRAID_SPIN_US", "auto",
      "Microseconds a waiting call polls its connections before sleeping in poll(2): auto (50 when "
@@ -99,15 +107,27 @@ Result<Config> loadConfig() {
   if (std::string t = envString("BRAID_TIMEOUT"); !t.empty())
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_TIMEOUT", t, 0.001, 1e7, &config.timeoutSeconds));
   config.transport = envString("BRAID_TRANSPORT");
-  if (!config.transport.empty() && config.transport != "tcp")
-    return invalidArgument(
-        strCat("BRAID_TRANSPORT='", config.transport, "' is not an available transport (tcp)"));
+  if (!config.transport.empty() && config.transport != "tcp" && config.transport != "shm")
+    return invalidArgument(strCat("BRAID_TRANSPORT='", config.transport,
+                                  "' is not an available transport (shm, tcp)"));
   BRAID_RETURN_IF_ERROR(parseAlgo(envString("BRAID_ALGO"), &config.algo));
   config.socketIfname = envString("BRAID_SOCKET_IFNAME");
+  config.hostId = envString("BRAID_HOSTID");
+  if (config.hostId.size() > 256)
+    return invalidArgument(strCat("BRAID_HOSTID is ", config.hostId.size(),
+                                  " bytes long; at most 256 are allowed"));
+  config.topoFile = envString("BRAID_TOPO_FILE");
   if (std::string c = envString("BRAID_CHUNK_BYTES"); !c.empty()) {
     double v = 0;
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_CHUNK_BYTES", c, 4096, 1 << 30, &v));
     config.chunkBytes = static_cast<size_t>(v);
+  }
+  if (std::string b = envString("BRAID_SHM_BYTES"); !b.empty()) {
+    double v = 0;
+    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SHM_BYTES", b, 4096, 0x1p40, &v));
+    config.shmRingBytes = static_cast<size_t>(v);
+    if ((config.shmRingBytes & (config.shmRingBytes - 1)) != 0 || config.shmRingBytes != v)
+      return invalidArgument(strCat("BRAID_SHM_BYTES='", b, "' is not a power of two"));
   }
   if (std::string v = envString("BRAID_LINK_ALPHA_US"); !v.empty())
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_LINK_ALPHA_US", v, 0.01, 1e7, &config.linkAlphaMicroseconds));

@@ -27,7 +27,10 @@ struct Config {
   std::string transport;                    // BRAID_TRANSPORT ("" = automatic)
   std::map<std::string, std::string> algo;  // BRAID_ALGO: collective -> algorithm
   std::string socketIfname;                 // BRAID_SOCKET_IFNAME
+  std::string hostId;                       // BRAID_HOSTID ("" = hostname and boot id)
+  std::string topoFile;                     // BRAID_TOPO_FILE ("" = detect)
   size_t chunkBytes = 1 << 19;              // BRAID_CHUNK_BYTES: pipelining unit
+  size_t shmRingBytes = 1 << 20;            // BRAID_SHM_BYTES: each shared-memory ring
   double spinMicroseconds = -1;             // BRAID_SPIN_US (-1 = automatic)
   // Cost model figures; 0 = measured at init.
   double linkAlphaMicroseconds = 0;         // BRAID_LINK_ALPHA_US

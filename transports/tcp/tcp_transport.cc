@@ -4,7 +4,6 @@
 #include <set>
 
 #include "src/common/log.h"
-#include "transports/tcp/tcp_connection.h"
 
 namespace braid::tcp {
 
@@ -21,7 +20,7 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::create(const SocketAddress& 
   return std::unique_ptr<TcpTransport>(new TcpTransport(std::move(listener), bound, secret));
 }
 
-Result<std::map<int, std::unique_ptr<transport::Connection>>> TcpTransport::connectPeers(
+Result<std::map<int, Fd>> TcpTransport::connectPeers(
     int rank, std::span<const int> peers, const std::vector<std::string>& addresses,
     Deadline deadline) {
   std::set<int> higher;
@@ -48,7 +47,7 @@ Result<std::map<int, std::unique_ptr<transport::Connection>>> TcpTransport::conn
     return out;
   });
 
-  std::map<int, std::unique_ptr<transport::Connection>> connections;
+  std::map<int, Fd> connections;
   Status dialStatus;
   for (int p : lower) {
     auto address = SocketAddress::parse(addresses[p]);
@@ -66,14 +65,14 @@ Result<std::map<int, std::unique_ptr<transport::Connection>>> TcpTransport::conn
       dialStatus = shook.withContext(strCat("connecting to rank ", p));
       break;
     }
-    connections.emplace(p, std::make_unique<TcpConnection>(std::move(*fd), p));
+    connections.emplace(p, std::move(*fd));
   }
   auto acceptedFds = accepted.get();
   BRAID_RETURN_IF_ERROR(dialStatus);
   if (!acceptedFds.isOk())
     return acceptedFds.status().withContext("waiting for higher ranks to connect");
   for (auto& [p, fd] : *acceptedFds)
-    connections.emplace(p, std::make_unique<TcpConnection>(std::move(fd), p));
+    connections.emplace(p, std::move(fd));
   BRAID_INFO("tcp: rank ", rank, " connected to ", connections.size(), " peers from ",
              localAddress());
   return connections;

@@ -11,7 +11,6 @@
 
 #include "src/common/secret.h"
 #include "transports/tcp/socket.h"
-#include "transports/transport.h"
 
 namespace braid::tcp {
 
@@ -26,8 +25,9 @@ class TcpTransport {
   std::string localAddress() const { return address_.toString(); }
 
   // Connects this rank to every rank in `peers` (addresses indexed by rank):
-  // it dials lower ranks and accepts higher ones, concurrently.
-  Result<std::map<int, std::unique_ptr<transport::Connection>>> connectPeers(
+  // it dials lower ranks and accepts higher ones, concurrently. The sockets
+  // are authenticated and nonblocking; the caller wraps each in a stream.
+  Result<std::map<int, Fd>> connectPeers(
       int rank, std::span<const int> peers, const std::vector<std::string>& addresses,
       Deadline deadline);
 

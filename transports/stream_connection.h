@@ -1,7 +1,7 @@
-// A Connection over one nonblocking TCP socket. Frames are
-// {tag, check, bytes} followed by the payload. Large payloads move between
-// the socket and the caller's memory directly; small ones go through a
-// staging buffer so that one recv(2) can carry many frames.
+// A Connection over one ByteStream (a TCP socket, shared-memory rings).
+// Frames are {tag, check, bytes} followed by the payload. Large payloads
+// move between the stream and the caller's memory directly; small ones go
+// through a staging buffer so that one read can carry many frames.
 #pragma once
 
 #include <sys/uio.h>
@@ -12,25 +12,28 @@
 #include <mutex>
 #include <vector>
 
-#include "transports/tcp/socket.h"
+#include "transports/byte_stream.h"
 #include "transports/transport.h"
 
-namespace braid::tcp {
+namespace braid::transport {
 
-class TcpConnection final : public transport::Connection {
+class StreamConnection final : public Connection {
  public:
-  TcpConnection(Fd fd, int peer);
-  ~TcpConnection() override;
+  StreamConnection(std::unique_ptr<ByteStream> stream, int peer);
+  ~StreamConnection() override;
 
-  transport::RequestPtr postSend(const void* data, size_t bytes, transport::Tag tag) override;
-  transport::RequestPtr postRecv(void* data, size_t bytes, transport::Tag tag) override;
+  RequestPtr postSend(const void* data, size_t bytes, Tag tag) override;
+  RequestPtr postRecv(void* data, size_t bytes, Tag tag) override;
   Result<bool> progress() override;
-  int pollFd() const override { return fd_.get(); }
-  bool wantsWrite() const override { return sendsPending_.load(std::memory_order_relaxed); }
+  int pollFd() const override { return stream_->pollFd(); }
+  bool wantsWrite() const override {
+    return stream_->pollForWrite(sendsPending_.load(std::memory_order_relaxed));
+  }
+  bool prepareToSleep() override;
   void abort(const Status& reason) override;
   int peer() const override { return peer_; }
   Status peerFailure() const override;
-  std::optional<transport::Tag> unclaimed(uint8_t channel, uint64_t below) override;
+  std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override;
 
  private:
   struct FrameHeader {
@@ -42,13 +45,13 @@ class TcpConnection final : public transport::Connection {
     FrameHeader header;
     const uint8_t* data;
     size_t sent;  // of header + payload
-    transport::RequestPtr request;
+    RequestPtr request;
   };
   struct PostedRecv {
     uint8_t* data;
     size_t bytes;
     uint64_t check;
-    transport::RequestPtr request;
+    RequestPtr request;
   };
   // Uninitialised bytes: a payload is written whole before it is read, and
   // zeroing it first would only fault its pages in twice.
@@ -67,11 +70,11 @@ class TcpConnection final : public transport::Connection {
   Result<bool> recvSome();
   void startFrame();
   void finishFrame();
-  void failPostedBefore(uint64_t tag, const transport::Tag& arrived);
+  void failPostedBefore(uint64_t tag, const Tag& arrived);
   void failAll(const Status& reason);
   Status deadStatus() const;
 
-  Fd fd_;
+  std::unique_ptr<ByteStream> stream_;
   const int peer_;
   mutable std::mutex mutex_;
   std::atomic<bool> sendsPending_{false};
@@ -97,4 +100,4 @@ class TcpConnection final : public transport::Connection {
   size_t stagingBegin_ = 0, stagingEnd_ = 0;
 };
 
-}  // namespace braid::tcp
+}  // namespace braid::transport

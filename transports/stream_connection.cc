@@ -1,33 +1,27 @@
-#include "transports/tcp/tcp_connection.h"
-
-#include <sys/socket.h>
+#include "transports/stream_connection.h"
 
 #include <cerrno>
 #include <cstring>
 
 #include "src/common/strcat.h"
 
-namespace braid::tcp {
-
-using transport::Request;
-using transport::RequestPtr;
-using transport::Tag;
+namespace braid::transport {
 
 namespace {
 constexpr size_t kStagingBytes = 256 << 10;
 // Payloads at least this large bypass the staging buffer.
 constexpr size_t kDirectBytes = 32 << 10;
-constexpr int kMaxIov = 64;
+constexpr int kMaxIov = 64;  // IOV_MAX is 1024; 64 frames per write is plenty
 
 uint64_t channelBase(uint64_t tag) {
   return tag & (uint64_t{0xff} << 56);
 }
 }  // namespace
 
-TcpConnection::TcpConnection(Fd fd, int peer)
-    : fd_(std::move(fd)), peer_(peer), staging_(kStagingBytes) {}
+StreamConnection::StreamConnection(std::unique_ptr<ByteStream> stream, int peer)
+    : stream_(std::move(stream)), peer_(peer), staging_(kStagingBytes) {}
 
-TcpConnection::~TcpConnection() {
+StreamConnection::~StreamConnection() {
   abort(Status(ErrorCode::kOk, "connection closed"));
 }
 
@@ -39,11 +33,11 @@ constexpr uint64_t kGoodbyeChannel = uint64_t{0xff} << 56;
 constexpr size_t kGoodbyeMessageBytes = 512;
 }  // namespace
 
-Status TcpConnection::deadStatus() const {
+Status StreamConnection::deadStatus() const {
   return dead_;
 }
 
-RequestPtr TcpConnection::postSend(const void* data, size_t bytes, Tag tag) {
+RequestPtr StreamConnection::postSend(const void* data, size_t bytes, Tag tag) {
   auto request = std::make_shared<Request>();
   std::lock_guard lock(mutex_);
   if (!dead_.isOk()) {
@@ -55,7 +49,7 @@ RequestPtr TcpConnection::postSend(const void* data, size_t bytes, Tag tag) {
   return request;
 }
 
-RequestPtr TcpConnection::postRecv(void* data, size_t bytes, Tag tag) {
+RequestPtr StreamConnection::postRecv(void* data, size_t bytes, Tag tag) {
   auto request = std::make_shared<Request>();
   std::lock_guard lock(mutex_);
   // A message that arrived before the peer closed is still delivered.
@@ -88,7 +82,7 @@ RequestPtr TcpConnection::postRecv(void* data, size_t bytes, Tag tag) {
   return request;
 }
 
-Result<bool> TcpConnection::progress() {
+Result<bool> StreamConnection::progress() {
   std::lock_guard lock(mutex_);
   if (!dead_.isOk()) return dead_;
   BRAID_ASSIGN_OR_RETURN(bool sent, sendSome());
@@ -96,7 +90,7 @@ Result<bool> TcpConnection::progress() {
   return sent || received;
 }
 
-Result<bool> TcpConnection::sendSome() {
+Result<bool> StreamConnection::sendSome() {
   bool moved = false;
   while (!sends_.empty()) {
     iovec iov[kMaxIov];
@@ -113,22 +107,14 @@ Result<bool> TcpConnection::sendSome() {
       if (it->header.bytes > skip)
         iov[n++] = {const_cast<uint8_t*>(it->data) + skip, it->header.bytes - skip};
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = n;
-    ssize_t wrote = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (wrote < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      if (errno == EINTR) continue;
-      Status s =
-          errno == EPIPE || errno == ECONNRESET
-              ? remoteError(strCat("rank ", peer_, " closed the connection (it exited or aborted)"))
-              : errnoStatus(strCat("send to rank ", peer_), errno);
-      failAll(s);
-      return s;
+    auto wrote = stream_->writeSome(iov, n);
+    if (!wrote.isOk()) {
+      failAll(wrote.status());
+      return wrote.status();
     }
-    moved = moved || wrote > 0;
-    size_t left = static_cast<size_t>(wrote);
+    if (*wrote == 0) break;
+    moved = true;
+    size_t left = *wrote;
     while (left > 0) {
       PendingSend& front = sends_.front();
       const size_t total = sizeof(FrameHeader) + front.header.bytes;
@@ -144,7 +130,7 @@ Result<bool> TcpConnection::sendSome() {
   return moved;
 }
 
-void TcpConnection::failPostedBefore(uint64_t tag, const Tag& arrived) {
+void StreamConnection::failPostedBefore(uint64_t tag, const Tag& arrived) {
   auto it = posted_.lower_bound(channelBase(tag));
   while (it != posted_.end() && it->first < tag) {
     it->second.request->fail(invalidUsage(strCat("rank ", peer_, " moved past this message")),
@@ -153,7 +139,7 @@ void TcpConnection::failPostedBefore(uint64_t tag, const Tag& arrived) {
   }
 }
 
-void TcpConnection::startFrame() {
+void StreamConnection::startFrame() {
   inPayload_ = true;
   payloadGot_ = 0;
   matched_ = nullptr;
@@ -183,7 +169,7 @@ void TcpConnection::startFrame() {
   target_ = spill_.data();
 }
 
-void TcpConnection::finishFrame() {
+void StreamConnection::finishFrame() {
   if (channelBase(header_.tag) == kGoodbyeChannel) {
     std::string why(spill_.data(), spill_.data() + spill_.size);
     // Only a mismatch is the peer's verdict on this call too; anything else
@@ -226,7 +212,7 @@ void TcpConnection::finishFrame() {
   matched_ = nullptr;
 }
 
-Result<bool> TcpConnection::recvSome() {
+Result<bool> StreamConnection::recvSome() {
   bool moved = false;
   while (true) {
     // Consume what is staged.
@@ -259,29 +245,23 @@ Result<bool> TcpConnection::recvSome() {
       into = target_ + payloadGot_;
       room = header_.bytes - payloadGot_;
     }
-    ssize_t got = ::recv(fd_.get(), into, room, MSG_DONTWAIT);
-    if (got > 0) {
-      moved = true;
-      if (direct) {
-        payloadGot_ += static_cast<size_t>(got);
-        if (payloadGot_ == header_.bytes) finishFrame();
-      } else {
-        stagingEnd_ = static_cast<size_t>(got);
-      }
-      continue;
+    auto got = stream_->readSome(into, room);
+    if (!got.isOk()) {
+      failAll(got.status());
+      return got.status();
     }
-    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return moved;
-    if (got < 0 && errno == EINTR) continue;
-    Status s =
-        got == 0 || errno == ECONNRESET
-            ? remoteError(strCat("rank ", peer_, " closed the connection (it exited or aborted)"))
-            : errnoStatus(strCat("recv from rank ", peer_), errno);
-    failAll(s);
-    return s;
+    if (*got == 0) return moved;
+    moved = true;
+    if (direct) {
+      payloadGot_ += *got;
+      if (payloadGot_ == header_.bytes) finishFrame();
+    } else {
+      stagingEnd_ = *got;
+    }
   }
 }
 
-void TcpConnection::failAll(const Status& reason) {
+void StreamConnection::failAll(const Status& reason) {
   if (dead_.isOk()) dead_ = reason;
   for (auto& s : sends_) s.request->fail(reason);
   sends_.clear();
@@ -290,29 +270,31 @@ void TcpConnection::failAll(const Status& reason) {
   posted_.clear();
 }
 
-void TcpConnection::abort(const Status& reason) {
+void StreamConnection::abort(const Status& reason) {
   std::lock_guard lock(mutex_);
   // Say goodbye unless a frame is half written (that would break framing)
   // or the connection is already dead. Best effort: never blocks.
   bool midFrame = !sends_.empty() && sends_.front().sent > 0;
-  if (dead_.isOk() && !midFrame && fd_.valid()) {
+  if (dead_.isOk() && !midFrame) {
     std::string why = reason.message().substr(0, kGoodbyeMessageBytes);
     FrameHeader goodbye{kGoodbyeChannel, static_cast<uint64_t>(reason.code()), why.size()};
     iovec iov[2] = {{&goodbye, sizeof(goodbye)}, {why.data(), why.size()}};
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 2;
-    (void)::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    stream_->writeLast(iov, 2);
   }
   failAll(reason.isOk() ? remoteError(reason.message()) : reason);
-  if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
+  stream_->close();
 }
 
-Status TcpConnection::peerFailure() const {
+bool StreamConnection::prepareToSleep() {
+  std::lock_guard lock(mutex_);
+  return !dead_.isOk() || stream_->prepareToSleep(!sends_.empty());
+}
+
+Status StreamConnection::peerFailure() const {
   return peerFailed_.load(std::memory_order_acquire) ? peerFailure_ : Status::ok();
 }
 
-std::optional<Tag> TcpConnection::unclaimed(uint8_t channel, uint64_t below) {
+std::optional<Tag> StreamConnection::unclaimed(uint8_t channel, uint64_t below) {
   std::lock_guard lock(mutex_);
   auto it = unexpected_.lower_bound(uint64_t{channel} << 56);
   if (it == unexpected_.end() || it->first >= below || (it->first >> 56) != channel)
@@ -320,4 +302,4 @@ std::optional<Tag> TcpConnection::unclaimed(uint8_t channel, uint64_t below) {
   return Tag{it->first, it->second.check};
 }
 
-}  // namespace braid::tcp
+}  // namespace braid::transport

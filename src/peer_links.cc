@@ -1,0 +1,110 @@
+#include "src/peer_links.h"
+
+#include <cstring>
+
+#include "src/common/log.h"
+#include "src/common/strcat.h"
+#include "transports/shm/shm_stream.h"
+#include "transports/stream_connection.h"
+#include "transports/tcp/socket_stream.h"
+
+namespace braid {
+
+namespace {
+
+using tcp::recvAll;
+using tcp::sendAll;
+
+// The handshake that hands a segment from its creator (the lower rank) to
+// its peer: the name's length and bytes (length 0: no segment, use the
+// socket), then one byte back (1: mapped; 0: not, use the socket).
+constexpr uint32_t kMaxNameBytes = 255;
+
+Status sendName(int fd, const std::string& name, Deadline deadline) {
+  uint8_t length = static_cast<uint8_t>(name.size());
+  BRAID_RETURN_IF_ERROR(sendAll(fd, {&length, 1}, deadline));
+  return sendAll(fd, {reinterpret_cast<const uint8_t*>(name.data()), name.size()}, deadline);
+}
+
+Result<std::string> recvName(int fd, Deadline deadline) {
+  uint8_t length = 0;
+  BRAID_RETURN_IF_ERROR(recvAll(fd, {&length, 1}, deadline));
+  std::string name(length, '\0');
+  BRAID_RETURN_IF_ERROR(recvAll(fd, {reinterpret_cast<uint8_t*>(name.data()), length}, deadline));
+  return name;
+}
+
+// Returns the shared-memory stream for the pair, or null when the pair
+// falls back to the socket; `fd` is then still the caller's.
+Result<std::unique_ptr<transport::ByteStream>> offerSegment(int rank, int peer, tcp::Fd& fd,
+                                                            size_t ringBytes, Deadline deadline) {
+  auto segment = shm::Segment::create(shm::segmentBytes(ringBytes));
+  if (!segment.isOk()) {
+    BRAID_WARN("rank ", rank, ": no shared memory with rank ", peer, ", using tcp: ",
+               segment.status().message());
+    BRAID_RETURN_IF_ERROR(sendName(fd.get(), "", deadline));
+    return std::unique_ptr<transport::ByteStream>();
+  }
+  static_assert(kMaxNameBytes < 256);
+  shm::ShmStream::initialize(*segment, ringBytes);
+  BRAID_RETURN_IF_ERROR(sendName(fd.get(), segment->name(), deadline));
+  uint8_t mapped = 0;
+  BRAID_RETURN_IF_ERROR(recvAll(fd.get(), {&mapped, 1}, deadline));
+  segment->unlink();
+  if (mapped != 1) return std::unique_ptr<transport::ByteStream>();
+  return std::unique_ptr<transport::ByteStream>(
+      new shm::ShmStream(std::move(*segment), ringBytes, true, std::move(fd), peer));
+}
+
+Result<std::unique_ptr<transport::ByteStream>> acceptSegment(int rank, int peer, tcp::Fd& fd,
+                                                             size_t ringBytes, Deadline deadline) {
+  BRAID_ASSIGN_OR_RETURN(std::string name, recvName(fd.get(), deadline));
+  if (name.empty()) return std::unique_ptr<transport::ByteStream>();
+  auto segment = shm::Segment::open(name, shm::segmentBytes(ringBytes));
+  const uint8_t mapped = segment.isOk() ? 1 : 0;
+  if (!segment.isOk())
+    BRAID_WARN("rank ", rank, ": cannot map rank ", peer, "'s shared memory, using tcp: ",
+               segment.status().message());
+  BRAID_RETURN_IF_ERROR(sendAll(fd.get(), {&mapped, 1}, deadline));
+  if (!mapped) return std::unique_ptr<transport::ByteStream>();
+  segment->unlink();
+  return std::unique_ptr<transport::ByteStream>(
+      new shm::ShmStream(std::move(*segment), ringBytes, false, std::move(fd), peer));
+}
+
+}  // namespace
+
+Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets,
+                                        const std::vector<topo::PeerInfo>& topology,
+                                        const Config& config, Deadline deadline) {
+  std::vector<PeerLink> links;
+  for (auto& [peer, fd] : sockets) {  // std::map: increasing peer order
+    const bool sameHost = topo::classify(topology, rank, peer) == topo::LinkKind::kSameHost;
+    if (config.transport == "shm" && !sameHost)
+      return invalidUsage(strCat("BRAID_TRANSPORT=shm, but ranks ", std::min(rank, peer), " and ",
+                                 std::max(rank, peer), " are on different hosts (",
+                                 topology[rank].hostname, ", ", topology[peer].hostname, ")"));
+    std::unique_ptr<transport::ByteStream> stream;
+    if (sameHost && config.transport != "tcp") {
+      const size_t ringBytes = config.shmRingBytes;
+      if (rank < peer) {
+        BRAID_ASSIGN_OR_RETURN(stream, offerSegment(rank, peer, fd, ringBytes, deadline));
+      } else {
+        BRAID_ASSIGN_OR_RETURN(stream, acceptSegment(rank, peer, fd, ringBytes, deadline));
+      }
+      if (!stream && config.transport == "shm")
+        return Status(ErrorCode::kSystemError,
+                      strCat("BRAID_TRANSPORT=shm, but ranks ", std::min(rank, peer), " and ",
+                             std::max(rank, peer), " could not share memory (see the warning)"));
+    }
+    PeerLink link;
+    link.peer = peer;
+    link.transport = stream ? "shm" : "tcp";
+    if (!stream) stream = std::make_unique<tcp::SocketStream>(std::move(fd), peer);
+    link.connection = std::make_unique<transport::StreamConnection>(std::move(stream), peer);
+    links.push_back(std::move(link));
+  }
+  return links;
+}
+
+}  // namespace braid

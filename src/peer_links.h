@@ -1,0 +1,34 @@
+// Turns the authenticated sockets of a fresh communicator into connections:
+// for each pair of ranks, shared memory when both are on one host, else the
+// socket itself. The choice is made alike on both ends from the topology
+// every rank published at rendezvous.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/common/deadline.h"
+#include "src/common/env.h"
+#include "src/common/status.h"
+#include "topology/topology.h"
+#include "transports/tcp/socket.h"
+#include "transports/transport.h"
+
+namespace braid {
+
+struct PeerLink {
+  int peer = -1;
+  std::string transport;  // "shm", "tcp"
+  std::unique_ptr<transport::Connection> connection;
+};
+
+// `sockets` holds one connected socket per peer. Pairs are set up in
+// increasing order of (lower rank, higher rank) on every rank, so the
+// blocking handshakes cannot wait on each other in a cycle.
+Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets,
+                                        const std::vector<topo::PeerInfo>& topology,
+                                        const Config& config, Deadline deadline);
+
+}  // namespace braid

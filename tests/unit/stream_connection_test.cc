@@ -1,0 +1,275 @@
+// The connection contract, over each byte stream: tagged matching in any
+// order, direct and staged payloads, mismatch detection, and failure when the
+// peer goes away. Every test runs over a socket pair and over shared-memory
+// rings; the shared-memory tests at the end cover sleeping and a killed peer.
+#include "transports/stream_connection.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <numeric>
+
+#include "transports/shm/shm_stream.h"
+#include "transports/tcp/socket_stream.h"
+
+namespace braid::transport {
+namespace {
+
+constexpr size_t kRingBytes = 64 << 10;  // small, so large messages wrap many times
+
+// Both ends of one connection, in this process.
+struct Pair {
+  std::unique_ptr<StreamConnection> a, b;
+  explicit Pair(const std::string& kind) {
+    int fds[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+    if (kind == "tcp") {
+      a = std::make_unique<StreamConnection>(std::make_unique<tcp::SocketStream>(tcp::Fd(fds[0]), 1), 1);
+      b = std::make_unique<StreamConnection>(std::make_unique<tcp::SocketStream>(tcp::Fd(fds[1]), 0), 0);
+      return;
+    }
+    auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
+    EXPECT_TRUE(created.isOk()) << created.status().message();
+    shm::ShmStream::initialize(*created, kRingBytes);
+    auto opened = shm::Segment::open(created->name(), shm::segmentBytes(kRingBytes));
+    EXPECT_TRUE(opened.isOk()) << opened.status().message();
+    created->unlink();
+    a = std::make_unique<StreamConnection>(
+        std::make_unique<shm::ShmStream>(std::move(*created), kRingBytes, true, tcp::Fd(fds[0]), 1), 1);
+    b = std::make_unique<StreamConnection>(
+        std::make_unique<shm::ShmStream>(std::move(*opened), kRingBytes, false, tcp::Fd(fds[1]), 0), 0);
+  }
+  // Drives both ends until every request is no longer pending (or 5 s).
+  void drive(std::initializer_list<RequestPtr> requests) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < until) {
+      if (a) (void)a->progress();
+      if (b) (void)b->progress();
+      bool pending = false;
+      for (const auto& r : requests) pending = pending || r->state() == Request::State::kPending;
+      if (!pending) return;
+    }
+    ADD_FAILURE() << "requests still pending after 5 s";
+  }
+};
+
+class Connection : public ::testing::TestWithParam<std::string> {};
+
+Tag tag(uint64_t value, uint64_t check = 7) {
+  return {value, check};
+}
+
+TEST_P(Connection, MatchesReceivesPostedInAnyOrder) {
+  Pair p(GetParam());
+  std::vector<int> out[3] = {{1, 2}, {3, 4, 5}, {6}};
+  std::vector<int> in[3] = {std::vector<int>(2), std::vector<int>(3), std::vector<int>(1)};
+  RequestPtr r2 = p.b->postRecv(in[2].data(), 4, tag(3));
+  RequestPtr r0 = p.b->postRecv(in[0].data(), 8, tag(1));
+  RequestPtr s0 = p.a->postSend(out[0].data(), 8, tag(1));
+  RequestPtr s1 = p.a->postSend(out[1].data(), 12, tag(2));
+  RequestPtr s2 = p.a->postSend(out[2].data(), 4, tag(3));
+  p.drive({s0, s1, s2, r0, r2});
+  // Message 2 arrived before its receive was posted: it waits as unexpected.
+  RequestPtr r1 = p.b->postRecv(in[1].data(), 12, tag(2));
+  EXPECT_EQ(r1->state(), Request::State::kDone);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(in[i], out[i]);
+}
+
+TEST_P(Connection, MovesLargeMessagesBothWays) {
+  Pair p(GetParam());
+  std::vector<uint8_t> big(8 << 20), back(8 << 20), got(8 << 20), gotBack(8 << 20);
+  std::iota(big.begin(), big.end(), 0);
+  std::iota(back.begin(), back.end(), 7);
+  RequestPtr s1 = p.a->postSend(big.data(), big.size(), tag(1));
+  RequestPtr s2 = p.b->postSend(back.data(), back.size(), tag(1));
+  RequestPtr r1 = p.b->postRecv(got.data(), got.size(), tag(1));
+  RequestPtr r2 = p.a->postRecv(gotBack.data(), gotBack.size(), tag(1));
+  p.drive({s1, s2, r1, r2});
+  EXPECT_EQ(got, big);
+  EXPECT_EQ(gotBack, back);
+}
+
+TEST_P(Connection, ZeroByteMessages) {
+  Pair p(GetParam());
+  RequestPtr s = p.a->postSend(nullptr, 0, tag(9));
+  RequestPtr r = p.b->postRecv(nullptr, 0, tag(9));
+  p.drive({s, r});
+  EXPECT_EQ(r->state(), Request::State::kDone);
+}
+
+TEST_P(Connection, DifferentCheckFailsWithTheSendersCheck) {
+  Pair p(GetParam());
+  int x = 1, y = 0;
+  RequestPtr r = p.b->postRecv(&y, 4, tag(1, 100));
+  RequestPtr s = p.a->postSend(&x, 4, tag(1, 200));
+  p.drive({s, r});
+  ASSERT_EQ(r->state(), Request::State::kFailed);
+  EXPECT_EQ(r->error().code(), ErrorCode::kInvalidUsage);
+  EXPECT_EQ(r->mismatch().check, 200u);
+}
+
+TEST_P(Connection, DifferentSizeFails) {
+  Pair p(GetParam());
+  int x[2] = {1, 2}, y[4] = {};
+  RequestPtr s = p.a->postSend(x, 8, tag(1));
+  RequestPtr r = p.b->postRecv(y, 16, tag(1));
+  p.drive({s, r});
+  ASSERT_EQ(r->state(), Request::State::kFailed);
+  EXPECT_EQ(r->error().code(), ErrorCode::kInvalidUsage);
+}
+
+TEST_P(Connection, ReceiveOvertakenInItsChannelFails) {
+  Pair p(GetParam());
+  int x = 1, y = 0, z = 0;
+  // The sender skipped tag 5 of channel 0 and went on to tag 6.
+  RequestPtr waiting = p.b->postRecv(&y, 4, tag(5));
+  RequestPtr s = p.a->postSend(&x, 4, tag(6));
+  RequestPtr other = p.b->postRecv(&z, 4, tag((uint64_t{2} << 56) | 1));
+  p.drive({s, waiting});
+  EXPECT_EQ(waiting->state(), Request::State::kFailed);
+  EXPECT_EQ(other->state(), Request::State::kPending) << "another channel is unaffected";
+  RequestPtr late = p.b->postRecv(&y, 4, tag(4));
+  EXPECT_EQ(late->state(), Request::State::kFailed)
+      << "a receive posted after the overtake fails at once";
+}
+
+TEST_P(Connection, PeerClosingFailsPendingRequests) {
+  Pair p(GetParam());
+  int y = 0;
+  RequestPtr r = p.b->postRecv(&y, 4, tag(1));
+  p.a.reset();
+  p.drive({r});
+  ASSERT_EQ(r->state(), Request::State::kFailed);
+  EXPECT_EQ(r->error().code(), ErrorCode::kRemoteError);
+  EXPECT_NE(r->error().message().find("rank 0"), std::string::npos) << r->error().message();
+}
+
+TEST_P(Connection, AbortFailsPendingAndLaterRequests) {
+  Pair p(GetParam());
+  int y = 0;
+  RequestPtr r = p.b->postRecv(&y, 4, tag(1));
+  p.b->abort(invalidUsage("communicator aborted"));
+  EXPECT_EQ(r->state(), Request::State::kFailed);
+  RequestPtr later = p.b->postSend(&y, 4, tag(2));
+  EXPECT_EQ(later->state(), Request::State::kFailed);
+  EXPECT_EQ(later->error().code(), ErrorCode::kInvalidUsage);
+}
+
+TEST_P(Connection, MessageThatArrivedBeforeThePeerClosedIsDelivered) {
+  Pair p(GetParam());
+  int x = 42, y = 0;
+  RequestPtr s = p.a->postSend(&x, 4, tag(1));
+  p.drive({s});
+  p.a.reset();
+  // Reading sees the message, then the end of the stream.
+  for (int i = 0; i < 100; ++i) (void)p.b->progress();
+  RequestPtr r = p.b->postRecv(&y, 4, tag(1));
+  EXPECT_EQ(r->state(), Request::State::kDone);
+  EXPECT_EQ(y, 42);
+}
+
+INSTANTIATE_TEST_SUITE_P(Streams, Connection, ::testing::Values("tcp", "shm"),
+                         [](const auto& info) { return info.param; });
+
+// A sleeping end is woken by the doorbell when bytes arrive.
+TEST(ShmConnection, SleeperIsWokenByTheDoorbell) {
+  Pair p("shm");
+  int x = 5, y = 0;
+  RequestPtr r = p.b->postRecv(&y, 4, tag(1));
+  (void)p.b->progress();
+  ASSERT_TRUE(p.b->prepareToSleep()) << "nothing has arrived, so b may sleep";
+  pollfd fd{p.b->pollFd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&fd, 1, 0), 0) << "no doorbell before anything was sent";
+  RequestPtr s = p.a->postSend(&x, 4, tag(1));
+  (void)p.a->progress();
+  EXPECT_EQ(::poll(&fd, 1, 1000), 1) << "the sender rang";
+  p.drive({s, r});
+  EXPECT_EQ(y, 5);
+}
+
+// Bytes that arrive between the last progress and the sleep cancel it.
+TEST(ShmConnection, BytesAlreadyThereCancelTheSleep) {
+  Pair p("shm");
+  int x = 5, y = 0;
+  RequestPtr r = p.b->postRecv(&y, 4, tag(1));
+  RequestPtr s = p.a->postSend(&x, 4, tag(1));
+  (void)p.a->progress();
+  EXPECT_FALSE(p.b->prepareToSleep());
+  p.drive({s, r});
+  EXPECT_EQ(y, 5);
+}
+
+// A writer whose ring is full sleeps until the reader makes room.
+TEST(ShmConnection, FullRingWakesTheWriterWhenDrained) {
+  Pair p("shm");
+  std::vector<uint8_t> big(4 * kRingBytes, 3), got(4 * kRingBytes);
+  RequestPtr s = p.a->postSend(big.data(), big.size(), tag(1));
+  (void)p.a->progress();
+  ASSERT_EQ(s->state(), Request::State::kPending) << "the ring holds only a quarter";
+  ASSERT_TRUE(p.a->prepareToSleep());
+  pollfd fd{p.a->pollFd(), POLLIN, 0};
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  (void)p.b->progress();
+  EXPECT_EQ(::poll(&fd, 1, 1000), 1) << "the reader rang after draining";
+  p.drive({s, r});
+  EXPECT_EQ(got, big);
+}
+
+// A peer process that dies without a word fails the pending receive.
+TEST(ShmConnection, KilledPeerFailsPendingReceive) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
+  ASSERT_TRUE(created.isOk());
+  shm::ShmStream::initialize(*created, kRingBytes);
+  const std::string name = created->name();
+  pid_t child = fork();
+  if (child == 0) {
+    auto opened = shm::Segment::open(name, shm::segmentBytes(kRingBytes));
+    _exit(opened.isOk() ? 0 : 1);  // dies holding its end, saying nothing
+  }
+  ::close(fds[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  StreamConnection a(std::make_unique<shm::ShmStream>(std::move(*created), kRingBytes, true,
+                                                      tcp::Fd(fds[0]), 1),
+                     1);
+  int y = 0;
+  RequestPtr r = a.postRecv(&y, 4, tag(1));
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (r->state() == Request::State::kPending && std::chrono::steady_clock::now() < until) {
+    (void)a.progress();
+    if (a.prepareToSleep()) {
+      pollfd fd{a.pollFd(), POLLIN, 0};
+      (void)::poll(&fd, 1, 100);
+    }
+  }
+  ASSERT_EQ(r->state(), Request::State::kFailed);
+  EXPECT_EQ(r->error().code(), ErrorCode::kRemoteError);
+  EXPECT_NE(r->error().message().find("rank 1"), std::string::npos) << r->error().message();
+}
+
+TEST(ShmSegment, NoRoomNamesTheFix) {
+  auto segment = shm::Segment::create(size_t{1} << 50);  // more than any /dev/shm
+  ASSERT_FALSE(segment.isOk());
+  EXPECT_NE(segment.status().message().find("--shm-size"), std::string::npos)
+      << segment.status().message();
+}
+
+TEST(ShmSegment, NameIsGoneOnceUnlinked) {
+  auto segment = shm::Segment::create(shm::segmentBytes(kRingBytes));
+  ASSERT_TRUE(segment.isOk());
+  const std::string name = segment->name();
+  EXPECT_EQ(::access(("/dev/shm" + name).c_str(), F_OK), 0);
+  segment->unlink();
+  EXPECT_NE(::access(("/dev/shm" + name).c_str(), F_OK), 0);
+  EXPECT_FALSE(shm::Segment::open(name, shm::segmentBytes(kRingBytes)).isOk());
+}
+
+}  // namespace
+}  // namespace braid::transport

@@ -1,0 +1,43 @@
+// A shared-memory segment in /dev/shm, mapped into two processes of one
+// host. The creator makes it with a random name and hands the name to its
+// peer over an authenticated socket; once the peer has mapped it, both
+// unlink it, so that nothing is left behind even if a rank is killed later.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "src/common/status.h"
+
+namespace braid::shm {
+
+class Segment {
+ public:
+  Segment() = default;
+  Segment(Segment&& other) noexcept { *this = std::move(other); }
+  Segment& operator=(Segment&& other) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  ~Segment();
+
+  // Creates and maps `bytes` of zeroed memory, reserving every page up
+  // front: a /dev/shm too small fails here with a message naming the fix,
+  // instead of a SIGBUS at first touch.
+  static Result<Segment> create(size_t bytes);
+  static Result<Segment> open(const std::string& name, size_t bytes);
+
+  // Removes the name; the mapping stays valid. Idempotent.
+  void unlink();
+
+  void* base() const { return base_; }
+  size_t bytes() const { return bytes_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+  std::string name_;
+  bool linked_ = false;
+};
+
+}  // namespace braid::shm

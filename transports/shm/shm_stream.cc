@@ -1,0 +1,179 @@
+#include "transports/shm/shm_stream.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "src/common/strcat.h"
+
+namespace braid::shm {
+
+namespace {
+constexpr size_t kControlBytes = 4096;  // keeps each ring's data page aligned
+static_assert(sizeof(RingControl) <= kControlBytes);
+
+// Offsets of ring i's control block and data in the segment.
+size_t controlOffset(int i) {
+  return static_cast<size_t>(i) * kControlBytes;
+}
+size_t dataOffset(int i, size_t ringBytes) {
+  return 2 * kControlBytes + static_cast<size_t>(i) * ringBytes;
+}
+}  // namespace
+
+size_t segmentBytes(size_t ringBytes) {
+  return 2 * kControlBytes + 2 * ringBytes;
+}
+
+void ShmStream::initialize(Segment& segment, size_t ringBytes) {
+  auto* base = static_cast<uint8_t*>(segment.base());
+  for (int i = 0; i < 2; ++i) {
+    auto* control = new (base + controlOffset(i)) RingControl;
+    control->head.store(0);
+    control->tail.store(0);
+    control->consumerSleeping.store(0);
+    control->producerSleeping.store(0);
+    control->closed.store(0);
+  }
+  (void)ringBytes;
+}
+
+ShmStream::ShmStream(Segment segment, size_t ringBytes, bool creator, tcp::Fd doorbell, int peer)
+    : segment_(std::move(segment)),
+      ringBytes_(ringBytes),
+      doorbell_(std::move(doorbell)),
+      peer_(peer) {
+  auto* base = static_cast<uint8_t*>(segment_.base());
+  const int outIndex = creator ? 0 : 1, inIndex = 1 - outIndex;
+  out_ = {reinterpret_cast<RingControl*>(base + controlOffset(outIndex)),
+          base + dataOffset(outIndex, ringBytes)};
+  in_ = {reinterpret_cast<RingControl*>(base + controlOffset(inIndex)),
+         base + dataOffset(inIndex, ringBytes)};
+}
+
+Status ShmStream::closedByPeer() const {
+  return remoteError(strCat("rank ", peer_, " closed the connection (it exited or aborted)"));
+}
+
+void ShmStream::ring(std::atomic<uint32_t>& sleeping) {
+  // The flag's store and our publication are ordered by seq_cst on both
+  // sides (Dekker): either the sleeper sees our bytes before it sleeps, or
+  // we see its flag here.
+  if (sleeping.load(std::memory_order_seq_cst) == 0) return;
+  if (sleeping.exchange(0, std::memory_order_seq_cst) == 0) return;
+  const char bell = 1;
+  // A full socket buffer already holds wake-ups enough.
+  (void)::send(doorbell_.get(), &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+size_t ShmStream::copyIn(const iovec* iov, int count, size_t limit) {
+  size_t copied = 0;
+  for (int i = 0; i < count && copied < limit; ++i) {
+    const auto* from = static_cast<const uint8_t*>(iov[i].iov_base);
+    size_t left = std::min(iov[i].iov_len, limit - copied);
+    while (left > 0) {
+      const size_t at = (outHead_ + copied) & (ringBytes_ - 1);
+      const size_t take = std::min(left, ringBytes_ - at);
+      std::memcpy(out_.data + at, from, take);
+      from += take;
+      left -= take;
+      copied += take;
+    }
+  }
+  return copied;
+}
+
+Result<size_t> ShmStream::writeSome(const iovec* iov, int count) {
+  if (closed_) return closedByPeer();
+  size_t wanted = 0;
+  for (int i = 0; i < count; ++i) wanted += iov[i].iov_len;
+  size_t room = ringBytes_ - (outHead_ - outTailSeen_);
+  if (room < wanted) {
+    outTailSeen_ = out_.control->tail.load(std::memory_order_acquire);
+    room = ringBytes_ - (outHead_ - outTailSeen_);
+  }
+  if (room == 0) {
+    if (peerGone_) return closedByPeer();
+    return size_t{0};
+  }
+  const size_t copied = copyIn(iov, count, std::min(room, wanted));
+  outHead_ += copied;
+  out_.control->head.store(outHead_, std::memory_order_seq_cst);
+  ring(out_.control->consumerSleeping);
+  return copied;
+}
+
+Status ShmStream::drainDoorbell() {
+  char bells[64];
+  while (true) {
+    ssize_t got = ::recv(doorbell_.get(), bells, sizeof(bells), MSG_DONTWAIT);
+    if (got > 0) continue;
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
+    peerGone_ = true;  // end of stream or reset: the peer's process is gone
+    return Status::ok();
+  }
+}
+
+Result<size_t> ShmStream::readSome(void* into, size_t room) {
+  if (closed_) return closedByPeer();
+  if (slept_) {
+    slept_ = false;
+    BRAID_RETURN_IF_ERROR(drainDoorbell());
+  }
+  // closed before head: a producer sets closed after its last bytes.
+  const bool finished = in_.control->closed.load(std::memory_order_acquire) != 0;
+  const uint64_t head = in_.control->head.load(std::memory_order_acquire);
+  const size_t available = head - inTail_;
+  if (available == 0) {
+    if (finished || peerGone_) return closedByPeer();
+    return size_t{0};
+  }
+  const size_t take = std::min(available, room);
+  auto* to = static_cast<uint8_t*>(into);
+  size_t done = 0;
+  while (done < take) {
+    const size_t at = (inTail_ + done) & (ringBytes_ - 1);
+    const size_t piece = std::min(take - done, ringBytes_ - at);
+    std::memcpy(to + done, in_.data + at, piece);
+    done += piece;
+  }
+  inTail_ += take;
+  in_.control->tail.store(inTail_, std::memory_order_seq_cst);
+  ring(in_.control->producerSleeping);
+  return take;
+}
+
+bool ShmStream::prepareToSleep(bool sendsPending) {
+  slept_ = true;
+  in_.control->consumerSleeping.store(1, std::memory_order_seq_cst);
+  if (sendsPending) out_.control->producerSleeping.store(1, std::memory_order_seq_cst);
+  if (in_.control->head.load(std::memory_order_seq_cst) != inTail_) return false;
+  if (in_.control->closed.load(std::memory_order_seq_cst) != 0) return false;
+  if (sendsPending && out_.control->tail.load(std::memory_order_seq_cst) != outTailSeen_)
+    return false;
+  return true;
+}
+
+void ShmStream::writeLast(const iovec* iov, int count) {
+  if (closed_) return;
+  size_t wanted = 0;
+  for (int i = 0; i < count; ++i) wanted += iov[i].iov_len;
+  outTailSeen_ = out_.control->tail.load(std::memory_order_acquire);
+  if (ringBytes_ - (outHead_ - outTailSeen_) < wanted) return;
+  outHead_ += copyIn(iov, count, wanted);
+  out_.control->head.store(outHead_, std::memory_order_seq_cst);
+}
+
+void ShmStream::close() {
+  if (closed_) return;
+  closed_ = true;
+  out_.control->closed.store(1, std::memory_order_seq_cst);
+  // Wakes a sleeping peer for certain, sleeping flag or not.
+  ::shutdown(doorbell_.get(), SHUT_RDWR);
+}
+
+}  // namespace braid::shm

@@ -1,0 +1,72 @@
+// A ByteStream through shared memory: two single-producer single-consumer
+// rings in one Segment, one per direction. Bytes move with a memcpy into
+// the ring and one out of it, and no system call while both ends are busy.
+//
+// Sleeping: an end that is about to block in poll(2) raises a flag in the
+// ring it waits on; the other end, after moving bytes, sees the flag and
+// rings a doorbell, one byte on the socket the two ranks share. The socket
+// also tells of a peer that died: its end of the socket closes with it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "transports/byte_stream.h"
+#include "transports/shm/shm_segment.h"
+#include "transports/tcp/socket.h"
+
+namespace braid::shm {
+
+struct alignas(64) RingControl {
+  alignas(64) std::atomic<uint64_t> head;  // bytes ever written; the producer's
+  alignas(64) std::atomic<uint64_t> tail;  // bytes ever read; the consumer's
+  alignas(64) std::atomic<uint32_t> consumerSleeping;
+  alignas(64) std::atomic<uint32_t> producerSleeping;
+  alignas(64) std::atomic<uint32_t> closed;  // the producer wrote its last byte
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "rings shared between processes need lock-free atomics");
+
+// Bytes of a segment holding two rings of `ringBytes` each.
+size_t segmentBytes(size_t ringBytes);
+
+class ShmStream final : public transport::ByteStream {
+ public:
+  // The creator of the segment writes ring 0 and reads ring 1; the other
+  // end the reverse. `doorbell` is the connected socket to the peer.
+  // `ringBytes` must be a power of two.
+  ShmStream(Segment segment, size_t ringBytes, bool creator, tcp::Fd doorbell, int peer);
+  // Lays out fresh rings in a segment just created (before the peer maps it).
+  static void initialize(Segment& segment, size_t ringBytes);
+
+  Result<size_t> writeSome(const iovec* iov, int count) override;
+  Result<size_t> readSome(void* into, size_t room) override;
+  void writeLast(const iovec* iov, int count) override;
+  void close() override;
+  int pollFd() const override { return doorbell_.get(); }
+  bool pollForWrite(bool) const override { return false; }
+  bool prepareToSleep(bool sendsPending) override;
+
+ private:
+  struct Ring {
+    RingControl* control;
+    uint8_t* data;
+  };
+  size_t copyIn(const iovec* iov, int count, size_t limit);
+  void ring(std::atomic<uint32_t>& sleeping);
+  Status drainDoorbell();
+  Status closedByPeer() const;
+
+  Segment segment_;
+  const size_t ringBytes_;
+  Ring out_, in_;
+  tcp::Fd doorbell_;
+  const int peer_;
+  uint64_t outHead_ = 0, outTailSeen_ = 0;  // the producer's own view
+  uint64_t inTail_ = 0;                     // the consumer's own view
+  bool slept_ = false;                      // a doorbell may be waiting
+  bool peerGone_ = false;                   // the doorbell socket closed
+  bool closed_ = false;
+};
+
+}  // namespace braid::shm
