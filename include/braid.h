@@ -167,6 +167,13 @@ braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
 braidResult_t braidCommGetLastAlgorithm(braidComm_t comm, const char* collective,
                                         const char** algorithm);
 
+/* braid extension: the transport that carries this rank's messages to `peer`
+ * in `comm`: "shm" (shared memory, ranks of one host), "tcp", or "self" for
+ * peer == this rank. The string is static. BRAID_DEBUG=INFO logs the same
+ * table at init. Errors: braidInvalidArgument (NULL pointer, peer out of
+ * range). */
+braidResult_t braidCommGetTransport(braidComm_t comm, int peer, const char** transport);
+
 /* ---------------------------------------------------------------------------
  * Collectives. Every rank of `comm` calls the same collective with the same
  * count, datatype, op and root, in the same order. Errors common to all:

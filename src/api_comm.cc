@@ -273,4 +273,17 @@ braidResult_t braidCommGetLastAlgorithm(braidComm_t comm, const char* collective
   });
 }
 
+braidResult_t braidCommGetTransport(braidComm_t comm, int peer, const char** transport) {
+  return guard("braidCommGetTransport", [&]() -> Status {
+    if (!comm || comm->magic != braidComm::kMagic)
+      return braid::invalidArgument("comm is NULL or not live");
+    if (!transport) return braid::invalidArgument("transport is NULL");
+    if (peer < 0 || peer >= comm->comm->size())
+      return braid::invalidArgument(
+          braid::strCat("peer ", peer, " is not a rank of a communicator of ", comm->comm->size()));
+    *transport = comm->comm->transportTo(peer);
+    return Status::ok();
+  });
+}
+
 }  // extern "C"

@@ -83,12 +83,14 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   for (int p = 0; p < nranks; ++p)
     if (p != rank) peers.push_back(p);
   BRAID_ASSIGN_OR_RETURN(auto sockets, comm->tcp_->connectPeers(rank, peers, addresses, deadline));
-  BRAID_ASSIGN_OR_RETURN(
-      auto links, linkPeers(rank, std::move(sockets), topology, comm->config_, deadline));
+  BRAID_ASSIGN_OR_RETURN(auto links,
+                         linkPeers(rank, std::move(sockets), topology, comm->config_, deadline));
   comm->connections_.assign(nranks, nullptr);
+  comm->transportNames_.assign(nranks, "self");
   std::string linkTable;
   for (PeerLink& link : links) {
     comm->connections_[link.peer] = link.connection.get();
+    comm->transportNames_[link.peer] = link.transport;
     comm->owned_.push_back(std::move(link.connection));
     if (link.peer < 16) linkTable += strCat(" ", link.peer, "=", link.transport);
   }
@@ -105,9 +107,8 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
         mine.setPort(bindAddress.port());
         if (mine.toString() == bindAddress.toString()) interface = i.name;
       }
-    BRAID_INFO("rank ", rank, " of ", nranks, ": interface ", interface,
-               ", address ", comm->tcp_->localAddress(), ", rendezvous ",
-               rendezvous.root.toString());
+    BRAID_INFO("rank ", rank, " of ", nranks, ": interface ", interface, ", address ",
+               comm->tcp_->localAddress(), ", rendezvous ", rendezvous.root.toString());
     if (rank == 0) {
       BRAID_INFO("cost model: alpha ", link.alpha * 1e6, " us, link ", 1e-9 / link.beta,
                  " GB/s, reduce ", 1e-9 / link.gamma, " GB/s");

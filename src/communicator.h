@@ -69,6 +69,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // The algorithm that served the latest call of `kind` (for tests, TRACE).
   std::string_view lastAlgorithm(algo::CollectiveKind kind) const;
   const Selector& selector() const { return selector_; }
+  // "shm", "tcp" or "self": what carries messages to `peer` (static string).
+  const char* transportTo(int peer) const { return transportNames_[peer]; }
 
  private:
   Communicator(int rank, int nranks, Config config);
@@ -91,6 +93,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<tcp::TcpTransport> tcp_;
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;  // by rank
+  std::vector<const char*> transportNames_;          // by rank
   double spinSeconds_ = 0;
   Selector selector_;
   std::atomic<bool> aborted_{false};

@@ -40,8 +40,8 @@ Result<std::unique_ptr<transport::ByteStream>> offerSegment(int rank, int peer, 
                                                             size_t ringBytes, Deadline deadline) {
   auto segment = shm::Segment::create(shm::segmentBytes(ringBytes));
   if (!segment.isOk()) {
-    BRAID_WARN("rank ", rank, ": no shared memory with rank ", peer, ", using tcp: ",
-               segment.status().message());
+    BRAID_WARN("rank ", rank, ": no shared memory with rank ", peer,
+               ", using tcp: ", segment.status().message());
     BRAID_RETURN_IF_ERROR(sendName(fd.get(), "", deadline));
     return std::unique_ptr<transport::ByteStream>();
   }
@@ -63,8 +63,8 @@ Result<std::unique_ptr<transport::ByteStream>> acceptSegment(int rank, int peer,
   auto segment = shm::Segment::open(name, shm::segmentBytes(ringBytes));
   const uint8_t mapped = segment.isOk() ? 1 : 0;
   if (!segment.isOk())
-    BRAID_WARN("rank ", rank, ": cannot map rank ", peer, "'s shared memory, using tcp: ",
-               segment.status().message());
+    BRAID_WARN("rank ", rank, ": cannot map rank ", peer,
+               "'s shared memory, using tcp: ", segment.status().message());
   BRAID_RETURN_IF_ERROR(sendAll(fd.get(), {&mapped, 1}, deadline));
   if (!mapped) return std::unique_ptr<transport::ByteStream>();
   segment->unlink();

@@ -20,7 +20,7 @@ namespace braid {
 
 struct PeerLink {
   int peer = -1;
-  std::string transport;  // "shm", "tcp"
+  const char* transport = "";  // "shm", "tcp" (static)
   std::unique_ptr<transport::Connection> connection;
 };
 

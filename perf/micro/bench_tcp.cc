@@ -5,15 +5,15 @@
 #include <memory>
 #include <vector>
 
-#include "transports/tcp/socket.h"
 #include "transports/stream_connection.h"
+#include "transports/tcp/socket.h"
 #include "transports/tcp/socket_stream.h"
 
 namespace {
 
-using braid::transport::StreamConnection;
 using braid::transport::Request;
 using braid::transport::RequestPtr;
+using braid::transport::StreamConnection;
 using braid::transport::Tag;
 
 struct LoopbackPair {

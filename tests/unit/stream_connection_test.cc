@@ -28,8 +28,10 @@ struct Pair {
     int fds[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
     if (kind == "tcp") {
-      a = std::make_unique<StreamConnection>(std::make_unique<tcp::SocketStream>(tcp::Fd(fds[0]), 1), 1);
-      b = std::make_unique<StreamConnection>(std::make_unique<tcp::SocketStream>(tcp::Fd(fds[1]), 0), 0);
+      a = std::make_unique<StreamConnection>(
+          std::make_unique<tcp::SocketStream>(tcp::Fd(fds[0]), 1), 1);
+      b = std::make_unique<StreamConnection>(
+          std::make_unique<tcp::SocketStream>(tcp::Fd(fds[1]), 0), 0);
       return;
     }
     auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
@@ -39,9 +41,11 @@ struct Pair {
     EXPECT_TRUE(opened.isOk()) << opened.status().message();
     created->unlink();
     a = std::make_unique<StreamConnection>(
-        std::make_unique<shm::ShmStream>(std::move(*created), kRingBytes, true, tcp::Fd(fds[0]), 1), 1);
+        std::make_unique<shm::ShmStream>(std::move(*created), kRingBytes, true, tcp::Fd(fds[0]), 1),
+        1);
     b = std::make_unique<StreamConnection>(
-        std::make_unique<shm::ShmStream>(std::move(*opened), kRingBytes, false, tcp::Fd(fds[1]), 0), 0);
+        std::make_unique<shm::ShmStream>(std::move(*opened), kRingBytes, false, tcp::Fd(fds[1]), 0),
+        0);
   }
   // Drives both ends until every request is no longer pending (or 5 s).
   void drive(std::initializer_list<RequestPtr> requests) {
@@ -236,9 +240,9 @@ TEST(ShmConnection, KilledPeerFailsPendingReceive) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_EQ(WEXITSTATUS(status), 0);
-  StreamConnection a(std::make_unique<shm::ShmStream>(std::move(*created), kRingBytes, true,
-                                                      tcp::Fd(fds[0]), 1),
-                     1);
+  StreamConnection a(
+      std::make_unique<shm::ShmStream>(std::move(*created), kRingBytes, true, tcp::Fd(fds[0]), 1),
+      1);
   int y = 0;
   RequestPtr r = a.postRecv(&y, 4, tag(1));
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
