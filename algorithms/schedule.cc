@@ -19,14 +19,15 @@ std::string validate(const Schedule& schedule, size_t sendBytes, size_t recvByte
         return strCat("step ", i, " depends on step ", d, " which is not before it");
     bool usesDst = step.kind != StepKind::kSend;
     bool usesSrc = step.kind == StepKind::kSend || step.kind == StepKind::kReduce ||
-                   step.kind == StepKind::kCopy;
+                   step.kind == StepKind::kCopy || step.kind == StepKind::kRecvReduce;
     if (usesDst && !inside(step.dst)) return strCat("step ", i, " writes outside its buffer");
     if (usesSrc && !inside(step.src)) return strCat("step ", i, " reads outside its buffer");
     if (step.kind == StepKind::kReduce && (!inside(step.src2) || step.src.bytes != step.dst.bytes ||
                                            step.src2.bytes != step.dst.bytes))
       return strCat("step ", i, " reduces slices of different sizes");
-    if (step.kind == StepKind::kCopy && step.src.bytes != step.dst.bytes)
-      return strCat("step ", i, " copies slices of different sizes");
+    if ((step.kind == StepKind::kCopy || step.kind == StepKind::kRecvReduce) &&
+        step.src.bytes != step.dst.bytes)
+      return strCat("step ", i, " combines slices of different sizes");
     if (elementSize > 0 && (step.dst.bytes % elementSize || step.dst.offset % elementSize))
       return strCat("step ", i, " cuts an element");
   }

@@ -5,7 +5,7 @@
 //
 // Matching rule (the contract between schedules of different ranks): the
 // k-th Send to peer p in one rank's schedule is received by the k-th Recv
-// from this rank in p's schedule, with the same byte count.
+// (or RecvReduce) from this rank in p's schedule, with the same byte count.
 #pragma once
 
 #include <array>
@@ -30,6 +30,9 @@ enum class StepKind : uint8_t {
   kReduce,   // dst = src op src2 (element-wise, the collective's dtype and op)
   kCopy,     // dst = src
   kAverage,  // dst /= nranks (final step of RedOp::kAvg)
+  // dst = src op (dst.bytes arriving from peer): a Recv and the Reduce that
+  // consumes it, fused so the incoming bytes need no buffer (fuse.h).
+  kRecvReduce,
 };
 
 using StepIndex = int32_t;
@@ -44,6 +47,10 @@ struct Step {
   // Steps that must be complete before this one starts (kNoStep = unused).
   std::array<StepIndex, 2> after = {kNoStep, kNoStep};
 };
+
+inline bool receives(StepKind kind) {
+  return kind == StepKind::kRecv || kind == StepKind::kRecvReduce;
+}
 
 struct Schedule {
   std::vector<Step> steps;
@@ -64,6 +71,10 @@ struct Schedule {
   }
   StepIndex copy(Slice dst, Slice src, StepIndex a = kNoStep, StepIndex b = kNoStep) {
     return add({StepKind::kCopy, -1, dst, src, {}, {a, b}});
+  }
+  StepIndex recvReduce(int peer, Slice dst, Slice src, StepIndex a = kNoStep,
+                       StepIndex b = kNoStep) {
+    return add({StepKind::kRecvReduce, peer, dst, src, {}, {a, b}});
   }
   StepIndex average(Slice dst, StepIndex a = kNoStep, StepIndex b = kNoStep) {
     return add({StepKind::kAverage, -1, dst, {}, {}, {a, b}});

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/fuse.h"
 #include "src/common/log.h"
 #include "src/common/strcat.h"
 #include "src/link_probe.h"
@@ -194,6 +195,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       args.chunkBytes = config_.chunkBytes;
       const algo::Algorithm* algorithm = &selector_.choose(args);
       *schedule = algorithm->plan(args);
+      algo::fuseReceiveReductions(*schedule);
       if (schedule->steps.size() >= kMaxMessagesPerPeer)
         return notSupported(strCat(op.name, ": count ", args.count,
                                    " needs too many messages; raise BRAID_CHUNK_BYTES"));

@@ -57,6 +57,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The Combiner of a RecvReduce step: the job's datatype and op.
+void combineInto(void* dst, const void* local, const void* incoming, size_t units,
+                 const void* context) {
+  const Job& job = *static_cast<const Job*>(context);
+  reduceElements(dst, local, incoming, units, job.dtype, job.op);
+}
+
 struct ActiveRequest {
   int step;
   RequestPtr request;
@@ -78,7 +85,7 @@ class JobRunner {
           ++dependentCount[d];
         }
       if (s.kind == StepKind::kSend) messageIndex_[i] = sends[s.peer]++;
-      if (s.kind == StepKind::kRecv) messageIndex_[i] = recvs[s.peer]++;
+      if (algo::receives(s.kind)) messageIndex_[i] = recvs[s.peer]++;
       if (waiting_[i] == 0) ready_.push_back(static_cast<int>(i));
     }
     dependentsBegin_.assign(n + 1, 0);
@@ -226,6 +233,13 @@ class JobRunner {
       case StepKind::kRecv: {
         transport::Tag tag = job_.tagFor(false, s.peer, messageIndex_[i]);
         active_.push_back({i, job_.connections[s.peer]->postRecv(at(s.dst), s.dst.bytes, tag)});
+        return;
+      }
+      case StepKind::kRecvReduce: {
+        transport::Tag tag = job_.tagFor(false, s.peer, messageIndex_[i]);
+        const transport::Combiner combiner{es, &combineInto, &job_};
+        active_.push_back({i, job_.connections[s.peer]->postRecvReduce(
+                                  at(s.dst), at(s.src), s.dst.bytes, tag, combiner)});
         return;
       }
       case StepKind::kReduce:

@@ -49,8 +49,41 @@ RequestPtr StreamConnection::postSend(const void* data, size_t bytes, Tag tag) {
   return request;
 }
 
+void StreamConnection::deliver(const PostedRecv& p, const uint8_t* payload) {
+  if (p.bytes == 0) return;
+  if (p.reduces())
+    p.combiner.apply(p.data, p.local, payload, p.bytes / p.combiner.unit, p.combiner.context);
+  else
+    std::memcpy(p.data, payload, p.bytes);
+}
+
+void StreamConnection::combineArriving(const uint8_t* in, size_t n) {
+  const Combiner& c = matched_->combiner;
+  size_t at = payloadGot_;  // payload bytes consumed before `in`
+  if (const size_t part = at % c.unit; part != 0) {
+    const size_t fill = std::min(n, c.unit - part);
+    std::memcpy(carry_ + part, in, fill);
+    in += fill;
+    n -= fill;
+    at += fill;
+    if (at % c.unit != 0) return;
+    const size_t element = at - c.unit;
+    c.apply(matched_->data + element, matched_->local + element, carry_, 1, c.context);
+  }
+  const size_t whole = n / c.unit * c.unit;
+  if (whole) c.apply(matched_->data + at, matched_->local + at, in, whole / c.unit, c.context);
+  if (n > whole) std::memcpy(carry_, in + whole, n - whole);
+}
+
 RequestPtr StreamConnection::postRecv(void* data, size_t bytes, Tag tag) {
+  return postRecvReduce(data, nullptr, bytes, tag, {});
+}
+
+RequestPtr StreamConnection::postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
+                                            const Combiner& combiner) {
   auto request = std::make_shared<Request>();
+  PostedRecv posted{static_cast<uint8_t*>(dst),         bytes,   tag.check, request,
+                    static_cast<const uint8_t*>(local), combiner};
   std::lock_guard lock(mutex_);
   // A message that arrived before the peer closed is still delivered.
   if (auto it = unexpected_.find(tag.value); it != unexpected_.end()) {
@@ -59,7 +92,7 @@ RequestPtr StreamConnection::postRecv(void* data, size_t bytes, Tag tag) {
       request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match")),
                     Request::Failure::kDifferentCall, Tag{tag.value, u.check});
     } else {
-      if (bytes) std::memcpy(data, u.payload.data(), bytes);
+      deliver(posted, u.payload.data());
       request->complete();
     }
     unexpected_.erase(it);
@@ -78,7 +111,7 @@ RequestPtr StreamConnection::postRecv(void* data, size_t bytes, Tag tag) {
                   Request::Failure::kOvertaken, Tag{highestArrived_[channel] - 1, 0});
     return request;
   }
-  posted_[tag.value] = {static_cast<uint8_t*>(data), bytes, tag.check, request};
+  posted_[tag.value] = posted;
   return request;
 }
 
@@ -195,7 +228,7 @@ void StreamConnection::finishFrame() {
     if (auto it = posted_.find(header_.tag); it != posted_.end()) {
       PostedRecv& p = it->second;
       if (p.check == header_.check && p.bytes == header_.bytes) {
-        if (p.bytes) std::memcpy(p.data, spill_.data(), p.bytes);
+        deliver(p, spill_.data());
         p.request->complete();
       } else {
         p.request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match")),
@@ -230,7 +263,10 @@ Result<bool> StreamConnection::recvSome() {
         }
       } else {
         size_t take = std::min(avail, header_.bytes - payloadGot_);
-        std::memcpy(target_ + payloadGot_, &staging_[stagingBegin_], take);
+        if (matched_ && matched_->reduces())
+          combineArriving(&staging_[stagingBegin_], take);
+        else
+          std::memcpy(target_ + payloadGot_, &staging_[stagingBegin_], take);
         payloadGot_ += take;
         stagingBegin_ += take;
         if (payloadGot_ == header_.bytes) finishFrame();
@@ -240,7 +276,9 @@ Result<bool> StreamConnection::recvSome() {
     stagingBegin_ = stagingEnd_ = 0;
     uint8_t* into = staging_.data();
     size_t room = staging_.size();
-    bool direct = inPayload_ && header_.bytes - payloadGot_ >= kDirectBytes;
+    // A payload to be reduced goes through staging, which stays in cache.
+    bool direct = inPayload_ && !(matched_ && matched_->reduces()) &&
+                  header_.bytes - payloadGot_ >= kDirectBytes;
     if (direct) {
       into = target_ + payloadGot_;
       room = header_.bytes - payloadGot_;

@@ -24,6 +24,8 @@ class StreamConnection final : public Connection {
 
   RequestPtr postSend(const void* data, size_t bytes, Tag tag) override;
   RequestPtr postRecv(void* data, size_t bytes, Tag tag) override;
+  RequestPtr postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
+                            const Combiner& combiner) override;
   Result<bool> progress() override;
   int pollFd() const override { return stream_->pollFd(); }
   bool wantsWrite() const override {
@@ -52,6 +54,9 @@ class StreamConnection final : public Connection {
     size_t bytes;
     uint64_t check;
     RequestPtr request;
+    const uint8_t* local = nullptr;  // receives with reduction only
+    Combiner combiner;
+    bool reduces() const { return combiner.apply != nullptr; }
   };
   // Uninitialised bytes: a payload is written whole before it is read, and
   // zeroing it first would only fault its pages in twice.
@@ -70,6 +75,10 @@ class StreamConnection final : public Connection {
   Result<bool> recvSome();
   void startFrame();
   void finishFrame();
+  // Puts a whole payload where the receive wants it.
+  static void deliver(const PostedRecv& p, const uint8_t* payload);
+  // Combines the next `n` payload bytes of the matched receive with reduction.
+  void combineArriving(const uint8_t* in, size_t n);
   void failPostedBefore(uint64_t tag, const Tag& arrived);
   void failAll(const Status& reason);
   Status deadStatus() const;
@@ -94,7 +103,8 @@ class StreamConnection final : public Connection {
   uint8_t* target_ = nullptr;  // where the payload goes (posted or unexpected)
   size_t payloadGot_ = 0;
   PostedRecv* matched_ = nullptr;
-  Payload spill_;  // payload with no posted receive yet
+  Payload spill_;      // payload with no posted receive yet
+  uint8_t carry_[16];  // an element split between two reads
 
   std::vector<uint8_t> staging_;
   size_t stagingBegin_ = 0, stagingEnd_ = 0;

@@ -60,6 +60,17 @@ class Request {
 };
 using RequestPtr = std::shared_ptr<Request>;
 
+// How a receive with reduction combines what arrives with local data:
+// dst = local (op) incoming, element by element, for `units` elements of
+// `unit` bytes. The transport applies it to whole elements as they arrive,
+// so the incoming bytes never need a buffer of their own.
+struct Combiner {
+  size_t unit = 1;
+  void (*apply)(void* dst, const void* local, const void* incoming, size_t units,
+                const void* context) = nullptr;
+  const void* context = nullptr;
+};
+
 class Connection {
  public:
   virtual ~Connection() = default;
@@ -70,6 +81,10 @@ class Connection {
   // Post a receive into `data`; completes when the matching message arrived.
   // A message of another size or check fails it with kInvalidUsage.
   virtual RequestPtr postRecv(void* data, size_t bytes, Tag tag) = 0;
+  // A receive whose payload is combined with `local` into `dst` (which may
+  // be `local`); both must stay valid until it completes.
+  virtual RequestPtr postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
+                                    const Combiner& combiner) = 0;
 
   // Moves whatever bytes can move without blocking, in both directions
   // (incoming messages with no posted receive are kept until one is posted).

@@ -74,6 +74,10 @@ void footprint(const algo::Step& s, const RankMemory& m, std::vector<Region>* re
     case StepKind::kRecv:
       add(writes, s.dst);
       break;
+    case StepKind::kRecvReduce:
+      add(reads, s.src);
+      add(writes, s.dst);
+      break;
     case StepKind::kReduce:
       add(reads, s.src);
       add(reads, s.src2);
@@ -148,7 +152,7 @@ std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory
           ++st.waiting[i];
           st.dependents[d].push_back(static_cast<int>(i));
         }
-      if (steps[i].kind == StepKind::kSend || steps[i].kind == StepKind::kRecv) {
+      if (steps[i].kind == StepKind::kSend || algo::receives(steps[i].kind)) {
         if (steps[i].peer < 0 || steps[i].peer >= P)
           return strCat("rank ", r, " step ", i, " talks to rank ", steps[i].peer);
         st.index[i] = (steps[i].kind == StepKind::kSend ? sends : recvs)[steps[i].peer]++;
@@ -176,7 +180,11 @@ std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory
     if (payload.size() != s.dst.bytes)
       return strCat("rank ", r, " expects ", s.dst.bytes, " bytes from rank ", s.peer,
                     " as message ", state[r].index[i], " but ", payload.size(), " were sent");
-    if (s.dst.bytes) std::memcpy(at(memory[r], s.dst), payload.data(), s.dst.bytes);
+    if (s.dst.bytes && s.kind == StepKind::kRecvReduce)
+      reduceElements(at(memory[r], s.dst), at(memory[r], s.src), payload.data(), s.dst.bytes / es,
+                     dtype, op);
+    else if (s.dst.bytes)
+      std::memcpy(at(memory[r], s.dst), payload.data(), s.dst.bytes);
     finish(r, i);
     return "";
   };
@@ -213,7 +221,8 @@ std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory
           }
           continue;
         }
-        case StepKind::kRecv: {
+        case StepKind::kRecv:
+        case StepKind::kRecvReduce: {
           const uint64_t key = messageKey(s.peer, r, st.index[i]);
           if (auto m = mailbox.find(key); m != mailbox.end()) {
             std::vector<uint8_t> payload = std::move(m->second);

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/fuse.h"
 #include "src/common/reduce.h"
 #include "src/common/strcat.h"
 #include "tests/harness/sim_network.h"
@@ -103,12 +104,14 @@ struct Case {
   int root;
   bool inPlace;
   size_t chunkBytes;
+  // Run what the engine runs: Recv+Reduce pairs fused (algorithms/fuse.h).
+  bool fuse = true;
 };
 
 std::string describe(const algo::Algorithm& a, const Case& c) {
   return strCat(algo::collectiveName(c.kind), "/", a.name, " P=", c.P, " count=", c.count, " ",
                 dataTypeName(c.dtype), " op=", redOpName(c.op), " root=", c.root,
-                c.inPlace ? " in-place" : "", " chunk=", c.chunkBytes);
+                c.inPlace ? " in-place" : "", " chunk=", c.chunkBytes, c.fuse ? "" : " unfused");
 }
 
 void runCase(const algo::Algorithm& algorithm, const Case& c) {
@@ -125,6 +128,7 @@ void runCase(const algo::Algorithm& algorithm, const Case& c) {
   for (int r = 0; r < P; ++r) {
     CollectiveArgs args{c.kind, n, c.dtype, c.op, c.root, r, P, c.inPlace, c.chunkBytes};
     plans.push_back(algorithm.plan(args));
+    if (c.fuse) algo::fuseReceiveReductions(plans.back());
     // Buffers the contract lets a rank pass as NULL count as empty here, so
     // a schedule that touches one fails validation.
     const bool isRoot = r == c.root;
@@ -304,6 +308,77 @@ TEST(HugeWorld, EveryAlgorithmAt1024Ranks) {
             {a.kind, 1024, count, DataType::kFloat64, RedOp::kSum, 1000, false, size_t{1} << 19});
     if (HasFatalFailure()) return;
   }
+}
+
+// The schedules as the algorithms write them, before fusing: each must be
+// right on its own (fusing only rewrites what it can prove equivalent).
+TEST(UnfusedSchedules, EveryAlgorithmMatchesTheSerialReference) {
+  for (const algo::Algorithm& a : algo::allAlgorithms()) {
+    if (!selected(a)) continue;
+    for (int P : {2, 3, 5, 8, 13, 33})
+      for (size_t count : {size_t{1}, size_t{7}, static_cast<size_t>(P - 1), size_t{1001}})
+        for (size_t chunk : {size_t{1} << 19, size_t{64}}) {
+          Case c{a.kind, P, count, DataType::kFloat64, RedOp::kSum, P / 2, false, chunk};
+          c.fuse = false;
+          runCase(a, c);
+          if (HasFatalFailure()) return;
+        }
+  }
+}
+
+algo::Schedule ringAllReduce(int P, int rank, size_t count) {
+  return algo::findAlgorithm(CollectiveKind::kAllReduce, "ring")
+      ->plan({CollectiveKind::kAllReduce, count, DataType::kFloat32, RedOp::kSum, 0, rank, P, false,
+              size_t{1} << 16});
+}
+
+TEST(Fuse, RingReceivesAreReducedAsTheyArrive) {
+  algo::Schedule plan = ringAllReduce(4, 1, 1 << 20);
+  size_t recvs = 0;
+  for (const auto& s : plan.steps) recvs += s.kind == algo::StepKind::kRecv;
+  const size_t fused = algo::fuseReceiveReductions(plan);
+  // Reduce-scatter receives fuse; allgather receives land in the output.
+  EXPECT_EQ(fused, recvs / 2);
+  for (const auto& s : plan.steps) {
+    if (s.kind != algo::StepKind::kRecvReduce) continue;
+    EXPECT_NE(s.dst.buffer, algo::BufferId::kScratch);
+    EXPECT_EQ(s.src.bytes, s.dst.bytes);
+  }
+}
+
+TEST(Fuse, LeavesAPairWhoseScratchIsReadElsewhere) {
+  algo::Schedule plan;
+  plan.scratchBytes = 64;
+  const algo::Slice incoming{algo::BufferId::kScratch, 0, 64};
+  const algo::Slice out{algo::BufferId::kRecv, 0, 64}, in{algo::BufferId::kSend, 0, 64};
+  auto got = plan.recv(1, incoming);
+  plan.reduce(out, in, incoming, got);
+  algo::Schedule forwarded = plan;
+  forwarded.send(2, {algo::BufferId::kScratch, 32, 32}, got);  // reads the raw bytes
+  EXPECT_EQ(algo::fuseReceiveReductions(plan), 1u);
+  EXPECT_EQ(plan.steps[0].kind, algo::StepKind::kRecvReduce);
+  EXPECT_EQ(algo::fuseReceiveReductions(forwarded), 0u) << "the recv has two dependents";
+  algo::Schedule readLater = [&] {
+    algo::Schedule p;
+    p.scratchBytes = 64;
+    auto r = p.recv(1, incoming);
+    auto d = p.reduce(out, in, incoming, r);
+    p.send(2, {algo::BufferId::kScratch, 0, 16}, d);  // a later raw read, ordered by the reduce
+    return p;
+  }();
+  EXPECT_EQ(algo::fuseReceiveReductions(readLater), 0u);
+}
+
+TEST(Fuse, KeepsAReduceThatWaitsForMoreThanItsReceive) {
+  algo::Schedule plan;
+  plan.scratchBytes = 64;
+  const algo::Slice incoming{algo::BufferId::kScratch, 0, 64};
+  const algo::Slice out{algo::BufferId::kRecv, 0, 64}, in{algo::BufferId::kSend, 0, 64};
+  auto sent = plan.send(2, out);  // the old contents of out leave first
+  auto got = plan.recv(1, incoming);
+  plan.reduce(out, in, incoming, got, sent);
+  EXPECT_EQ(algo::fuseReceiveReductions(plan), 0u)
+      << "fusing would overwrite out before the send that reads it";
 }
 
 TEST(ScheduleValidate, RejectsForwardDependency) {

@@ -14,7 +14,11 @@ void LoopbackConnection::match(Side& send, Side& recv) {
     recv.request->fail(s);
     return;
   }
-  if (send.bytes) std::memmove(recv.data, send.data, send.bytes);
+  if (send.bytes && recv.combiner.apply)
+    recv.combiner.apply(recv.data, recv.local, send.data, send.bytes / recv.combiner.unit,
+                        recv.combiner.context);
+  else if (send.bytes)
+    std::memmove(recv.data, send.data, send.bytes);
   send.request->complete();
   recv.request->complete();
 }
@@ -33,8 +37,13 @@ RequestPtr LoopbackConnection::postSend(const void* data, size_t bytes, Tag tag)
 }
 
 RequestPtr LoopbackConnection::postRecv(void* data, size_t bytes, Tag tag) {
+  return postRecvReduce(data, nullptr, bytes, tag, {});
+}
+
+RequestPtr LoopbackConnection::postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
+                                              const Combiner& combiner) {
   auto request = std::make_shared<Request>();
-  Side side{data, bytes, tag.check, request};
+  Side side{dst, bytes, tag.check, request, local, combiner};
   std::lock_guard lock(mutex_);
   if (auto it = sends_.find(tag.value); it != sends_.end()) {
     match(it->second, side);

@@ -16,6 +16,8 @@ class LoopbackConnection final : public Connection {
 
   RequestPtr postSend(const void* data, size_t bytes, Tag tag) override;
   RequestPtr postRecv(void* data, size_t bytes, Tag tag) override;
+  RequestPtr postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
+                            const Combiner& combiner) override;
   Result<bool> progress() override { return false; }
   int pollFd() const override { return -1; }
   bool wantsWrite() const override { return false; }
@@ -30,6 +32,8 @@ class LoopbackConnection final : public Connection {
     size_t bytes;
     uint64_t check;
     RequestPtr request;
+    const void* local = nullptr;  // receives with reduction
+    Combiner combiner;
   };
   void match(Side& send, Side& recv);
 
