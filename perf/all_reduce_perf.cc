@@ -3,19 +3,7 @@
 
 namespace {
 
-using braid::perf::Sizes;
 using braid::perf::TestContext;
-
-Sizes allReduceSizes(size_t bytes, size_t eltSize, int /*nranks*/) {
-  const size_t count = bytes / eltSize;
-  return {.bytes = count * eltSize,
-          .count = count,
-          .sendCount = count,
-          .recvCount = count,
-          .sendInPlaceOffset = 0,
-          .recvInPlaceOffset = 0,
-          .algBytes = count * eltSize};
-}
 
 // Each element crosses 2(n-1)/n links' worth of traffic (a reduce-scatter
 // and an all-gather), so busbw compares with the link bandwidth for any n.
@@ -28,7 +16,7 @@ void allReduceInitData(const TestContext& ctx, void* send) {
 }
 
 braidResult_t allReduceRun(const TestContext& ctx, const void* send, void* recv) {
-  return braidAllReduce(send, recv, ctx.sizes.count, ctx.type->type, ctx.op, ctx.comm, nullptr);
+  return braidAllReduce(send, recv, ctx.sizes.count, ctx.type->type, ctx.op, ctx.comm, ctx.stream);
 }
 
 int64_t allReduceCheck(const TestContext& ctx, const void* recv) {
@@ -40,7 +28,10 @@ constexpr braid::perf::Collective kAllReduce = {
     .braidName = "allreduce",
     .usesOp = true,
     .usesRoot = false,
-    .sizesFor = allReduceSizes,
+    .hasInPlace = true,
+    .resultAtRootOnly = false,
+    .sizesFor = [](size_t bytes, size_t eltSize,
+                   int) { return braid::perf::wholeBufferSizes(bytes, eltSize); },
     .busBwFactor = allReduceBusBwFactor,
     .initData = allReduceInitData,
     .run = allReduceRun,

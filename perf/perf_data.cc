@@ -112,6 +112,25 @@ size_t inputPeriod(const TestContext& ctx) {
   return static_cast<size_t>(ctx.type->isSigned ? 2 * amplitude + 1 : amplitude + 1);
 }
 
+// A 64-bit mix of (rank, index) (splitmix64's finalizer): neighbouring
+// elements and ranks get unrelated values.
+uint64_t distinctHash(int rank, size_t index) {
+  uint64_t x = (static_cast<uint64_t>(rank) << 48) ^ static_cast<uint64_t>(index);
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The hash as a value of the type: all of its bits for integers (stores
+// truncate to the width), an integer exact in the type for floating types.
+int64_t distinctValue(const DataType& type, int rank, size_t index) {
+  uint64_t hash = distinctHash(rank, index);
+  if (!type.isFloat) return static_cast<int64_t>(hash);
+  auto limit = static_cast<uint64_t>(std::min(type.maxExactInt, 1e15));
+  return static_cast<int64_t>(hash % (2 * limit + 1)) - static_cast<int64_t>(limit);
+}
+
 }  // namespace
 
 int64_t inputValue(const TestContext& ctx, int rank, size_t index) {
@@ -194,6 +213,45 @@ int64_t countWrong(const TestContext& ctx, const void* buffer, size_t count, siz
     wrong += ok ? 0 : 1;
   }
   return wrong;
+}
+
+void fillDistinct(const TestContext& ctx, int rank, size_t firstIndex, void* buffer, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    storeInt(*ctx.type, buffer, i, distinctValue(*ctx.type, rank, firstIndex + i));
+}
+
+int64_t countWrongDistinct(const TestContext& ctx, const void* buffer, size_t count, int rank,
+                           size_t firstIndex) {
+  const DataType& type = *ctx.type;
+  const uint64_t widthMask = type.size == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * type.size)) - 1;
+  int64_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    int64_t want = distinctValue(type, rank, firstIndex + i);
+    bool ok =
+        type.isFloat
+            ? loadReal(type, buffer, i) == static_cast<double>(want)
+            : ((static_cast<uint64_t>(loadInt(type, buffer, i)) ^ static_cast<uint64_t>(want)) &
+               widthMask) == 0;
+    wrong += ok ? 0 : 1;
+  }
+  return wrong;
+}
+
+Sizes wholeBufferSizes(size_t bytes, size_t eltSize) {
+  const size_t count = bytes / eltSize;
+  return {.bytes = count * eltSize,
+          .count = count,
+          .sendCount = count,
+          .recvCount = count,
+          .sendInPlaceOffset = 0,
+          .recvInPlaceOffset = 0,
+          .algBytes = count * eltSize};
+}
+
+size_t perRankCount(size_t bytes, size_t eltSize, int nranks) {
+  // Whole 16-byte units per rank, as nccl-tests aligns its buffers.
+  const size_t unit = 16 / eltSize;
+  return bytes / eltSize / static_cast<size_t>(nranks) / unit * unit;
 }
 
 }  // namespace braid::perf

@@ -9,14 +9,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <cxxopts.hpp>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace braid::perf {
 namespace {
+
+using Json = nlohmann::ordered_json;
 
 constexpr DataType kDataTypes[] = {
     {"int8", braidInt8, 1, false, true, 127, 0},
@@ -41,14 +46,23 @@ constexpr RedOp kRedOps[] = {{"sum", braidSum},
                              {"max", braidMax},
                              {"avg", braidAvg}};
 
+constexpr const char* kTimeReported[] = {"rank0", "avg", "min", "max"};
+
 struct Options {
   std::vector<size_t> sweep;  // the sizes in bytes, in order
-  size_t minBytes = 0, maxBytes = 0;
+  size_t minBytes = 0, maxBytes = 0, stepBytes = 0;
+  int stepFactor = 1;
   std::string stepText;  // for the preamble: "2(factor)" or "1048576(bytes)"
-  int iters = 20, warmupIters = 1, checkIters = 1, average = 1, blocking = 0, root = 0;
+  int iters = 20, warmupIters = 1, checkIters = 1, average = 1, blocking = 1;
+  int root = 0;
+  bool allRoots = false;
   bool showAlgorithm = false;
   std::vector<const DataType*> types;
   std::vector<RedOp> ops;
+  std::string typeArg, opArg, rootArg;  // as given, for the JSON record
+  std::string jsonPath;
+  int corruptRank = -1;
+  std::vector<std::string> commandLine;
 };
 
 // "32M" -> 33554432: K, M and G are powers of 1024, as in nccl-tests.
@@ -75,77 +89,107 @@ size_t parseBytes(const std::string& text) {
 }
 
 Options parseOptions(int argc, char** argv, const Collective& collective) {
+  Options options;
+  options.commandLine.assign(argv, argv + argc);
   cxxopts::Options spec(collective.name, "braid collective benchmark (nccl-tests conventions)");
   auto text = [](const char* value) { return cxxopts::value<std::string>()->default_value(value); };
   auto number = [](const char* value) { return cxxopts::value<int>()->default_value(value); };
   cxxopts::OptionAdder add = spec.add_options();
   add("b,minbytes", "smallest size (K/M/G suffixes)", text("32M"));
   add("e,maxbytes", "largest size", text("32M"));
-  add("i,stepbytes", "additive size step", text("1M"));
-  add("f,stepfactor", "multiplicative size step", number("2"));
+  add("i,stepbytes", "additive size step, used when stepfactor is 1", text("1M"));
+  add("f,stepfactor", "multiplicative size step, used when above 1", number("1"));
   add("n,iters", "timed iterations per size", number("20"));
   add("w,warmup_iters", "untimed iterations before each measurement", number("1"));
   add("c,check", "checked iterations per measurement (0: no check)", number("1"));
   add("d,datatype", "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double all",
       text("float"));
-  add("o,op", "sum prod min max avg all", text("sum"));
-  add("r,root", "root rank", number("0"));
+  add("o,op", "sum prod min max avg all (tests that reduce)", text("sum"));
+  add("r,root", "root rank, or all (tests with a root)", text("0"));
   add("a,average", "time reported: 0 rank 0, 1 average, 2 minimum, 3 maximum over ranks",
       number("1"));
-  add("z,blocking", "accepted; every call completes before it returns", number("0"));
+  // The default differs from nccl-tests' (0): braid's published figures are
+  // of calls on the caller's thread, the path most callers take.
+  add("z,blocking",
+      "1: every call completes before it returns (stream NULL); 0: each timed batch of calls "
+      "is queued on a braid stream and waited for once",
+      number("1"));
   add("A,algorithm", "1: add a column naming the algorithm braid chose", number("0"));
+  add("J,json", "rank 0 writes the whole run to this JSON file", text(""));
   add("h,help", "print this help");
+  spec.add_options("Testing")(
+      "corrupt_rank",
+      "test only: this rank alters one element of each result it checks, so that the run "
+      "must report it as wrong",
+      number("-1"));
   cxxopts::ParseResult args = spec.parse(argc, argv);
   if (args.count("help")) {
-    std::fputs(spec.help().c_str(), stdout);
+    std::fputs(spec.help({"", "Testing"}).c_str(), stdout);
     std::exit(0);
   }
   if (!args.unmatched().empty())
     throw std::invalid_argument("unexpected '" + args.unmatched()[0] + "'");
 
-  Options options;
   options.iters = args["iters"].as<int>();
   options.warmupIters = args["warmup_iters"].as<int>();
   options.checkIters = args["check"].as<int>();
   options.average = args["average"].as<int>();
-  options.blocking = args["blocking"].as<int>();
-  options.root = args["root"].as<int>();
+  options.blocking = args["blocking"].as<int>() != 0 ? 1 : 0;
   options.showAlgorithm = args["algorithm"].as<int>() != 0;
+  options.jsonPath = args["json"].as<std::string>();
+  options.corruptRank = args["corrupt_rank"].as<int>();
   if (options.iters < 1 || options.warmupIters < 0 || options.checkIters < 0) {
     throw std::invalid_argument("iters must be >= 1, warmup_iters and check >= 0");
   }
   if (options.average < 0 || options.average > 3) throw std::invalid_argument("average is 0..3");
 
-  const std::string typeName = args["datatype"].as<std::string>();
+  options.typeArg = args["datatype"].as<std::string>();
   for (const DataType& type : kDataTypes) {
-    if (typeName == "all" || typeName == type.name) options.types.push_back(&type);
+    if (options.typeArg == "all" || options.typeArg == type.name) options.types.push_back(&type);
   }
-  if (options.types.empty()) throw std::invalid_argument("unknown datatype '" + typeName + "'");
-  const std::string opName = args["op"].as<std::string>();
+  if (options.types.empty())
+    throw std::invalid_argument("unknown datatype '" + options.typeArg + "'");
+  options.opArg = args["op"].as<std::string>();
   for (const RedOp& op : kRedOps) {
-    if (opName == "all" || opName == op.name) options.ops.push_back(op);
+    if (options.opArg == "all" || options.opArg == op.name) options.ops.push_back(op);
   }
-  if (options.ops.empty()) throw std::invalid_argument("unknown op '" + opName + "'");
+  if (options.ops.empty()) throw std::invalid_argument("unknown op '" + options.opArg + "'");
   if (!collective.usesOp) options.ops = {kRedOps[0]};  // a placeholder, printed as "none"
 
-  // As in nccl-tests, -i makes the sweep additive; -f is the default.
-  const bool additive = args.count("stepbytes") > 0;
-  if (additive && args.count("stepfactor") > 0)
-    throw std::invalid_argument("use -i or -f, not both");
-  const size_t minBytes = options.minBytes = parseBytes(args["minbytes"].as<std::string>());
-  const size_t maxBytes = options.maxBytes = parseBytes(args["maxbytes"].as<std::string>());
-  const size_t stepBytes = parseBytes(args["stepbytes"].as<std::string>());
-  const int stepFactor = args["stepfactor"].as<int>();
-  if (minBytes > maxBytes) throw std::invalid_argument("minbytes is larger than maxbytes");
-  if (additive ? stepBytes == 0 : stepFactor < 2) throw std::invalid_argument("the step must grow");
-  for (size_t size = minBytes; size <= maxBytes;) {
+  options.rootArg = args["root"].as<std::string>();
+  if (options.rootArg == "all") {
+    options.allRoots = true;
+  } else {
+    size_t end = 0;
+    try {
+      options.root = std::stoi(options.rootArg, &end);
+    } catch (const std::exception&) {
+      end = 0;
+    }
+    if (end == 0 || end != options.rootArg.size())
+      throw std::invalid_argument("root is a rank or 'all', not '" + options.rootArg + "'");
+  }
+
+  // As in nccl-tests: a factor above 1 makes the sweep multiplicative, else
+  // it grows by stepbytes.
+  options.minBytes = parseBytes(args["minbytes"].as<std::string>());
+  options.maxBytes = parseBytes(args["maxbytes"].as<std::string>());
+  options.stepBytes = parseBytes(args["stepbytes"].as<std::string>());
+  options.stepFactor = args["stepfactor"].as<int>();
+  const bool additive = options.stepFactor <= 1;
+  if (options.minBytes > options.maxBytes)
+    throw std::invalid_argument("minbytes is larger than maxbytes");
+  if (options.stepFactor < 1) throw std::invalid_argument("stepfactor must be >= 1");
+  if (additive && options.stepBytes == 0) throw std::invalid_argument("stepbytes must be > 0");
+  for (size_t size = options.minBytes; size <= options.maxBytes;) {
     options.sweep.push_back(size);
-    size_t next = additive ? size + stepBytes : std::max(size * stepFactor, size + 1);
+    size_t next = additive ? size + options.stepBytes
+                           : std::max(size * static_cast<size_t>(options.stepFactor), size + 1);
     if (next <= size) break;  // overflow
     size = next;
   }
-  options.stepText =
-      additive ? std::to_string(stepBytes) + "(bytes)" : std::to_string(stepFactor) + "(factor)";
+  options.stepText = additive ? std::to_string(options.stepBytes) + "(bytes)"
+                              : std::to_string(options.stepFactor) + "(factor)";
   return options;
 }
 
@@ -176,10 +220,23 @@ Buffer allocateBuffer(size_t bytes) {
 }
 
 struct Measurement {
+  bool measured = false;  // false: braid has no such call (the in-place half of some tests)
   double timeUs = 0;
+  double algBw = 0, busBw = 0;  // GB/s
   int64_t wrong = 0;
-  const char* algorithm = "?";  // what braid chose for the timed calls
+  // What braid chose for the timed calls; "-" where nothing was called (count
+  // 0) or braid names no algorithm (Send/Recv).
+  const char* algorithm = "-";
 };
+
+std::string utcNow() {
+  std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
 
 // One process's run of the sweep. A failed braid call ends the process (after
 // aborting the communicator, so that the peers fail fast instead of waiting).
@@ -189,13 +246,25 @@ class PerfRun {
       : collective_(collective), options_(options), comm_(comm) {
     expectOk(braidCommUserRank(comm_, &rank_), "braidCommUserRank");
     expectOk(braidCommCount(comm_, &nranks_), "braidCommCount");
-    if (collective_.usesRoot && (options_.root < 0 || options_.root >= nranks_)) {
+    if (collective_.usesRoot && !options_.allRoots &&
+        (options_.root < 0 || options_.root >= nranks_)) {
       throw std::invalid_argument("root " + std::to_string(options_.root) + " is not a rank");
     }
+    if (options_.blocking == 0) expectOk(braidStreamCreate(comm_, &stream_), "braidStreamCreate");
   }
+
+  ~PerfRun() { (void)braidStreamDestroy(stream_); }
 
   int run() {
     printPreamble();
+    std::vector<int> roots = {-1};
+    if (collective_.usesRoot) {
+      roots = {options_.root};
+      if (options_.allRoots) {
+        roots.clear();
+        for (int r = 0; r < nranks_; ++r) roots.push_back(r);
+      }
+    }
     for (const DataType* type : options_.types) {
       // Allocated once, for the largest size; the receive buffer also holds
       // the in-place send data.
@@ -203,27 +272,39 @@ class PerfRun {
       Buffer send = allocateBuffer(largest.sendCount * type->size);
       Buffer recv = allocateBuffer(std::max(largest.sendCount, largest.recvCount) * type->size);
       for (const RedOp& op : options_.ops) {
-        for (size_t bytes : options_.sweep) {
-          TestContext ctx{.comm = comm_,
-                          .rank = rank_,
-                          .nranks = nranks_,
-                          .type = type,
-                          .op = op.op,
-                          .root = options_.root,
-                          .sizes = collective_.sizesFor(bytes, type->size, nranks_)};
-          Measurement outOfPlace = measure(ctx, false, send, recv);
-          Measurement inPlace = measure(ctx, true, send, recv);
-          printRow(ctx, op, outOfPlace, inPlace);
+        for (int root : roots) {
+          for (size_t bytes : options_.sweep) {
+            TestContext ctx{.comm = comm_,
+                            .rank = rank_,
+                            .nranks = nranks_,
+                            .type = type,
+                            .op = op.op,
+                            .root = root,
+                            .sizes = collective_.sizesFor(bytes, type->size, nranks_),
+                            .inPlace = false,
+                            .stream = stream_};
+            Measurement outOfPlace = measure(ctx, send, recv);
+            ctx.inPlace = true;
+            Measurement inPlace = collective_.hasInPlace ? measure(ctx, send, recv) : Measurement{};
+            printRow(ctx, op, outOfPlace, inPlace);
+          }
         }
       }
     }
+    const double avgBusBw = busBwCount_ ? busBwSum_ / busBwCount_ : 0;
     if (rank_ == 0) {
       std::printf("# %-20s : %d %s\n", "Out of bounds values", failedMeasurements_,
                   failedMeasurements_ ? "FAILED" : "OK");
-      std::printf("# %-20s : %g\n", "Avg bus bandwidth", busBwCount_ ? busBwSum_ / busBwCount_ : 0);
-      std::printf("#\n# Collective test concluded: %s\n", collective_.name);
+      std::printf("# %-20s : %g \n", "Avg bus bandwidth", avgBusBw);
+      std::printf("#\n# Collective test concluded: %s\n#\n", collective_.name);
+      std::fflush(stdout);
     }
-    return failedMeasurements_ ? 1 : 0;
+    int exitCode = failedMeasurements_ ? 1 : 0;
+    if (rank_ == 0 && !options_.jsonPath.empty() && !writeJson(avgBusBw)) exitCode = 1;
+    // A launcher may stop every rank once one exits with an error: none
+    // exits before rank 0 has written everything.
+    expectOk(braidBarrier(comm_, nullptr), "braidBarrier (end)");
+    return exitCode;
   }
 
  private:
@@ -235,20 +316,21 @@ class PerfRun {
     std::exit(1);
   }
 
+  struct RankInfo {
+    int32_t pid;
+    char host[124];
+  };
+
   void printPreamble() {
     // Each rank fills its slot; a max-reduction of the zeroed rest gathers them.
-    struct RankInfo {
-      int32_t pid;
-      char host[124];
-    };
-    std::vector<RankInfo> infos(static_cast<size_t>(nranks_));
-    RankInfo& mine = infos[static_cast<size_t>(rank_)];
-    std::memset(infos.data(), 0, infos.size() * sizeof(RankInfo));
+    rankInfos_.assign(static_cast<size_t>(nranks_), RankInfo{});
+    RankInfo& mine = rankInfos_[static_cast<size_t>(rank_)];
     mine.pid = static_cast<int32_t>(::getpid());
     ::gethostname(mine.host, sizeof(mine.host) - 1);
-    expectOk(braidAllReduce(infos.data(), infos.data(), infos.size() * sizeof(RankInfo), braidUint8,
-                            braidMax, comm_, nullptr),
-             "braidAllReduce (rank information)");
+    expectOk(
+        braidAllReduce(rankInfos_.data(), rankInfos_.data(), rankInfos_.size() * sizeof(RankInfo),
+                       braidUint8, braidMax, comm_, nullptr),
+        "braidAllReduce (rank information)");
     if (rank_ != 0) return;
     int version = 0;
     (void)braidGetVersion(&version);
@@ -256,47 +338,69 @@ class PerfRun {
                 version / 100 % 100, version % 100);
     std::printf(
         "# nranks %d minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d "
-        "validation: %d average: %d\n",
+        "validation: %d average: %d blocking: %d\n",
         nranks_, options_.minBytes, options_.maxBytes, options_.stepText.c_str(),
-        options_.warmupIters, options_.iters, options_.checkIters, options_.average);
-    if (options_.blocking) std::printf("# Blocking: every call completes before it returns\n");
+        options_.warmupIters, options_.iters, options_.checkIters, options_.average,
+        options_.blocking);
     std::printf("#\n# Using ranks\n");
     for (int r = 0; r < nranks_; ++r) {
-      const RankInfo& info = infos[static_cast<size_t>(r)];
+      const RankInfo& info = rankInfos_[static_cast<size_t>(r)];
       std::printf("#  Rank %2d Pid %6d on %10s\n", r, info.pid, info.host);
     }
-    const char* row = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n";
+    const char* row = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s%s\n";
     std::printf(
         "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place\n",
         "", "", "", "", "");
     std::printf(row, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-                "time", "algbw", "busbw", "#wrong");
+                "time", "algbw", "busbw", "#wrong", options_.showAlgorithm ? "  algorithm" : "");
     std::printf(row, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
-                "(GB/s)", "(GB/s)", "");
+                "(GB/s)", "(GB/s)", "", "");
     std::fflush(stdout);
   }
 
-  Measurement measure(const TestContext& ctx, bool inPlace, Buffer& send, Buffer& recv) {
+  // Queues (or, blocking, runs) one call; complete() waits for what is queued.
+  void issue(const TestContext& ctx, const void* send, void* recv, const std::string& what) {
+    expectOk(collective_.run(ctx, send, recv), what);
+  }
+  void complete(const std::string& what) {
+    if (stream_ != nullptr) expectOk(braidStreamSynchronize(stream_), what);
+  }
+
+  bool holdsResult(const TestContext& ctx) const {
+    return !collective_.resultAtRootOnly || ctx.rank == ctx.root;
+  }
+
+  Measurement measure(const TestContext& ctx, Buffer& send, Buffer& recv) {
     const size_t eltSize = ctx.type->size;
     const size_t rank = static_cast<size_t>(rank_);
     std::byte* sendPtr =
-        inPlace ? recv.get() + ctx.sizes.sendInPlaceOffset * rank * eltSize : send.get();
-    std::byte* recvPtr = recv.get() + (inPlace ? ctx.sizes.recvInPlaceOffset * rank * eltSize : 0);
-    const std::string what = std::string(inPlace ? "in-place" : "out-of-place") + " run at " +
+        ctx.inPlace ? recv.get() + ctx.sizes.sendInPlaceOffset * rank * eltSize : send.get();
+    std::byte* recvPtr =
+        recv.get() + (ctx.inPlace ? ctx.sizes.recvInPlaceOffset * rank * eltSize : 0);
+    const std::string what = std::string(ctx.inPlace ? "in-place" : "out-of-place") + " run at " +
                              std::to_string(ctx.sizes.bytes) + " B";
 
     collective_.initData(ctx, sendPtr);
-    for (int i = 0; i < options_.warmupIters; ++i)
-      expectOk(collective_.run(ctx, sendPtr, recvPtr), what);
+    for (int i = 0; i < options_.warmupIters; ++i) {
+      issue(ctx, sendPtr, recvPtr, what);
+      complete(what);
+    }
     expectOk(braidBarrier(comm_, nullptr), "braidBarrier");
     auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < options_.iters; ++i) expectOk(collective_.run(ctx, sendPtr, recvPtr), what);
+    for (int i = 0; i < options_.iters; ++i) issue(ctx, sendPtr, recvPtr, what);
+    complete(what);
     std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
 
     Measurement result;
+    result.measured = true;
     result.timeUs = elapsed.count() / options_.iters;
     // Asked before the driver's own AllReduce below replaces the answer.
-    (void)braidCommGetLastAlgorithm(comm_, collective_.braidName, &result.algorithm);
+    if (collective_.braidName != nullptr && ctx.sizes.count > 0) {
+      const char* algorithm = nullptr;
+      if (braidCommGetLastAlgorithm(comm_, collective_.braidName, &algorithm) == braidSuccess &&
+          algorithm != nullptr && algorithm[0] != '\0')
+        result.algorithm = algorithm;
+    }
     static constexpr braidRedOp_t kTimeReduction[] = {braidSum, braidSum, braidMin, braidMax};
     if (options_.average != 0) {
       expectOk(braidAllReduce(&result.timeUs, &result.timeUs, 1, braidFloat64,
@@ -304,14 +408,23 @@ class PerfRun {
                "braidAllReduce (time)");
       if (options_.average == 1) result.timeUs /= nranks_;
     }
+    result.algBw =
+        result.timeUs > 0 ? static_cast<double>(ctx.sizes.algBytes) / result.timeUs / 1e3 : 0;
+    result.busBw = result.algBw * collective_.busBwFactor(nranks_);
 
     // Checked on fresh inputs, into a poisoned receive buffer, so that
     // neither the timed runs' results nor stale data can pass for correct.
     const size_t recvBytes = std::max(ctx.sizes.sendCount, ctx.sizes.recvCount) * eltSize;
+    const bool corrupt =
+        rank_ == options_.corruptRank && holdsResult(ctx) && ctx.sizes.recvCount > 0;
     for (int i = 0; i < options_.checkIters; ++i) {
       std::memset(recv.get(), 0xa5, recvBytes);
       collective_.initData(ctx, sendPtr);
-      expectOk(collective_.run(ctx, sendPtr, recvPtr), what);
+      issue(ctx, sendPtr, recvPtr, what);
+      complete(what);
+      // Bit 6 of the first byte: more than the 2 ULPs an average may be off,
+      // in every datatype.
+      if (corrupt) recvPtr[0] ^= std::byte{0x40};
       result.wrong += collective_.check(ctx, recvPtr);
     }
     if (options_.checkIters > 0) {
@@ -325,23 +438,22 @@ class PerfRun {
   // Whole lines only, so that a failure never leaves half a row behind.
   void printRow(const TestContext& ctx, const RedOp& op, const Measurement& outOfPlace,
                 const Measurement& inPlace) {
-    char row[256];
-    int length =
-        std::snprintf(row, sizeof(row), "%12zu  %12zu  %8s  %6s  %6d", ctx.sizes.bytes,
-                      ctx.sizes.count, ctx.type->name, collective_.usesOp ? op.name : "none",
-                      collective_.usesRoot ? ctx.root : -1);
+    const char* opName = collective_.usesOp ? op.name : "none";
+    char row[320];
+    int length = std::snprintf(row, sizeof(row), "%12zu  %12zu  %8s  %6s  %6d", ctx.sizes.bytes,
+                               ctx.sizes.count, ctx.type->name, opName, ctx.root);
     for (const Measurement* m : {&outOfPlace, &inPlace}) {
-      const double algBw =
-          m->timeUs > 0 ? static_cast<double>(ctx.sizes.algBytes) / m->timeUs / 1e3 : 0;
-      const double busBw = algBw * collective_.busBwFactor(nranks_);
-      busBwSum_ += busBw;
-      ++busBwCount_;
-      failedMeasurements_ += m->wrong > 0 ? 1 : 0;
-      std::string wrong = options_.checkIters > 0 ? std::to_string(m->wrong) : "N/A";
-      length +=
-          std::snprintf(row + length, sizeof(row) - static_cast<size_t>(length),
-                        "  %7s  %6s  %6s  %6s", fitNumber(m->timeUs, 7).c_str(),
-                        fitNumber(algBw, 6).c_str(), fitNumber(busBw, 6).c_str(), wrong.c_str());
+      if (m->measured) {
+        busBwSum_ += m->busBw;
+        ++busBwCount_;
+        failedMeasurements_ += m->wrong > 0 ? 1 : 0;
+      }
+      std::string wrong = m->measured && options_.checkIters > 0 ? std::to_string(m->wrong) : "N/A";
+      length += std::snprintf(row + length, sizeof(row) - static_cast<size_t>(length),
+                              "  %7s  %6s  %6s  %6s",
+                              m->measured ? fitNumber(m->timeUs, 7).c_str() : "N/A",
+                              m->measured ? fitNumber(m->algBw, 6).c_str() : "N/A",
+                              m->measured ? fitNumber(m->busBw, 6).c_str() : "N/A", wrong.c_str());
     }
     if (rank_ != 0) return;
     if (options_.showAlgorithm)
@@ -349,16 +461,92 @@ class PerfRun {
                               outOfPlace.algorithm);
     std::printf("%s\n", row);
     std::fflush(stdout);
+    jsonRows_.push_back(Json{{"size", ctx.sizes.bytes},
+                             {"count", ctx.sizes.count},
+                             {"type", ctx.type->name},
+                             {"redop", opName},
+                             {"root", ctx.root},
+                             {"algorithm", knownAlgorithm(outOfPlace)},
+                             {"out_of_place", toJson(outOfPlace)},
+                             {"in_place", toJson(inPlace)}});
+  }
+
+  static Json knownAlgorithm(const Measurement& m) {
+    if (!m.measured || std::strcmp(m.algorithm, "-") == 0) return nullptr;
+    return m.algorithm;
+  }
+
+  // Unmeasured or unchecked values are null, as the table's N/A.
+  Json toJson(const Measurement& m) const {
+    if (!m.measured)
+      return Json{{"time_us", nullptr},
+                  {"algbw_gbps", nullptr},
+                  {"busbw_gbps", nullptr},
+                  {"wrong", nullptr},
+                  {"algorithm", nullptr}};
+    return Json{{"time_us", m.timeUs},
+                {"algbw_gbps", m.algBw},
+                {"busbw_gbps", m.busBw},
+                {"wrong", options_.checkIters > 0 ? Json(m.wrong) : Json(nullptr)},
+                {"algorithm", knownAlgorithm(m)}};
+  }
+
+  bool writeJson(double avgBusBw) const {
+    int version = 0;
+    (void)braidGetVersion(&version);
+    Json ranks = Json::array();
+    for (int r = 0; r < nranks_; ++r) {
+      const RankInfo& info = rankInfos_[static_cast<size_t>(r)];
+      ranks.push_back(Json{{"rank", r}, {"pid", info.pid}, {"hostname", info.host}});
+    }
+    Json document{
+        {"benchmark", collective_.name},
+        {"braid_version", std::to_string(version / 10000) + "." +
+                              std::to_string(version / 100 % 100) + "." +
+                              std::to_string(version % 100)},
+        {"date", utcNow()},
+        {"command", options_.commandLine},
+        {"parameters",
+         {{"minbytes", options_.minBytes},
+          {"maxbytes", options_.maxBytes},
+          {"stepbytes", options_.stepFactor > 1 ? Json(nullptr) : Json(options_.stepBytes)},
+          {"stepfactor", options_.stepFactor > 1 ? Json(options_.stepFactor) : Json(nullptr)},
+          {"iters", options_.iters},
+          {"warmup_iters", options_.warmupIters},
+          {"check", options_.checkIters},
+          {"datatype", options_.typeArg},
+          {"op", collective_.usesOp ? Json(options_.opArg) : Json(nullptr)},
+          {"root", collective_.usesRoot ? Json(options_.rootArg) : Json(nullptr)},
+          {"average", kTimeReported[options_.average]},
+          {"blocking", options_.blocking},
+          {"busbw_factor", collective_.busBwFactor(nranks_)}}},
+        {"machine",
+         {{"hostname", rankInfos_[0].host}, {"nranks", nranks_}, {"ranks", std::move(ranks)}}},
+        {"rows", jsonRows_},
+        {"out_of_bounds", failedMeasurements_},
+        {"avg_busbw_gbps", avgBusBw},
+        {"ok", failedMeasurements_ == 0}};
+    std::ofstream out(options_.jsonPath);
+    out << document.dump(2) << '\n';
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "%s: cannot write %s\n", collective_.name, options_.jsonPath.c_str());
+      return false;
+    }
+    return true;
   }
 
   const Collective& collective_;
   const Options& options_;
   braidComm_t comm_;
+  braidStream_t stream_ = nullptr;
   int rank_ = 0;
   int nranks_ = 1;
+  std::vector<RankInfo> rankInfos_;
   int failedMeasurements_ = 0;  // (size, placement) pairs with #wrong > 0
   double busBwSum_ = 0;
   int busBwCount_ = 0;
+  Json jsonRows_ = Json::array();
 };
 
 }  // namespace

@@ -1,0 +1,67 @@
+// gather_perf: Gather in the nccl-tests style (see perf_driver.h). The size
+// is the root's whole receive buffer; count is what each rank sends.
+#include "perf_driver.h"
+
+namespace {
+
+using braid::perf::Sizes;
+using braid::perf::TestContext;
+
+Sizes gatherSizes(size_t bytes, size_t eltSize, int nranks) {
+  const size_t base = braid::perf::perRankCount(bytes, eltSize, nranks);
+  const size_t total = base * static_cast<size_t>(nranks);
+  return {.bytes = total * eltSize,
+          .count = base,
+          .sendCount = base,
+          .recvCount = total,
+          .sendInPlaceOffset = base,
+          .recvInPlaceOffset = 0,
+          .algBytes = total * eltSize};
+}
+
+// The root receives the n-1 parts it does not hold.
+double gatherBusBwFactor(int nranks) {
+  return static_cast<double>(nranks - 1) / nranks;
+}
+
+void gatherInitData(const TestContext& ctx, void* send) {
+  braid::perf::fillDistinct(ctx, ctx.rank, 0, send, ctx.sizes.sendCount);
+}
+
+// Out of place, the ranks other than the root pass no receive buffer, which
+// braid's contract allows.
+braidResult_t gatherRun(const TestContext& ctx, const void* send, void* recv) {
+  void* recvAtRoot = ctx.rank == ctx.root || ctx.inPlace ? recv : nullptr;
+  return braidGather(send, recvAtRoot, ctx.sizes.count, ctx.type->type, ctx.root, ctx.comm,
+                     ctx.stream);
+}
+
+int64_t gatherCheck(const TestContext& ctx, const void* recv) {
+  if (ctx.rank != ctx.root) return 0;
+  int64_t wrong = 0;
+  for (int r = 0; r < ctx.nranks; ++r) {
+    const void* part = braid::perf::elementAt(ctx, recv, static_cast<size_t>(r) * ctx.sizes.count);
+    wrong += braid::perf::countWrongDistinct(ctx, part, ctx.sizes.count, r, 0);
+  }
+  return wrong;
+}
+
+constexpr braid::perf::Collective kGather = {
+    .name = "gather_perf",
+    .braidName = "gather",
+    .usesOp = false,
+    .usesRoot = true,
+    .hasInPlace = true,
+    .resultAtRootOnly = true,
+    .sizesFor = gatherSizes,
+    .busBwFactor = gatherBusBwFactor,
+    .initData = gatherInitData,
+    .run = gatherRun,
+    .check = gatherCheck,
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return braid::perf::perfMain(argc, argv, kGather);
+}
