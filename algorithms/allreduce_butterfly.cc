@@ -105,7 +105,10 @@ Cost estimateAllReduceButterfly(const CollectiveArgs& a, const LinkModel& m) {
   const int rounds = lg + 2 * f;  // the fold's and the unfold's transfers are on the path
   cost.steps = rounds;
   cost.bytesSent = (lg + f) * bytes;
-  cost.seconds = rounds * (chunks * m.alpha + bytes * m.beta) + (lg + f) * bytes * m.gamma;
+  // The fold and unfold keep 2 * rem ranks busy, the exchanges p2.
+  const double round = chunks * m.alpha + bytes * m.beta;
+  cost.seconds = 2 * f * (round + 0.5 * bytes * m.gamma) * m.stretch(2 * fold.rem, a.nranks) +
+                 lg * (round + bytes * m.gamma) * m.stretch(fold.p2, a.nranks);
   return cost;
 }
 

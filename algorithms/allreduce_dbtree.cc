@@ -118,8 +118,10 @@ Cost estimateAllReduceDbtree(const CollectiveArgs& a, const LinkModel& m) {
   const double chunk = half / chunks;
   cost.steps = 2 * depth;
   cost.bytesSent = sends * half;
-  cost.seconds = sends * chunks * m.alpha + sends * half * m.beta + reduces * half * m.gamma +
-                 (2 * depth - 2) * (m.alpha + chunk * m.beta);
+  // Pipelined: every rank is busy throughout.
+  cost.seconds = (sends * chunks * m.alpha + sends * half * m.beta + reduces * half * m.gamma +
+                  (2 * depth - 2) * (m.alpha + chunk * m.beta)) *
+                 m.stretch(P, P);
   return cost;
 }
 

@@ -180,15 +180,16 @@ Cost estimateAllReduceHalving(const CollectiveArgs& a, const LinkModel& m) {
     return std::max(1.0, std::ceil(bytes / cb)) * m.alpha + bytes * m.beta +
            (reduces ? bytes * m.gamma : 0.0);
   };
+  // The fold and unfold keep 2 * rem ranks busy, the exchanges p2.
   int lg = 0;
   for (int d = fold.p2 / 2; d >= 1; d /= 2, ++lg) {
     const double bytes = n * d / fold.p2;
-    cost.seconds += round(bytes, true) + round(bytes, false);
+    cost.seconds += (round(bytes, true) + round(bytes, false)) * m.stretch(fold.p2, a.nranks);
     cost.bytesSent += 2 * bytes;
   }
   cost.steps = 2 * lg;
   if (fold.rem > 0) {
-    cost.seconds += round(n, true) + round(n, false);
+    cost.seconds += (round(n, true) + round(n, false)) * m.stretch(2 * fold.rem, a.nranks);
     cost.bytesSent += n;
     cost.steps += 2;
   }

@@ -3,6 +3,8 @@
 // reducing m bytes costs m*gamma. One LinkModel per class of link.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 
 namespace braid::algo {
@@ -11,6 +13,19 @@ struct LinkModel {
   double alpha = 20e-6;       // seconds per message: latency plus software overhead
   double beta = 1.0 / 1.5e9;  // seconds per byte sent
   double gamma = 1.0 / 6e9;   // seconds per byte reduced (also: per byte of a local copy pass)
+  // Contention. alpha, beta and gamma are measured with two ranks busy;
+  // when more ranks of one host are busy at once than it has cores, they
+  // share the cores and every round stretches by that ratio (moving bytes
+  // between processes of a host is CPU work: copies, wake-ups). 0 = never.
+  int coresPerHost = 0;
+  int ranksPerHost = 1;
+
+  // How much longer a round takes with `active` of `nranks` ranks busy.
+  double stretch(int active, int nranks) const {
+    if (coresPerHost <= 0 || nranks <= 0) return 1.0;
+    const double onHost = std::ceil(static_cast<double>(active) * ranksPerHost / nranks);
+    return std::max(1.0, onHost / coresPerHost);
+  }
 };
 
 // What an algorithm costs the slowest rank: the predicted time, the number

@@ -190,8 +190,10 @@ Cost ringPhases(const CollectiveArgs& a, const LinkModel& m, int phases, bool re
   const double rounds = phases * (P - 1);
   c.steps = static_cast<int>(rounds);
   c.bytesSent = rounds * block;
-  c.seconds = rounds * chunks * m.alpha + rounds * block * m.beta +
-              (reduces ? (P - 1) * block * m.gamma : 0.0);
+  // Every rank is busy in every round.
+  c.seconds = (rounds * chunks * m.alpha + rounds * block * m.beta +
+               (reduces ? (P - 1) * block * m.gamma : 0.0)) *
+              m.stretch(P, P);
   return c;
 }
 

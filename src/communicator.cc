@@ -16,6 +16,15 @@
 namespace braid {
 
 namespace {
+// What this build can carry besides TCP (which is always there).
+topo::TransportSet builtTransports() {
+  topo::TransportSet set;
+  set.cudaIpc = false;
+  set.shm = true;
+  set.ib = false;
+  return set;
+}
+
 constexpr int kMaxStreams = 127;  // channel = 2 * stream (+1 for point to point) fits 8 bits
 constexpr uint64_t kMaxMessagesPerPeer = uint64_t{1} << 24;
 
@@ -66,26 +75,43 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   std::shared_ptr<Communicator> comm(new Communicator(rank, nranks, std::move(config)));
   if (comm->abortFd_ < 0) return errnoStatus("eventfd", errno);
   BRAID_ASSIGN_OR_RETURN(comm->tcp_, tcp::TcpTransport::create(bindAddress, rendezvous.secret));
-  // Each rank publishes where it listens and where it runs (its topology).
-  const topo::PeerInfo local = topo::detectLocal();
+  // Each rank publishes where it listens and where it runs (its topology);
+  // from the same table every rank then derives the same transports.
+  BRAID_ASSIGN_OR_RETURN(topo::RankTopology local,
+                         topo::localTopology(comm->config_, rank, nranks));
+  local.transports = builtTransports();
   BRAID_ASSIGN_OR_RETURN(
       std::vector<std::string> published,
       client.exchange(nranks, comm->tcp_->localAddress() + "\n" + local.encode(), deadline));
   std::vector<std::string> addresses(nranks);
-  std::vector<topo::PeerInfo> topology(nranks);
+  std::vector<topo::RankTopology> topology(nranks);
   for (int p = 0; p < nranks; ++p) {
     const size_t split = published[p].find('\n');
-    addresses[p] = published[p].substr(0, split);
-    if (split == std::string::npos ||
-        !topo::PeerInfo::decode(std::string_view(published[p]).substr(split + 1), &topology[p]))
+    if (split == std::string::npos)
       return internalError(strCat("rank ", p, " published no topology at rendezvous"));
+    addresses[p] = published[p].substr(0, split);
+    auto decoded = topo::RankTopology::decode(std::string_view(published[p]).substr(split + 1));
+    if (!decoded.isOk())
+      return decoded.status().withContext(strCat("the topology rank ", p, " published"));
+    topology[p] = std::move(*decoded);
+  }
+  std::map<std::string, int> ranksPerHostId;
+  for (const auto& t : topology) ++ranksPerHostId[t.hostId];
+  comm->ranksOnHost_.resize(nranks);
+  for (int p = 0; p < nranks; ++p) comm->ranksOnHost_[p] = ranksPerHostId[topology[p].hostId];
+  std::map<int, topo::Transport> transportTo;
+  for (int p = 0; p < nranks; ++p) {
+    if (p == rank) continue;
+    BRAID_ASSIGN_OR_RETURN(topo::Link link, topo::chooseLink(topology, rank, p, builtTransports(),
+                                                             comm->config_.transport));
+    transportTo[p] = link.transport;
   }
   std::vector<int> peers;
   for (int p = 0; p < nranks; ++p)
     if (p != rank) peers.push_back(p);
   BRAID_ASSIGN_OR_RETURN(auto sockets, comm->tcp_->connectPeers(rank, peers, addresses, deadline));
   BRAID_ASSIGN_OR_RETURN(auto links,
-                         linkPeers(rank, std::move(sockets), topology, comm->config_, deadline));
+                         linkPeers(rank, std::move(sockets), transportTo, comm->config_, deadline));
   comm->connections_.assign(nranks, nullptr);
   comm->transportNames_.assign(nranks, "self");
   std::string linkTable;
@@ -112,7 +138,8 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
                comm->tcp_->localAddress(), ", rendezvous ", rendezvous.root.toString());
     if (rank == 0) {
       BRAID_INFO("cost model: alpha ", link.alpha * 1e6, " us, link ", 1e-9 / link.beta,
-                 " GB/s, reduce ", 1e-9 / link.gamma, " GB/s");
+                 " GB/s, reduce ", 1e-9 / link.gamma, " GB/s, ", link.ranksPerHost, " ranks on ",
+                 link.coresPerHost, " cores per host");
       BRAID_INFO("algorithms at ", nranks,
                  " ranks: ", comm->selector_.describe(nranks, comm->config_.chunkBytes));
       std::string table;

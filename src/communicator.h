@@ -69,6 +69,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // The algorithm that served the latest call of `kind` (for tests, TRACE).
   std::string_view lastAlgorithm(algo::CollectiveKind kind) const;
   const Selector& selector() const { return selector_; }
+  // How many ranks of this communicator share `rank`'s host (itself included).
+  int ranksOnHostOf(int rank) const { return ranksOnHost_[rank]; }
   // "shm", "tcp" or "self": what carries messages to `peer` (static string).
   const char* transportTo(int peer) const { return transportNames_[peer]; }
 
@@ -94,6 +96,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;  // by rank
   std::vector<const char*> transportNames_;          // by rank
+  std::vector<int> ranksOnHost_;                      // by rank
   double spinSeconds_ = 0;
   Selector selector_;
   std::atomic<bool> aborted_{false};

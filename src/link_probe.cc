@@ -1,5 +1,8 @@
 #include "src/link_probe.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
@@ -47,15 +50,24 @@ double reduceSecondsPerByte() {
 
 }  // namespace
 
+// The cores this process may run on: what its ranks on the host share.
+int usableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
 Result<algo::LinkModel> probeLink(Communicator& comm) {
   const Config& config = comm.config();
   algo::LinkModel model;
   const bool given = config.linkAlphaMicroseconds > 0 && config.linkGigabytesPerSecond > 0 &&
                      config.reduceGigabytesPerSecond > 0;
-  if (!given && comm.size() > 1) {
-    // figures[] = {alpha, beta, gamma}, measured on rank 0 (and 1), shared.
-    std::vector<double> figures = {model.alpha, model.beta, model.gamma};
-    if (comm.rank() <= 1) {
+  if (comm.size() > 1) {
+    // Measured on rank 0 (and 1) and shared, so that every rank chooses
+    // alike: {alpha, beta, gamma, cores per host, ranks per host}.
+    std::vector<double> figures = {model.alpha, model.beta, model.gamma, 0, 1};
+    if (comm.rank() <= 1 && !given) {
       constexpr size_t kLarge = 1 << 20;
       std::vector<uint8_t> buffer(kLarge, 0);
       BRAID_ASSIGN_OR_RETURN(double small, roundTrip(comm, buffer, 8, 10));
@@ -63,6 +75,10 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
       figures[0] = small / 2;
       figures[1] = std::max(1e-12, (large / 2 - figures[0]) / kLarge);
       figures[2] = reduceSecondsPerByte();
+    }
+    if (comm.rank() == 0) {
+      figures[3] = usableCores();
+      figures[4] = comm.ranksOnHostOf(0);
     }
     Operation share;
     share.args.kind = algo::CollectiveKind::kBroadcast;
@@ -74,7 +90,11 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
     share.recv = figures.data();
     share.name = "link probe";
     BRAID_RETURN_IF_ERROR(comm.run({&share, 1}, 0));
-    model = {figures[0], figures[1], figures[2]};
+    model.alpha = figures[0];
+    model.beta = figures[1];
+    model.gamma = figures[2];
+    model.coresPerHost = static_cast<int>(figures[3]);
+    model.ranksPerHost = static_cast<int>(figures[4]);
   }
   if (config.linkAlphaMicroseconds > 0) model.alpha = config.linkAlphaMicroseconds * 1e-6;
   if (config.linkGigabytesPerSecond > 0) model.beta = 1.0 / (config.linkGigabytesPerSecond * 1e9);

@@ -75,17 +75,15 @@ Result<std::unique_ptr<transport::ByteStream>> acceptSegment(int rank, int peer,
 }  // namespace
 
 Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets,
-                                        const std::vector<topo::PeerInfo>& topology,
+                                        const std::map<int, topo::Transport>& transports,
                                         const Config& config, Deadline deadline) {
   std::vector<PeerLink> links;
   for (auto& [peer, fd] : sockets) {  // std::map: increasing peer order
-    const bool sameHost = topo::classify(topology, rank, peer) == topo::LinkKind::kSameHost;
-    if (config.transport == "shm" && !sameHost)
-      return invalidUsage(strCat("BRAID_TRANSPORT=shm, but ranks ", std::min(rank, peer), " and ",
-                                 std::max(rank, peer), " are on different hosts (",
-                                 topology[rank].hostname, ", ", topology[peer].hostname, ")"));
+    auto chosen = transports.find(peer);
+    if (chosen == transports.end())
+      return internalError(strCat("no transport chosen for rank ", peer));
     std::unique_ptr<transport::ByteStream> stream;
-    if (sameHost && config.transport != "tcp") {
+    if (chosen->second == topo::Transport::kShm) {
       const size_t ringBytes = config.shmRingBytes;
       if (rank < peer) {
         BRAID_ASSIGN_OR_RETURN(stream, offerSegment(rank, peer, fd, ringBytes, deadline));

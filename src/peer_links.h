@@ -24,11 +24,14 @@ struct PeerLink {
   std::unique_ptr<transport::Connection> connection;
 };
 
-// `sockets` holds one connected socket per peer. Pairs are set up in
-// increasing order of (lower rank, higher rank) on every rank, so the
-// blocking handshakes cannot wait on each other in a cycle.
+// `sockets` holds one connected socket per peer, `transports` the
+// transport chosen for it (topo::chooseLink). A pair that should share
+// memory but cannot (no room in /dev/shm) falls back to its socket, unless
+// BRAID_TRANSPORT=shm. Pairs are set up in increasing order of (lower rank,
+// higher rank) on every rank, so the blocking handshakes cannot wait on
+// each other in a cycle.
 Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets,
-                                        const std::vector<topo::PeerInfo>& topology,
+                                        const std::map<int, topo::Transport>& transports,
                                         const Config& config, Deadline deadline);
 
 }  // namespace braid

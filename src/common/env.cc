@@ -19,7 +19,8 @@ constexpr EnvParam kParams[] = {
      "Log level: WARN, INFO (init, transports, selection) or TRACE (every call)."},
     {"BRAID_TIMEOUT", "300",
      "Seconds a call may make no progress before it returns braidTimeout (also bounds init)."},
-    {"BRAID_TRANSPORT", "", "Force one transport for every pair of ranks: shm (ranks on one host only) or tcp."},
+    {"BRAID_TRANSPORT", "",
+     "Force one transport for every pair of ranks: shm (ranks on one host only) or tcp."},
     {"BRAID_ALGO", "",
      "Force algorithms per collective, e.g. allreduce=ring,broadcast=tree (names in "
      "docs/ENVIRONMENT.md)."},
@@ -109,13 +110,13 @@ Result<Config> loadConfig() {
   config.transport = envString("BRAID_TRANSPORT");
   if (!config.transport.empty() && config.transport != "tcp" && config.transport != "shm")
     return invalidArgument(strCat("BRAID_TRANSPORT='", config.transport,
-                                  "' is not an available transport (shm, tcp)"));
+                                  "' is not a transport of this build (shm, tcp)"));
   BRAID_RETURN_IF_ERROR(parseAlgo(envString("BRAID_ALGO"), &config.algo));
   config.socketIfname = envString("BRAID_SOCKET_IFNAME");
   config.hostId = envString("BRAID_HOSTID");
   if (config.hostId.size() > 256)
-    return invalidArgument(strCat("BRAID_HOSTID is ", config.hostId.size(),
-                                  " bytes long; at most 256 are allowed"));
+    return invalidArgument(
+        strCat("BRAID_HOSTID is ", config.hostId.size(), " bytes long; at most 256 are allowed"));
   config.topoFile = envString("BRAID_TOPO_FILE");
   if (std::string c = envString("BRAID_CHUNK_BYTES"); !c.empty()) {
     double v = 0;
@@ -130,11 +131,14 @@ Result<Config> loadConfig() {
       return invalidArgument(strCat("BRAID_SHM_BYTES='", b, "' is not a power of two"));
   }
   if (std::string v = envString("BRAID_LINK_ALPHA_US"); !v.empty())
-    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_LINK_ALPHA_US", v, 0.01, 1e7, &config.linkAlphaMicroseconds));
+    BRAID_RETURN_IF_ERROR(
+        parseDouble("BRAID_LINK_ALPHA_US", v, 0.01, 1e7, &config.linkAlphaMicroseconds));
   if (std::string v = envString("BRAID_LINK_GBPS"); !v.empty())
-    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_LINK_GBPS", v, 1e-4, 1e5, &config.linkGigabytesPerSecond));
+    BRAID_RETURN_IF_ERROR(
+        parseDouble("BRAID_LINK_GBPS", v, 1e-4, 1e5, &config.linkGigabytesPerSecond));
   if (std::string v = envString("BRAID_REDUCE_GBPS"); !v.empty())
-    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_REDUCE_GBPS", v, 1e-4, 1e5, &config.reduceGigabytesPerSecond));
+    BRAID_RETURN_IF_ERROR(
+        parseDouble("BRAID_REDUCE_GBPS", v, 1e-4, 1e5, &config.reduceGigabytesPerSecond));
   if (std::string spin = envString("BRAID_SPIN_US"); !spin.empty() && spin != "auto")
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SPIN_US", spin, 0, 1e6, &config.spinMicroseconds));
   return config;
