@@ -5,7 +5,7 @@
 set -eu
 packages="build-essential meson ninja-build pkg-config python3 libssl-dev libhwloc-dev
   libgtest-dev libbenchmark-dev libcxxopts-dev nlohmann-json3-dev openmpi-bin
-  gnuplot-nox zlib1g-dev libopenblas-dev dataset-fashion-mnist"
+  gnuplot-nox zlib1g-dev libopenblas-dev dataset-fashion-mnist iproute2"
 if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
