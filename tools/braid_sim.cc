@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
       "gbps", "link bandwidth, GB/s", cxxopts::value<double>()->default_value("1.5"))(
       "reduce-gbps", "reduction speed, GB/s", cxxopts::value<double>()->default_value("6"))(
       "chunk-bytes", "pipelining unit", cxxopts::value<size_t>()->default_value("524288"))(
+      "cores", "cores per host, for the contention term (0: ranks never outnumber cores)",
+      cxxopts::value<int>()->default_value("0"))(
+      "ranks-per-host", "ranks on each host (default: all of them on one)",
+      cxxopts::value<int>()->default_value("0"))(
       "plan", "also build rank 0's schedule and count its messages and bytes")("h,help",
                                                                                "this text");
   cxxopts::ParseResult args;
@@ -100,10 +104,12 @@ int main(int argc, char** argv) {
     std::printf("%s\n", options.help().c_str());
     return 0;
   }
-  braid::algo::LinkModel link{args["alpha-us"].as<double>() * 1e-6,
-                              1.0 / (args["gbps"].as<double>() * 1e9),
-                              1.0 / (args["reduce-gbps"].as<double>() * 1e9)};
-  braid::Selector selector({}, link);
+  braid::algo::LinkModel link;
+  link.alpha = args["alpha-us"].as<double>() * 1e-6;
+  link.beta = 1.0 / (args["gbps"].as<double>() * 1e9);
+  link.gamma = 1.0 / (args["reduce-gbps"].as<double>() * 1e9);
+  link.coresPerHost = args["cores"].as<int>();
+  const int ranksPerHost = args["ranks-per-host"].as<int>();
   std::vector<CollectiveKind> kinds;
   for (const std::string& name : split(args["collective"].as<std::string>())) {
     if (name == "all") {
@@ -139,6 +145,8 @@ int main(int argc, char** argv) {
           a.count = parseSize(size) / 4;
           a.chunkBytes = args["chunk-bytes"].as<size_t>();
           if (a.nranks < 1) throw std::invalid_argument("world size must be >= 1");
+          link.ranksPerHost = ranksPerHost > 0 ? std::min(ranksPerHost, a.nranks) : a.nranks;
+          const braid::Selector selector({}, link);
           const auto& chosen = selector.choose(a);
           for (const auto& algorithm : braid::algo::allAlgorithms()) {
             if (algorithm.kind != kind) continue;

@@ -37,8 +37,8 @@ constexpr EnvParam kParams[] = {
      "JSON file of rank descriptions used instead of detecting the topology (docs/TOPOLOGY.md)."},
     {"BRAID_CHUNK_BYTES", "524288", "Pipelining unit of ring algorithms in bytes (4096 .. 1 GiB)."},
     {"BRAID_SPIN_US", "auto",
-     "Microseconds a waiting call polls its connections before sleeping in poll(2): auto (50 when "
-     "the ranks fit the cores, else 0) or a number."},
+     "Microseconds a waiting call polls its connections, yielding the core on each pass, before "
+     "it sleeps in poll(2): auto (500) or a number."},
     {"BRAID_LINK_ALPHA_US", "",
      "Cost model: microseconds per message. Unset: measured at init between ranks 0 and 1."},
     {"BRAID_LINK_GBPS", "", "Cost model: link bandwidth in GB/s. Unset: measured at init."},
