@@ -39,6 +39,7 @@ struct CollectiveArgs {
 
   size_t elementSize() const { return dataTypeSize(dtype); }
   size_t bytes() const { return count * elementSize(); }
+  bool operator==(const CollectiveArgs&) const = default;
 };
 
 // Byte sizes of the Send and Recv buffers a collective uses on this rank.

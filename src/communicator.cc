@@ -100,6 +100,10 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   for (const auto& t : topology) ++ranksPerHostId[t.hostId];
   comm->ranksOnHost_.resize(nranks);
   for (int p = 0; p < nranks; ++p) comm->ranksOnHost_[p] = ranksPerHostId[topology[p].hostId];
+  // A few microseconds of pure spinning catch a peer that answers from its
+  // own core; with more ranks than cores they would only delay the peer.
+  if (comm->ranksOnHost_[rank] <= static_cast<int>(local.cores.size()))
+    comm->pureSpinSeconds_ = std::min(comm->spinSeconds_, 5e-6);
   std::map<int, topo::Transport> transportTo;
   for (int p = 0; p < nranks; ++p) {
     if (p == rank) continue;
@@ -180,14 +184,32 @@ std::string_view Communicator::lastAlgorithm(algo::CollectiveKind kind) const {
   return it == lastAlgorithm_.end() ? "" : it->second;
 }
 
+const Communicator::CachedPlan& Communicator::planFor(StreamState& st,
+                                                      const algo::CollectiveArgs& args) {
+  for (auto it = st.plans.begin(); it != st.plans.end(); ++it)
+    if (it->args == args) {
+      std::rotate(it, it + 1, st.plans.end());  // most recent last
+      return st.plans.back();
+    }
+  if (st.plans.size() == kCachedPlans) st.plans.erase(st.plans.begin());
+  CachedPlan plan;
+  plan.args = args;
+  plan.algorithm = &selector_.choose(args);
+  auto schedule = std::make_shared<algo::Schedule>(plan.algorithm->plan(args));
+  algo::fuseReceiveReductions(*schedule);
+  plan.schedule = std::move(schedule);
+  st.plans.push_back(std::move(plan));
+  return st.plans.back();
+}
+
 Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
                              std::vector<Job>* jobs,
-                             std::vector<std::unique_ptr<algo::Schedule>>* schedules,
+                             std::vector<std::shared_ptr<const algo::Schedule>>* schedules,
                              std::vector<std::vector<uint8_t>>* extraScratch) {
   StreamState& st = stream(streamIndex);
   bool scratchTaken = false;
   for (const Operation& op : ops) {
-    auto schedule = std::make_unique<algo::Schedule>();
+    std::shared_ptr<const algo::Schedule> schedule;
     Job job;
     job.send = static_cast<uint8_t*>(const_cast<void*>(op.send));
     job.recv = static_cast<uint8_t*>(op.recv);
@@ -198,6 +220,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
     job.connections = connections_;
     job.timeoutSeconds = config_.timeoutSeconds;
     job.spinSeconds = spinSeconds_;
+    job.pureSpinSeconds = pureSpinSeconds_;
     job.aborted = &aborted_;
     job.abortFd = abortFd_;
     CallSignature signature{static_cast<uint8_t>(op.args.kind), op.args.dtype, op.args.op,
@@ -206,10 +229,12 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
     if (op.args.kind == algo::CollectiveKind::kSendRecv) {
       const algo::Slice data{op.isSend ? algo::BufferId::kSend : algo::BufferId::kRecv, 0,
                              op.args.bytes()};
+      auto single = std::make_shared<algo::Schedule>();
       if (op.isSend)
-        schedule->send(op.peer, data);
+        single->send(op.peer, data);
       else
-        schedule->recv(op.peer, data);
+        single->recv(op.peer, data);
+      schedule = std::move(single);
       uint64_t counter = op.isSend ? st.sentTo[op.peer]++ : st.receivedFrom[op.peer]++;
       const uint64_t value = channelBits(streamIndex, true) | counter;
       job.tagFor = [value, check](bool, int, uint32_t) { return transport::Tag{value, check}; };
@@ -221,16 +246,18 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       args.rank = rank_;
       args.nranks = nranks_;
       args.chunkBytes = config_.chunkBytes;
-      const algo::Algorithm* algorithm = &selector_.choose(args);
-      *schedule = algorithm->plan(args);
-      algo::fuseReceiveReductions(*schedule);
+      const CachedPlan& plan = planFor(st, args);
+      const algo::Algorithm* algorithm = plan.algorithm;
+      schedule = plan.schedule;
       if (schedule->steps.size() >= kMaxMessagesPerPeer)
         return notSupported(strCat(op.name, ": count ", args.count,
                                    " needs too many messages; raise BRAID_CHUNK_BYTES"));
       const uint32_t sequence = st.sequence++;
       const uint64_t base = channelBits(streamIndex, false) | (uint64_t{sequence} << 24);
       job.tagFor = [base, check](bool, int, uint32_t k) { return transport::Tag{base | k, check}; };
-      job.callName = strCat(op.name, " #", sequence);
+      // Not strCat: this runs on every call, and an ostringstream costs more
+      // than a small message's transfer.
+      job.callName = op.name + " #" + std::to_string(sequence);
       job.tagsBelow = base + (uint64_t{1} << 24);
       job.serialKey = &st;
       {
@@ -262,7 +289,7 @@ Status Communicator::run(std::span<const Operation> ops, int streamIndex) {
   StreamState& st = stream(streamIndex);
   std::lock_guard lock(st.order);
   std::vector<Job> jobs;
-  std::vector<std::unique_ptr<algo::Schedule>> schedules;
+  std::vector<std::shared_ptr<const algo::Schedule>> schedules;
   std::vector<std::vector<uint8_t>> extra;
   BRAID_RETURN_IF_ERROR(prepare(ops, streamIndex, &jobs, &schedules, &extra));
   Status s = runJobs(jobs);
@@ -284,7 +311,7 @@ Status Communicator::runTogether(
     locks.emplace_back(c->stream(0).order);
   }
   std::vector<Job> jobs;
-  std::vector<std::unique_ptr<algo::Schedule>> schedules;
+  std::vector<std::shared_ptr<const algo::Schedule>> schedules;
   std::vector<std::vector<uint8_t>> extra;
   for (auto& [comm, ops] : batches)
     BRAID_RETURN_IF_ERROR(comm->prepare(ops, 0, &jobs, &schedules, &extra));

@@ -77,17 +77,30 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
  private:
   Communicator(int rank, int nranks, Config config);
 
+  // A planned and fused schedule, kept for the next call with the same
+  // arguments: training loops and benchmarks repeat a few calls, and
+  // planning costs more than a small message's transfer.
+  struct CachedPlan {
+    algo::CollectiveArgs args;
+    const algo::Algorithm* algorithm = nullptr;
+    std::shared_ptr<const algo::Schedule> schedule;
+  };
+  static constexpr size_t kCachedPlans = 8;
+
   struct StreamState {
     std::mutex order;       // one call at a time per stream keeps tags increasing
     uint32_t sequence = 0;  // collectives issued on this stream
     std::map<int, uint64_t> sentTo, receivedFrom;  // point-to-point counters
     std::vector<uint8_t> scratch;
+    std::vector<CachedPlan> plans;  // at most kCachedPlans, most recent last
   };
   StreamState& stream(int index);
+  // The algorithm and fused schedule for `args`, from the stream's cache or new.
+  const CachedPlan& planFor(StreamState& st, const algo::CollectiveArgs& args);
 
   // Builds the jobs of `ops` (caller holds the stream's order lock).
   Status prepare(std::span<const Operation> ops, int streamIndex, std::vector<Job>* jobs,
-                 std::vector<std::unique_ptr<algo::Schedule>>* schedules,
+                 std::vector<std::shared_ptr<const algo::Schedule>>* schedules,
                  std::vector<std::vector<uint8_t>>* extraScratch);
 
   const int rank_, nranks_;
@@ -96,8 +109,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;  // by rank
   std::vector<const char*> transportNames_;          // by rank
-  std::vector<int> ranksOnHost_;                      // by rank
+  std::vector<int> ranksOnHost_;                     // by rank
   double spinSeconds_ = 0;
+  double pureSpinSeconds_ = 0;  // set once the ranks per host are known
   Selector selector_;
   std::atomic<bool> aborted_{false};
   int abortFd_ = -1;

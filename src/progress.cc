@@ -57,6 +57,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // The Combiner of a RecvReduce step: the job's datatype and op.
 void combineInto(void* dst, const void* local, const void* incoming, size_t units,
                  const void* context) {
@@ -341,15 +349,21 @@ Status runJobs(std::span<Job> jobs) {
       continue;
     }
     double idle = std::chrono::duration<double>(now - lastMoved).count();
-    double timeout = 1e30, spin = 0;
+    double timeout = 1e30, spin = 0, pureSpin = 0;
     for (auto& r : runners)
       if (!r->finished()) {
         timeout = std::min(timeout, r->job().timeoutSeconds);
         spin = std::max(spin, r->job().spinSeconds);
+        pureSpin = std::max(pureSpin, r->job().pureSpinSeconds);
       }
     if (idle < spin) {
-      // Yield while spinning: an oversubscribed peer may need this core.
-      sched_yield();
+      // The first microseconds spin on the CPU alone (a peer on another core
+      // answers within them); after that every pass yields, so that a peer
+      // waiting for this core (more ranks than cores) can run.
+      if (idle < pureSpin)
+        cpuRelax();
+      else
+        sched_yield();
       continue;
     }
     if (idle >= timeout) {

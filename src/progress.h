@@ -57,6 +57,9 @@ struct Job {
   std::string callName;         // for messages: "braidAllReduce #12"
   double timeoutSeconds = 300;  // no progress for this long = braidTimeout
   double spinSeconds = 0;       // busy-poll this long before sleeping in poll(2)
+  // Of which this long without yielding the core: only worth it when every
+  // rank of the host has a core of its own.
+  double pureSpinSeconds = 0;
   const std::atomic<bool>* aborted = nullptr;
   int abortFd = -1;  // becomes readable on abort; wakes poll(2)
 };
