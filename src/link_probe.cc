@@ -17,20 +17,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Seconds per round trip of `bytes` between ranks 0 and 1, best of 3
-// batches (the least disturbed one is the link's own figure).
-Result<double> roundTrip(Communicator& comm, std::vector<uint8_t>& buffer, size_t bytes,
-                         int iters) {
+// Seconds per exchange of `bytes` between ranks 0 and 1 (each sends and
+// receives at once, as in a round of almost every algorithm: with copies
+// done by the CPU, a rank that sends and receives pays for both), best of
+// 4 batches (the least disturbed one is the link's own figure).
+Result<double> exchange(Communicator& comm, std::vector<uint8_t>& out, std::vector<uint8_t>& in,
+                        size_t bytes, int iters) {
   const int peer = 1 - comm.rank();
-  Operation first = byteTransfer(comm.rank() == 0, peer, buffer.data(), bytes, "link probe");
-  Operation second = byteTransfer(comm.rank() != 0, peer, buffer.data(), bytes, "link probe");
+  Operation both[2] = {byteTransfer(true, peer, out.data(), bytes, "link probe"),
+                       byteTransfer(false, peer, in.data(), bytes, "link probe")};
+  // One unmeasured batch first: page faults, cold caches, the first
+  // wake-ups.
   double best = 1e30;
-  for (int batch = 0; batch < 3; ++batch) {
+  for (int batch = 0; batch < 5; ++batch) {
     auto start = Clock::now();
-    for (int i = 0; i < iters; ++i) {
-      BRAID_RETURN_IF_ERROR(comm.run({&first, 1}, 0));
-      BRAID_RETURN_IF_ERROR(comm.run({&second, 1}, 0));
-    }
+    for (int i = 0; i < iters; ++i) BRAID_RETURN_IF_ERROR(comm.run(both, 0));
+    if (batch == 0) continue;
     best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count() / iters);
   }
   return best;
@@ -69,11 +71,11 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
     std::vector<double> figures = {model.alpha, model.beta, model.gamma, 0, 1};
     if (comm.rank() <= 1 && !given) {
       constexpr size_t kLarge = 1 << 20;
-      std::vector<uint8_t> buffer(kLarge, 0);
-      BRAID_ASSIGN_OR_RETURN(double small, roundTrip(comm, buffer, 8, 10));
-      BRAID_ASSIGN_OR_RETURN(double large, roundTrip(comm, buffer, kLarge, 2));
-      figures[0] = small / 2;
-      figures[1] = std::max(1e-12, (large / 2 - figures[0]) / kLarge);
+      std::vector<uint8_t> out(kLarge, 0), in(kLarge, 0);
+      BRAID_ASSIGN_OR_RETURN(double small, exchange(comm, out, in, 8, 50));
+      BRAID_ASSIGN_OR_RETURN(double large, exchange(comm, out, in, kLarge, 3));
+      figures[0] = small;
+      figures[1] = std::max(1e-12, (large - small) / kLarge);
       figures[2] = reduceSecondsPerByte();
     }
     if (comm.rank() == 0) {
