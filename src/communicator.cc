@@ -11,6 +11,7 @@
 #include "src/common/strcat.h"
 #include "src/link_probe.h"
 #include "src/peer_links.h"
+#include "src/state_dump.h"
 #include "transports/loopback/loopback_connection.h"
 
 namespace braid {
@@ -65,6 +66,7 @@ Communicator::~Communicator() {
 Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo& rendezvous,
                                                            int nranks, int rank, Config config) {
   BRAID_RETURN_IF_ERROR(Selector::validate(config.algo));
+  if (log::enabled(log::Level::kInfo)) installStateDumpSignal();
   Deadline deadline = Deadline::after(config.timeoutSeconds);
   BRAID_ASSIGN_OR_RETURN(RendezvousClient client,
                          RendezvousClient::connect(rendezvous, rank, deadline));

@@ -15,6 +15,7 @@
 #include "src/common/log.h"
 #include "src/common/reduce.h"
 #include "src/common/strcat.h"
+#include "src/state_dump.h"
 
 namespace braid {
 
@@ -190,13 +191,21 @@ class JobRunner {
     }
   }
 
+  // "step 12 of 40 done; waiting for: receive from rank 3 (4096 bytes, step 13)"
+  std::string progressText() const {
+    return strCat(steps_.size() - remaining_, " of ", steps_.size(),
+                  " steps done; waiting for: ", waitingOn());
+  }
+
   std::string waitingOn() const {
+    if (active_.empty()) return "nothing (local work or earlier calls)";
     std::string out;
     for (const auto& a : active_) {
       const Step& s = steps_[a.step];
       if (!out.empty()) out += ", ";
       out += strCat(s.kind == StepKind::kSend ? "send to rank " : "receive from rank ", s.peer,
-                    " (", s.kind == StepKind::kSend ? s.src.bytes : s.dst.bytes, " bytes)");
+                    " (", s.kind == StepKind::kSend ? s.src.bytes : s.dst.bytes, " bytes, step ",
+                    a.step, ")");
       if (out.size() > 300) return out + ", ...";
     }
     return out;
@@ -315,8 +324,16 @@ Status runJobs(std::span<Job> jobs) {
   std::vector<transport::Connection*> connections;  // with requests of running jobs
   std::set<transport::Connection*> watched;
   std::vector<transport::Connection*> polled;  // polled[i] owns fds[i]
+  uint64_t dumpsSeen = stateDumpRequests();
   while (true) {
     bool moved = false, allDone = true;
+    if (const uint64_t dumps = stateDumpRequests(); dumps != dumpsSeen) {
+      dumpsSeen = dumps;
+      for (auto& r : runners)
+        if (!r->finished())
+          BRAID_INFO("in flight on rank ", r->job().rank, ": ", r->job().callName, ", ",
+                     r->progressText());
+    }
     for (size_t i = 0; i < runners.size(); ++i) {
       auto& r = runners[i];
       if (r->finished() || blocked(i)) continue;
@@ -369,9 +386,9 @@ Status runJobs(std::span<Job> jobs) {
     if (idle >= timeout) {
       for (auto& r : runners)
         if (!r->finished())
-          r->failWith(timeoutError(
-              strCat(r->job().callName, " on rank ", r->job().rank, ": no progress for ", timeout,
-                     " s (BRAID_TIMEOUT); still waiting for: ", r->waitingOn())));
+          r->failWith(timeoutError(strCat(r->job().callName, " on rank ", r->job().rank,
+                                          ": no progress for ", timeout, " s (BRAID_TIMEOUT); ",
+                                          r->progressText())));
       break;
     }
     // Sleep on every connection of the running calls, not only the busy

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -445,8 +446,53 @@ TEST(Failures, StalledPeerGivesTimeout) {
         braidResult_t r =
             braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
         double s = secondsSince(start);
-        RANK_EXPECT_EQ(r, braidTimeout) << braidGetLastError(nullptr);
+        std::string msg = braidGetLastError(nullptr);
+        RANK_EXPECT_EQ(r, braidTimeout) << msg;
         RANK_EXPECT_TRUE(s > 0.9 && s < 2.5) << "BRAID_TIMEOUT=1 returned after " << s << " s";
+        // The call, how far it got, and the peer and step it waits for.
+        for (std::string word : {"braidAllReduce #", "steps done", "from rank 1", "step "})
+          RANK_EXPECT_TRUE(mentions(msg, word)) << "\"" << msg << "\" does not say " << word;
+      },
+      kTimeout, options);
+}
+
+// SIGUSR1 makes a call in flight log what it waits for (BRAID_DEBUG=INFO).
+TEST(Diagnostics, SigusrOneDumpsTheCallInFlight) {
+  RunOptions options;
+  options.env = {{"BRAID_DEBUG", "INFO"}};
+  runRanks(
+      2,
+      [](RankContext& ctx) {
+        std::vector<float> x(1000, 1.f);
+        if (ctx.rank == 1) {
+          ::usleep(1500000);  // rank 0 waits in its AllReduce meanwhile
+          RANK_EXPECT_OK(braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum,
+                                        ctx.comm, nullptr));
+          return;
+        }
+        char path[] = "/tmp/braid-dump-XXXXXX";
+        int log = ::mkstemp(path);
+        RANK_ASSERT_TRUE(log >= 0);
+        ::unlink(path);
+        int savedStderr = ::dup(2);
+        ::dup2(log, 2);
+        std::thread signaller([] {
+          ::usleep(500000);
+          ::kill(::getpid(), SIGUSR1);
+        });
+        braidResult_t r =
+            braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
+        signaller.join();
+        ::dup2(savedStderr, 2);
+        ::close(savedStderr);
+        RANK_EXPECT_EQ(r, braidSuccess) << braidGetLastError(nullptr);
+        std::string text(1 << 16, '\0');
+        ssize_t n = ::pread(log, text.data(), text.size(), 0);
+        ::close(log);
+        text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+        RANK_EXPECT_TRUE(mentions(text, "in flight on rank 0: braidAllReduce #"))
+            << "stderr was: " << text;
+        RANK_EXPECT_TRUE(mentions(text, "from rank 1")) << "stderr was: " << text;
       },
       kTimeout, options);
 }
