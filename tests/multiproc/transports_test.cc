@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -120,6 +122,90 @@ TEST(Transports, QueryChecksItsArguments) {
         RANK_EXPECT_EQ(braidCommGetTransport(ctx.comm, -1, &name), braidInvalidArgument);
         RANK_EXPECT_EQ(braidCommGetTransport(ctx.comm, 0, nullptr), braidInvalidArgument);
         RANK_EXPECT_EQ(braidCommGetTransport(nullptr, 0, &name), braidInvalidArgument);
+      },
+      kTimeout);
+}
+
+}  // namespace
+}  // namespace braidtest
+
+namespace braidtest {
+namespace {
+
+size_t entriesIn(const char* dir) {
+  size_t n = 0;
+  if (DIR* d = ::opendir(dir)) {
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Lines of a file that contain `text`.
+size_t linesWith(const char* path, const std::string& text) {
+  size_t n = 0;
+  if (FILE* f = std::fopen(path, "r")) {
+    char line[4096];
+    while (std::fgets(line, sizeof line, f)) n += std::strstr(line, text.c_str()) != nullptr;
+    std::fclose(f);
+  }
+  return n;
+}
+
+struct Resources {
+  size_t fds, threads, segmentMappings, segmentNames;
+  bool operator==(const Resources&) const = default;
+};
+
+Resources countResources() {
+  // Thread stacks and malloc arenas stay mapped for reuse after their
+  // owners are gone, so of the mappings only the shared-memory segments
+  // (shown as /dev/shm/braid-... (deleted)) are counted.
+  return {entriesIn("/proc/self/fd"), entriesIn("/proc/self/task"),
+          linesWith("/proc/self/maps", "/dev/shm/braid-"), namedSegmentsOf(::getpid()).size()};
+}
+
+// A communicator that did work, was aborted and destroyed, leaves no fd,
+// thread, mapping or /dev/shm segment behind. The first cycle is a warm-up:
+// libraries (OpenSSL, hwloc) keep what they load once.
+TEST(Resources, AbortAndDestroyLeaveNothingBehind) {
+  runRanks(
+      3,
+      [](RankContext& ctx) {
+        Resources before{};
+        for (int cycle = 0; cycle < 3; ++cycle) {
+          if (cycle == 1) before = countResources();
+          // A fresh unique id per cycle, made by rank 0 and handed round on
+          // the harness's communicator.
+          braidUniqueId id{};
+          if (ctx.rank == 0) RANK_ASSERT_OK(braidGetUniqueId(&id));
+          RANK_ASSERT_OK(braidBroadcast(&id, &id, sizeof(id), braidUint8, 0, ctx.comm, nullptr));
+          braidComm_t comm = nullptr;
+          RANK_ASSERT_OK(braidCommInitRank(&comm, ctx.nranks, id, ctx.rank));
+          std::vector<float> x(1 << 18, 1.f);
+          RANK_ASSERT_OK(
+              braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, comm, nullptr));
+          braidStream_t stream = nullptr;
+          RANK_ASSERT_OK(braidStreamCreate(comm, &stream));
+          RANK_ASSERT_OK(
+              braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, comm, stream));
+          RANK_ASSERT_OK(braidStreamSynchronize(stream));
+          RANK_ASSERT_OK(braidStreamDestroy(stream));
+          RANK_ASSERT_OK(braidBarrier(comm, nullptr));  // nobody is aborted mid-call
+          RANK_ASSERT_OK(braidCommAbort(comm));
+          RANK_ASSERT_OK(braidCommDestroy(comm));
+        }
+        // Rank 0's rendezvous thread of the last cycle ends once everyone
+        // joined; give it a moment.
+        Resources after = countResources();
+        for (int i = 0; i < 50 && !(after == before); ++i) {
+          ::usleep(20000);
+          after = countResources();
+        }
+        RANK_EXPECT_EQ(after.fds, before.fds);
+        RANK_EXPECT_EQ(after.threads, before.threads);
+        RANK_EXPECT_EQ(after.segmentMappings, before.segmentMappings);
+        RANK_EXPECT_EQ(after.segmentNames, 0u);
       },
       kTimeout);
 }
