@@ -308,6 +308,35 @@ class JobRunner {
 
 }  // namespace
 
+// A peer that failed closes its connections, so the first error a rank
+// sees may come from a survivor that gave up before it (a frame half sent
+// leaves no room for its last word). The dead rank's own connection closes
+// at about the same time: every connection lost within a short while is
+// named, so the culprit is among them.
+Status nameLostPeers(const Status& failure,
+                     const std::vector<std::unique_ptr<JobRunner>>& runners) {
+  std::set<transport::Connection*> all;
+  for (auto& r : runners)
+    for (transport::Connection* c : r->job().connections) all.insert(c);
+  std::set<int> lost;
+  const auto start = Clock::now();
+  auto lastLoss = start;
+  using std::chrono::milliseconds;
+  while (Clock::now() - lastLoss < milliseconds(50) && Clock::now() - start < milliseconds(300)) {
+    for (transport::Connection* c : all)
+      if (!lost.count(c->peer()) && !c->progress().isOk()) {
+        lost.insert(c->peer());
+        lastLoss = Clock::now();
+      }
+    usleep(1000);
+  }
+  if (lost.empty()) return failure;
+  std::string ranks;
+  for (int p : lost) ranks += strCat(ranks.empty() ? "" : ", ", p);
+  return Status(failure.code(), strCat(failure.message(), " [connections lost: rank",
+                                       lost.size() > 1 ? "s " : " ", ranks, "]"));
+}
+
 Status runJobs(std::span<Job> jobs) {
   std::vector<std::unique_ptr<JobRunner>> runners;
   for (Job& job : jobs) runners.push_back(std::make_unique<JobRunner>(job));
@@ -428,10 +457,15 @@ Status runJobs(std::span<Job> jobs) {
         (void)polled[i]->progress();
   }
   Status first;
+  for (auto& r : runners)
+    if (!r->status().isOk()) {
+      first = r->status();
+      break;
+    }
+  if (first.code() == ErrorCode::kRemoteError) first = nameLostPeers(first, runners);
   for (auto& r : runners) {
     if (r->status().isOk()) continue;
     r->abandon(r->status());
-    if (first.isOk()) first = r->status();
   }
   return first;
 }
