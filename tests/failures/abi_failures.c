@@ -68,7 +68,8 @@ static int killRank(int rank, braidComm_t comm) {
   double start = now();
   braidResult_t r = braidAllReduce(x, x, count, braidFloat32, braidSum, comm, NULL);
   double seconds = now() - start;
-  const char* why = braidGetLastError(NULL);
+  char why[1024]; /* the next call replaces the last error's text */
+  snprintf(why, sizeof why, "%s", braidGetLastError(NULL));
   int failures = 0;
   if (r == braidSuccess) {
     fprintf(stderr, "rank %d: AllReduce succeeded although rank 3 died\n", rank);
