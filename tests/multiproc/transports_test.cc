@@ -178,7 +178,9 @@ TEST(Resources, AbortAndDestroyLeaveNothingBehind) {
           // A fresh unique id per cycle, made by rank 0 and handed round on
           // the harness's communicator.
           braidUniqueId id{};
-          if (ctx.rank == 0) RANK_ASSERT_OK(braidGetUniqueId(&id));
+          if (ctx.rank == 0) {
+            RANK_ASSERT_OK(braidGetUniqueId(&id));
+          }
           RANK_ASSERT_OK(braidBroadcast(&id, &id, sizeof(id), braidUint8, 0, ctx.comm, nullptr));
           braidComm_t comm = nullptr;
           RANK_ASSERT_OK(braidCommInitRank(&comm, ctx.nranks, id, ctx.rank));

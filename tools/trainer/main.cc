@@ -1,0 +1,741 @@
+// braid-train: data-parallel training of an MLP on Fashion-MNIST, the
+// reference consumer of braid's C ABI (it uses braid.h and nothing else of
+// braid).
+//
+//   braidrun -n 2 braid-train --epochs 10 --log train.csv --plot train.png
+#include <braid.h>
+#include <cblas.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cxxopts.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+#include "data_parallel.h"
+#include "dataset.h"
+#include "mlp.h"
+#include "optimizer.h"
+#include "report.h"
+
+namespace trainer {
+namespace {
+
+constexpr int kUsageExit = 2;
+constexpr int kDataExit = 66;  // EX_NOINPUT: the input data is missing or unreadable
+constexpr int kEvalChunk = 512;
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Config {
+  std::string dataDir;
+  size_t trainSamples = 0;
+  size_t testSamples = 0;
+  std::vector<int> hidden;
+  int64_t epochs = 0;
+  int64_t maxSteps = 0;
+  int64_t batch = 0;
+  OptimizerConfig optimizer;
+  bool cosine = true;
+  uint64_t seed = 0;
+  int threads = 0;
+  SyncMode sync = SyncMode::kAllReduce;
+  Compression compression = Compression::kNone;
+  size_t bucketBytes = 0;
+  bool overlap = true;
+  std::string logPath;
+  std::string plotPath;
+  std::string checkpointPath;
+  bool resume = false;
+  std::string saveWeightsPath;
+  std::string progress;
+};
+
+std::vector<int> parseWidths(const std::string& text) {
+  std::vector<int> widths;
+  if (text.empty() || text == "none") return widths;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    long value = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || value < 1 || value > 1 << 16)
+      throw UsageError("--hidden: '" + item + "' is not a layer width (1..65536)");
+    widths.push_back(int(value));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return widths;
+}
+
+cxxopts::Options makeOptions() {
+  cxxopts::Options options(
+      "braid-train",
+      "Trains an MLP on Fashion-MNIST, data parallel over braid ranks.\n"
+      "Run N ranks with `braidrun -n N braid-train [options]`; without a launcher it runs as one "
+      "rank.\nEvery global batch is split across the ranks; gradients are summed with braid "
+      "collectives\nwhile the backward pass goes on, so N ranks compute what one rank with the "
+      "same --batch would.\n");
+  options.set_width(100);
+  // clang-format off
+  options.add_options("Data")
+    ("data", "directory with the four Fashion-MNIST IDX files (.gz or plain)",
+     cxxopts::value<std::string>()->default_value(kDefaultDataDir), "DIR")
+    ("train-samples", "use only the first N training images (0: all 60000)",
+     cxxopts::value<size_t>()->default_value("0"), "N")
+    ("test-samples", "use only the first N test images (0: all 10000)",
+     cxxopts::value<size_t>()->default_value("0"), "N");
+  options.add_options("Model and training")
+    ("hidden", "hidden layer widths, comma separated ('none': a linear model)",
+     cxxopts::value<std::string>()->default_value("256,256"), "W,W")
+    ("epochs", "passes over the training set", cxxopts::value<int64_t>()->default_value("10"), "N")
+    ("steps", "stop after N optimizer steps in all, as if interrupted: the schedule still "
+     "spans --epochs (0: run every epoch)",
+     cxxopts::value<int64_t>()->default_value("0"), "N")
+    ("batch", "global batch size, split across the ranks (rank r of N takes samples "
+     "[r*B/N, (r+1)*B/N) of each batch)", cxxopts::value<int64_t>()->default_value("64"), "B")
+    ("optimizer", "sgd (with momentum) or adam", cxxopts::value<std::string>()->default_value("adam"),
+     "NAME")
+    ("lr", "learning rate (default: 0.001 for adam, 0.02 for sgd)", cxxopts::value<float>(), "X")
+    ("schedule", "learning rate over the run: cosine (from --lr down to 0 at the last step "
+     "of --epochs) or constant", cxxopts::value<std::string>()->default_value("cosine"),
+     "NAME")
+    ("momentum", "sgd momentum", cxxopts::value<float>()->default_value("0.9"), "X")
+    ("beta1", "adam: decay of the first moment", cxxopts::value<float>()->default_value("0.9"), "X")
+    ("beta2", "adam: decay of the second moment", cxxopts::value<float>()->default_value("0.999"),
+     "X")
+    ("eps", "adam: added to the root of the second moment",
+     cxxopts::value<float>()->default_value("1e-8"), "X")
+    ("weight-decay", "L2 penalty added to the gradient", cxxopts::value<float>()->default_value("0"),
+     "X")
+    ("seed", "seed of the initial weights and of the order of samples; a run is reproducible "
+     "for a given seed, batch and number of ranks", cxxopts::value<uint64_t>()->default_value("1"),
+     "N")
+    ("threads", "BLAS threads per rank. Run more ranks rather than threads: OpenBLAS rounds "
+     "differently with other thread counts, so only runs with equal --threads match to the last "
+     "bit", cxxopts::value<int>()->default_value("1"), "N");
+  options.add_options("Data parallelism")
+    ("sync", "allreduce: every rank sums the gradients (AllReduce) and steps its optimizer; "
+     "ps: parameter-server pattern, Reduce to rank 0, which steps, then Broadcast of the weights",
+     cxxopts::value<std::string>()->default_value("allreduce"), "MODE")
+    ("compress", "none: gradient sums travel in fp64, as they are computed, and N ranks end "
+     "with one rank's weights; fp32 or bf16: rounded to that type for the collective (half or a "
+     "quarter of the bytes) and widened back", cxxopts::value<std::string>()->default_value("none"),
+     "MODE")
+    ("bucket-kb", "size of a gradient bucket on the wire: the gradients, from the last layer "
+     "back, are exchanged in collectives of this many KiB, each as soon as backward has computed "
+     "it (0: one collective for all)", cxxopts::value<size_t>()->default_value("512"), "KB")
+    ("no-overlap", "exchange gradients only after the whole backward pass, blocking (to measure "
+     "what overlapping saves)");
+  options.add_options("Output")
+    ("log", "write a CSV row per epoch (loss, accuracies, times) to FILE",
+     cxxopts::value<std::string>(), "FILE")
+    ("plot", "draw the loss and accuracy curves into FILE.png with gnuplot after each epoch",
+     cxxopts::value<std::string>(), "FILE")
+    ("checkpoint", "after each epoch, save weights, optimizer state and history to FILE "
+     "(atomically)", cxxopts::value<std::string>(), "FILE")
+    ("resume", "continue from the --checkpoint file if it exists; the run then ends as an "
+     "uninterrupted one would")
+    ("save-weights", "write the final weights to FILE (for --compare)",
+     cxxopts::value<std::string>(), "FILE")
+    ("progress", "auto (a bar on a terminal, else a line per quarter epoch), bar, lines or none",
+     cxxopts::value<std::string>()->default_value("auto"), "MODE");
+  options.add_options("Comparing weight files (no training)")
+    ("compare", "compare the weights in FILE with --reference and exit: 0 when the largest "
+     "relative difference is within --tolerance, 1 otherwise", cxxopts::value<std::string>(),
+     "FILE")
+    ("reference", "the weights FILE that --compare measures against",
+     cxxopts::value<std::string>(), "FILE")
+    ("tolerance", "largest accepted relative difference, see --floor",
+     cxxopts::value<double>()->default_value("1e-5"), "X")
+    ("floor", "the relative difference of element i is |a_i - b_i| / max(|b_i|, X) with b the "
+     "reference, so that weights near zero are compared on an absolute scale of X",
+     cxxopts::value<double>()->default_value("1e-3"), "X");
+  options.add_options()("h,help", "show this help");
+  // clang-format on
+  return options;
+}
+
+Config parseConfig(const cxxopts::ParseResult& args) {
+  Config c;
+  c.dataDir = args["data"].as<std::string>();
+  c.trainSamples = args["train-samples"].as<size_t>();
+  c.testSamples = args["test-samples"].as<size_t>();
+  c.hidden = parseWidths(args["hidden"].as<std::string>());
+  c.epochs = args["epochs"].as<int64_t>();
+  c.maxSteps = args["steps"].as<int64_t>();
+  c.batch = args["batch"].as<int64_t>();
+  if (c.epochs < 1) throw UsageError("--epochs must be at least 1");
+  if (c.maxSteps < 0) throw UsageError("--steps must not be negative");
+  if (c.batch < 1 || c.batch > 1 << 20) throw UsageError("--batch must be in 1..1048576");
+
+  const std::string optimizer = args["optimizer"].as<std::string>();
+  if (optimizer == "sgd") {
+    c.optimizer.kind = OptimizerKind::kSgd;
+    c.optimizer.learningRate = 0.02f;
+  } else if (optimizer == "adam") {
+    c.optimizer.kind = OptimizerKind::kAdam;
+    c.optimizer.learningRate = 1e-3f;
+  } else {
+    throw UsageError("--optimizer: '" + optimizer + "' is not sgd or adam");
+  }
+  if (args.count("lr")) c.optimizer.learningRate = args["lr"].as<float>();
+  c.optimizer.momentum = args["momentum"].as<float>();
+  c.optimizer.beta1 = args["beta1"].as<float>();
+  c.optimizer.beta2 = args["beta2"].as<float>();
+  c.optimizer.epsilon = args["eps"].as<float>();
+  c.optimizer.weightDecay = args["weight-decay"].as<float>();
+  if (!(c.optimizer.learningRate > 0)) throw UsageError("--lr must be positive");
+  const std::string schedule = args["schedule"].as<std::string>();
+  if (schedule != "cosine" && schedule != "constant")
+    throw UsageError("--schedule: '" + schedule + "' is not cosine or constant");
+  c.cosine = schedule == "cosine";
+  c.seed = args["seed"].as<uint64_t>();
+  c.threads = args["threads"].as<int>();
+  if (c.threads < 1 || c.threads > 1024) throw UsageError("--threads must be in 1..1024");
+
+  const std::string sync = args["sync"].as<std::string>();
+  if (sync == "allreduce")
+    c.sync = SyncMode::kAllReduce;
+  else if (sync == "ps")
+    c.sync = SyncMode::kParameterServer;
+  else
+    throw UsageError("--sync: '" + sync + "' is not allreduce or ps");
+  const std::string compress = args["compress"].as<std::string>();
+  if (compress == "none")
+    c.compression = Compression::kNone;
+  else if (compress == "fp32")
+    c.compression = Compression::kFp32;
+  else if (compress == "bf16")
+    c.compression = Compression::kBf16;
+  else
+    throw UsageError("--compress: '" + compress + "' is not none, fp32 or bf16");
+  c.bucketBytes = args["bucket-kb"].as<size_t>() * 1024;
+  c.overlap = args.count("no-overlap") == 0;
+
+  if (args.count("log")) c.logPath = args["log"].as<std::string>();
+  if (args.count("plot")) c.plotPath = args["plot"].as<std::string>();
+  if (args.count("checkpoint")) c.checkpointPath = args["checkpoint"].as<std::string>();
+  c.resume = args.count("resume") != 0;
+  if (c.resume && c.checkpointPath.empty()) throw UsageError("--resume needs --checkpoint FILE");
+  if (args.count("save-weights")) c.saveWeightsPath = args["save-weights"].as<std::string>();
+  c.progress = args["progress"].as<std::string>();
+  if (c.progress != "auto" && c.progress != "bar" && c.progress != "lines" && c.progress != "none")
+    throw UsageError("--progress: '" + c.progress + "' is not auto, bar, lines or none");
+  return c;
+}
+
+// Metric of --compare; see docs/TRAINER.md.
+int compareWeights(const std::string& path, const std::string& referencePath, double tolerance,
+                   double floor) {
+  Weights a = readWeights(path);
+  Weights b = readWeights(referencePath);
+  if (a.sizes != b.sizes || a.params.size() != b.params.size()) {
+    std::fprintf(stderr, "braid-train: %s and %s hold different models\n", path.c_str(),
+                 referencePath.c_str());
+    return 1;
+  }
+  Mlp shape(a.sizes, 1);
+  double worst = 0, worstAbsolute = 0, worstNormwise = 0;
+  size_t worstIndex = 0;
+  for (const LayerShape& layer : shape.layers()) {
+    // Weights and biases of a layer are separate tensors for the norm-wise figure.
+    const size_t bounds[3] = {layer.weightOffset, layer.biasOffset, layer.end};
+    for (int t = 0; t < 2; ++t) {
+      double maxDiff = 0, maxRef = 0;
+      for (size_t i = bounds[t]; i < bounds[t + 1]; ++i) {
+        const double x = a.params[i], y = b.params[i];
+        const double diff = std::fabs(x - y);
+        if (std::isnan(x) != std::isnan(y) || !(diff <= diff)) {
+          worst = INFINITY;
+          worstIndex = i;
+          continue;
+        }
+        const double relative = diff / std::max(std::fabs(y), floor);
+        if (relative > worst) worst = relative, worstIndex = i;
+        worstAbsolute = std::max(worstAbsolute, diff);
+        maxDiff = std::max(maxDiff, diff);
+        maxRef = std::max(maxRef, std::fabs(y));
+      }
+      if (maxRef > 0) worstNormwise = std::max(worstNormwise, maxDiff / maxRef);
+    }
+  }
+  size_t layer = 0;
+  while (shape.layers()[layer].end <= worstIndex) ++layer;
+  const char* part = worstIndex < shape.layers()[layer].biasOffset ? "weight" : "bias";
+  const bool pass = worst <= tolerance;
+  std::printf(
+      "max relative difference %.3e (|a-b|/max(|b|,%g), at layer %zu %s, index %zu: %.9g vs "
+      "%.9g)\n"
+      "max absolute difference %.3e; max per-tensor |a-b|inf/|b|inf %.3e\n"
+      "%s: %.3e %s tolerance %.1e\n",
+      worst, floor, layer + 1, part, worstIndex, double(a.params[worstIndex]),
+      double(b.params[worstIndex]), worstAbsolute, worstNormwise, pass ? "PASS" : "FAIL", worst,
+      pass ? "<=" : ">", tolerance);
+  return pass ? 0 : 1;
+}
+
+// "784-256-256-10"
+std::string layerText(const std::vector<int>& sizes) {
+  std::string out;
+  for (int w : sizes) {
+    if (!out.empty()) out += '-';
+    out += std::to_string(w);
+  }
+  return out;
+}
+
+bool launchedAsRank() {
+  for (const char* name : {"BRAID_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+    if (std::getenv(name) != nullptr) return true;
+  return false;
+}
+
+// Samples of the global batch that rank r of n takes: [r*B/n, (r+1)*B/n).
+int64_t shareBegin(int64_t batch, int rank, int ranks) {
+  return batch * rank / ranks;
+}
+
+// The order of samples in an epoch: a Fisher-Yates shuffle driven by
+// mt19937_64 and an unbiased bounded draw, both fully specified, so that every
+// rank and every run draws the same permutation for (seed, epoch).
+std::vector<uint32_t> epochOrder(size_t count, uint64_t seed, int64_t epoch) {
+  std::seed_seq sequence{uint32_t(seed), uint32_t(seed >> 32), uint32_t(epoch),
+                         uint32_t(uint64_t(epoch) >> 32)};
+  std::mt19937_64 engine(sequence);
+  std::vector<uint32_t> order(count);
+  for (size_t i = 0; i < count; ++i) order[i] = uint32_t(i);
+  for (size_t i = count; i > 1; --i) {
+    const uint64_t bound = i;
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t draw;
+    do draw = engine();
+    while (draw >= limit);
+    std::swap(order[i - 1], order[draw % bound]);
+  }
+  return order;
+}
+
+struct Totals {
+  double lossSum = 0;
+  double correct = 0;
+  double samples = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& config, FashionMnist data, braidComm_t comm)
+      : config_(config), data_(std::move(data)), comm_(comm) {
+    check(braidCommUserRank(comm_, &rank_), "braidCommUserRank");
+    check(braidCommCount(comm_, &ranks_), "braidCommCount");
+    std::vector<int> sizes{int(data_.train.features())};
+    sizes.insert(sizes.end(), config_.hidden.begin(), config_.hidden.end());
+    sizes.push_back(kClasses);
+    localMax_ = int((config_.batch + ranks_ - 1) / ranks_);
+    model_.emplace(sizes, std::max(localMax_, kEvalChunk));
+    params_.resize(model_->parameterCount());
+    grads_.resize(model_->parameterCount());
+    labels_.resize(size_t(std::max(localMax_, kEvalChunk)));
+    // In ps mode only rank 0 steps, so only rank 0 keeps optimizer state.
+    const bool stepsHere = config_.sync == SyncMode::kAllReduce || rank_ == 0;
+    optimizer_.emplace(config_.optimizer, stepsHere ? model_->parameterCount() : 0);
+    bucketValues_ = config_.bucketBytes / wireBytes(config_.compression);
+    exchange_.emplace(comm_, config_.sync, config_.compression, config_.overlap,
+                      makeBuckets(model_->parameterCount(), bucketValues_),
+                      model_->parameterCount());
+  }
+
+  int run() {
+    const int threads = config_.threads;
+    openblas_set_num_threads(threads);
+
+    if (rank_ == 0) model_->initialize(params_.data(), config_.seed);
+    check(braidBroadcast(params_.data(), params_.data(), params_.size(), braidFloat32, 0, comm_,
+                         nullptr),
+          "braidBroadcast (initial weights)");
+    if (config_.resume && !resume()) return 1;
+
+    const int64_t stepsPerEpoch = int64_t(data_.train.count) / config_.batch;
+    if (stepsPerEpoch < 1) {
+      if (rank_ == 0)
+        std::fprintf(stderr, "braid-train: --batch %lld is larger than the %zu training samples\n",
+                     (long long)config_.batch, data_.train.count);
+      return kUsageExit;
+    }
+    totalSteps_ = stepsPerEpoch * config_.epochs;
+    if (rank_ == 0) describe(stepsPerEpoch, threads);
+
+    for (int64_t epoch = epochsDone_ + 1; epoch <= config_.epochs; ++epoch) {
+      if (config_.maxSteps > 0 && steps_ >= config_.maxSteps) break;
+      int64_t steps = stepsPerEpoch;
+      if (config_.maxSteps > 0) steps = std::min(steps, config_.maxSteps - steps_);
+      EpochRecord record = trainEpoch(epoch, steps, stepsPerEpoch);
+      history_.push_back(record);
+      if (steps == stepsPerEpoch) {
+        epochsDone_ = epoch;
+        if (!config_.checkpointPath.empty() && rank_ == 0) saveCheckpoint();
+      }
+      if (rank_ == 0) writeOutputs();
+    }
+    if (!checkRanksAgree()) return 1;
+    if (!config_.saveWeightsPath.empty() && rank_ == 0) {
+      writeWeights(config_.saveWeightsPath, Weights{model_->sizes(), params_});
+      std::printf("weights written to %s\n", config_.saveWeightsPath.c_str());
+    }
+    return 0;
+  }
+
+ private:
+  void describe(int64_t stepsPerEpoch, int threads) {
+    const std::string widths = layerText(model_->sizes());
+    const int fewest = int(config_.batch / ranks_);
+    const std::string share = fewest == localMax_
+                                  ? std::to_string(fewest)
+                                  : std::to_string(fewest) + "-" + std::to_string(localMax_);
+    std::printf(
+        "braid-train: MLP %s (%zu parameters), %s lr %g%s, global batch %lld on %d rank%s "
+        "(%s samples each), %lld steps per epoch, %zu training / %zu test samples\n",
+        widths.c_str(), params_.size(), optimizerName(config_.optimizer.kind),
+        double(config_.optimizer.learningRate), config_.cosine ? " (cosine)" : "",
+        (long long)config_.batch, ranks_, ranks_ == 1 ? "" : "s", share.c_str(),
+        (long long)stepsPerEpoch, data_.train.count, data_.test.count);
+    const size_t wire = wireBytes(config_.compression);
+    const std::vector<Bucket>& all = exchange_->buckets();
+    const std::string buckets =
+        std::to_string(all.size()) + " of " + std::to_string(all.front().count * wire / 1024) +
+        " KiB" +
+        (all.back().count != all.front().count
+             ? " (the last " + std::to_string(all.back().count * wire / 1024) + " KiB)"
+             : "");
+    std::printf("braid-train: %s%s, %s, buckets: %s; %d BLAS thread%s per rank\n",
+                config_.sync == SyncMode::kAllReduce ? "AllReduce" : "Reduce + Broadcast (ps)",
+                config_.compression == Compression::kBf16   ? " in bf16"
+                : config_.compression == Compression::kFp32 ? " in fp32"
+                                                            : " in fp64",
+                config_.overlap ? "overlapped with backward" : "after backward", buckets.c_str(),
+                threads, threads == 1 ? "" : "s");
+    std::fflush(stdout);
+  }
+
+  EpochRecord trainEpoch(int64_t epoch, int64_t steps, int64_t stepsPerEpoch) {
+    const std::vector<uint32_t> order = epochOrder(data_.train.count, config_.seed, epoch);
+    const int64_t begin = shareBegin(config_.batch, rank_, ranks_);
+    const int n = int(shareBegin(config_.batch, rank_ + 1, ranks_) - begin);
+    const int64_t reportEvery = std::max<int64_t>(1, steps / 40);
+    const bool terminal = config_.progress == "bar" || (config_.progress == "auto" && ::isatty(1));
+    Progress progress(rank_ == 0 && config_.progress != "none", terminal, epoch, config_.epochs,
+                      steps);
+    const double divisor = double(config_.batch);
+    Totals local, global;
+    double stats[3];
+    exchange_->takeWaitSeconds();
+    const double start = now();
+    for (int64_t step = 0; step < steps; ++step) {
+      const uint32_t* indices = order.data() + step * config_.batch + begin;
+      gatherBatch(data_.train, indices, size_t(n), model_->input(), labels_.data());
+      model_->forward(params_.data(), n);
+      BatchStats batch = model_->lossAndGradient(labels_.data(), n);
+      model_->backward(params_.data(), n, grads_.data(), bucketValues_,
+                       [this](size_t frontier) { exchange_->ready(grads_.data(), frontier); });
+      local.lossSum += batch.lossSum;
+      local.correct += double(batch.correct);
+      local.samples += n;
+      const bool report = (step + 1) % reportEvery == 0 || step + 1 == steps;
+      if (report) {
+        stats[0] = local.lossSum, stats[1] = local.correct, stats[2] = local.samples;
+        exchange_->reduceStats(stats, 3);
+      }
+      exchange_->finish(grads_.data());
+      optimizer_->setLearningRate(learningRate(steps_));
+      if (config_.sync == SyncMode::kAllReduce) {
+        optimizer_->step(params_.data(), grads_.data(), divisor);
+      } else {
+        if (rank_ == 0) optimizer_->step(params_.data(), grads_.data(), divisor);
+        exchange_->broadcastParameters(params_.data(), params_.size());
+      }
+      ++steps_;
+      if (report) {
+        global = Totals{stats[0], stats[1], stats[2]};
+        progress.update(step + 1, global.samples, global.lossSum / global.samples, now() - start);
+      }
+    }
+    const double seconds = now() - start;
+    const double waited = exchange_->takeWaitSeconds();
+    progress.done();
+
+    EpochRecord record;
+    record.epoch = epoch;
+    record.trainLoss = global.lossSum / global.samples;
+    record.trainAccuracy = global.correct / global.samples;
+    record.seconds = seconds;
+    record.communicationSeconds = waited;
+    record.computeSeconds = seconds - waited;
+    record.samplesPerSecond = global.samples / seconds;
+    const double evalStart = now();
+    Totals test = evaluate(data_.test);
+    record.testLoss = test.lossSum / test.samples;
+    record.testAccuracy = test.correct / test.samples;
+    if (rank_ == 0) {
+      std::printf(
+          "epoch %lld/%lld%s  loss %.4f  train acc %.2f%%  test acc %.2f%% (loss %.4f)  "
+          "%.2f s: compute %.2f s, communication %.2f s (%.1f%%)  %.0f samples/s  "
+          "[eval %.2f s]\n",
+          (long long)epoch, (long long)config_.epochs, steps < stepsPerEpoch ? " (partial)" : "",
+          record.trainLoss, 100 * record.trainAccuracy, 100 * record.testAccuracy, record.testLoss,
+          seconds, record.computeSeconds, waited, 100 * waited / seconds, record.samplesPerSecond,
+          now() - evalStart);
+      std::fflush(stdout);
+    }
+    return record;
+  }
+
+  // Each rank evaluates its contiguous share of the set; the sums meet by AllReduce.
+  Totals evaluate(const LabeledImages& set) {
+    const size_t begin = set.count * size_t(rank_) / size_t(ranks_);
+    const size_t end = set.count * size_t(rank_ + 1) / size_t(ranks_);
+    std::vector<uint32_t> indices(static_cast<size_t>(kEvalChunk));
+    double sums[3] = {0, 0, double(end - begin)};
+    for (size_t at = begin; at < end; at += kEvalChunk) {
+      const int n = int(std::min<size_t>(kEvalChunk, end - at));
+      for (int i = 0; i < n; ++i) indices[size_t(i)] = uint32_t(at + size_t(i));
+      gatherBatch(set, indices.data(), size_t(n), model_->input(), labels_.data());
+      BatchStats s = model_->evaluate(params_.data(), labels_.data(), n);
+      sums[0] += s.lossSum;
+      sums[1] += double(s.correct);
+    }
+    check(braidAllReduce(sums, sums, 3, braidFloat64, braidSum, comm_, nullptr),
+          "braidAllReduce (evaluation)");
+    return Totals{sums[0], sums[1], sums[2]};
+  }
+
+  float learningRate(int64_t step) const {
+    const double base = config_.optimizer.learningRate;
+    if (!config_.cosine) return float(base);
+    return float(base * 0.5 * (1.0 + std::cos(M_PI * double(step) / double(totalSteps_))));
+  }
+
+  void saveCheckpoint() {
+    Checkpoint c;
+    c.sizes = model_->sizes();
+    c.optimizer = config_.optimizer.kind;
+    c.seed = config_.seed;
+    c.batch = config_.batch;
+    c.epochsDone = epochsDone_;
+    c.steps = steps_;
+    c.optimizerSteps = optimizer_->steps();
+    c.params = params_;
+    c.first = optimizer_->first();
+    c.second = optimizer_->second();
+    c.history = history_;
+    writeCheckpoint(config_.checkpointPath, c);
+  }
+
+  void writeOutputs() {
+    if (!config_.logPath.empty()) writeCsv(config_.logPath, history_);
+    if (!config_.plotPath.empty() && !plotWarned_) {
+      std::string problem = plotCurves(config_.plotPath, history_);
+      if (!problem.empty()) {
+        std::fprintf(stderr, "braid-train: warning: no plot: %s\n", problem.c_str());
+        plotWarned_ = true;
+      }
+    }
+  }
+
+  // Rank 0 reads the checkpoint and sends it to the others, so that only it
+  // needs the file. Returns false (after saying why on rank 0) when it is unusable.
+  bool resume() {
+    // header: usable, found, epochs done, steps, optimizer steps
+    int64_t header[5] = {1, 0, 0, 0, 0};
+    Checkpoint c;
+    if (rank_ == 0) {
+      if (::access(config_.checkpointPath.c_str(), F_OK) != 0) {
+        std::printf("braid-train: no checkpoint at %s yet; starting from the beginning\n",
+                    config_.checkpointPath.c_str());
+      } else {
+        try {
+          c = readCheckpoint(config_.checkpointPath);
+          header[1] = 1;
+          std::string problem = checkpointMismatch(c);
+          if (!problem.empty()) {
+            std::fprintf(stderr, "braid-train: cannot resume from %s: %s\n",
+                         config_.checkpointPath.c_str(), problem.c_str());
+            header[0] = 0;
+          }
+        } catch (const FileError& e) {
+          std::fprintf(stderr, "braid-train: cannot resume: %s\n", e.what());
+          header[0] = 0;
+        }
+        header[2] = c.epochsDone, header[3] = c.steps, header[4] = c.optimizerSteps;
+      }
+    }
+    check(braidBroadcast(header, header, 5, braidInt64, 0, comm_, nullptr),
+          "braidBroadcast (checkpoint header)");
+    if (header[0] == 0) return false;
+    if (header[1] == 0) return true;
+    epochsDone_ = header[2];
+    steps_ = header[3];
+    optimizer_->setSteps(header[4]);
+    if (rank_ == 0) {
+      params_ = c.params;
+      optimizer_->first() = c.first;
+      optimizer_->second() = c.second;
+      history_ = c.history;
+    }
+    check(braidBroadcast(params_.data(), params_.data(), params_.size(), braidFloat32, 0, comm_,
+                         nullptr),
+          "braidBroadcast (checkpoint weights)");
+    if (config_.sync == SyncMode::kAllReduce) {
+      for (std::vector<float>* state : {&optimizer_->first(), &optimizer_->second()})
+        check(braidBroadcast(state->data(), state->data(), state->size(), braidFloat32, 0, comm_,
+                             nullptr),
+              "braidBroadcast (optimizer state)");
+    }
+    if (rank_ == 0)
+      std::printf("braid-train: resumed from %s after epoch %lld (%lld steps)\n",
+                  config_.checkpointPath.c_str(), (long long)epochsDone_, (long long)steps_);
+    return true;
+  }
+
+  std::string checkpointMismatch(const Checkpoint& c) const {
+    if (c.sizes != model_->sizes())
+      return "it holds an MLP " + layerText(c.sizes) + ", this run trains " +
+             layerText(model_->sizes());
+    if (c.optimizer != config_.optimizer.kind)
+      return std::string("it was trained with ") + optimizerName(c.optimizer) + ", this run uses " +
+             optimizerName(config_.optimizer.kind);
+    if (c.params.size() != params_.size() || c.first.size() != optimizer_->first().size() ||
+        c.second.size() != optimizer_->second().size())
+      return "its parameter or optimizer state sizes do not match this run";
+    if (c.seed != config_.seed || c.batch != config_.batch)
+      std::fprintf(stderr,
+                   "braid-train: warning: the checkpoint was made with --seed %llu --batch %lld; "
+                   "this run continues with --seed %llu --batch %lld\n",
+                   (unsigned long long)c.seed, (long long)c.batch, (unsigned long long)config_.seed,
+                   (long long)config_.batch);
+    return "";
+  }
+
+  // Every rank must end with the same weights; an elementwise max and min
+  // over ranks that differ anywhere would show ranks that drifted apart.
+  bool checkRanksAgree() {
+    if (ranks_ == 1) return true;
+    std::vector<float> high(params_.size()), low(params_.size());
+    check(braidAllReduce(params_.data(), high.data(), params_.size(), braidFloat32, braidMax, comm_,
+                         nullptr),
+          "braidAllReduce (weight check)");
+    check(braidAllReduce(params_.data(), low.data(), params_.size(), braidFloat32, braidMin, comm_,
+                         nullptr),
+          "braidAllReduce (weight check)");
+    if (std::memcmp(high.data(), low.data(), high.size() * sizeof(float)) == 0) return true;
+    if (rank_ == 0) std::fprintf(stderr, "braid-train: the ranks ended with different weights\n");
+    return false;
+  }
+
+  const Config& config_;
+  FashionMnist data_;
+  braidComm_t comm_;
+  int rank_ = 0;
+  int ranks_ = 1;
+  int localMax_ = 0;
+  std::optional<Mlp> model_;
+  std::optional<Optimizer> optimizer_;
+  std::optional<GradientExchange> exchange_;
+  std::vector<float> params_;
+  std::vector<double> grads_;
+  std::vector<uint8_t> labels_;
+  std::vector<EpochRecord> history_;
+  int64_t epochsDone_ = 0;
+  int64_t steps_ = 0;
+  int64_t totalSteps_ = 1;
+  size_t bucketValues_ = 0;
+  bool plotWarned_ = false;
+};
+
+braidComm_t initCommunicator() {
+  braidComm_t comm = nullptr;
+  if (launchedAsRank()) {
+    check(braidCommInitFromEnv(&comm), "braidCommInitFromEnv");
+  } else {
+    braidUniqueId id;
+    check(braidGetUniqueId(&id), "braidGetUniqueId");
+    check(braidCommInitRank(&comm, 1, id, 0), "braidCommInitRank");
+  }
+  return comm;
+}
+
+int runMain(int argc, char** argv) {
+  cxxopts::Options options = makeOptions();
+  cxxopts::ParseResult args;
+  Config config;
+  try {
+    args = options.parse(argc, argv);
+    if (args.count("help")) {
+      std::printf("%s", options
+                            .help({"", "Data", "Model and training", "Data parallelism", "Output",
+                                   "Comparing weight files (no training)"})
+                            .c_str());
+      return 0;
+    }
+    if (!args.unmatched().empty())
+      throw UsageError("unexpected argument '" + args.unmatched()[0] + "'");
+    if (args.count("compare")) {
+      if (!args.count("reference")) throw UsageError("--compare needs --reference FILE");
+      return compareWeights(args["compare"].as<std::string>(), args["reference"].as<std::string>(),
+                            args["tolerance"].as<double>(), args["floor"].as<double>());
+    }
+    config = parseConfig(args);
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::fprintf(stderr, "braid-train: %s (see --help)\n", e.what());
+    return kUsageExit;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "braid-train: %s (see --help)\n", e.what());
+    return kUsageExit;
+  }
+
+  FashionMnist data;
+  try {
+    data = loadFashionMnist(config.dataDir, config.trainSamples, config.testSamples);
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "braid-train: %s\n", e.what());
+    return kDataExit;
+  }
+
+  braidComm_t comm = initCommunicator();
+  int status;
+  {
+    Trainer trainer(config, std::move(data), comm);
+    status = trainer.run();
+  }
+  check(braidCommDestroy(comm), "braidCommDestroy");
+  return status;
+}
+
+}  // namespace
+}  // namespace trainer
+
+int main(int argc, char** argv) {
+  try {
+    return trainer::runMain(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "braid-train: %s\n", e.what());
+    return 1;
+  }
+}
