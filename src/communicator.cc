@@ -26,7 +26,9 @@ topo::TransportSet builtTransports() {
   return set;
 }
 
-constexpr int kMaxStreams = 127;  // channel = 2 * stream (+1 for point to point) fits 8 bits
+// channel = 2 * stream (+1 for point to point) must stay below 0xff, the
+// transports' own channel (goodbyes, acknowledgements).
+constexpr int kMaxStreams = 126;
 constexpr uint64_t kMaxMessagesPerPeer = uint64_t{1} << 24;
 
 uint64_t channelBits(int stream, bool pointToPoint) {

@@ -17,8 +17,31 @@ using tcp::sendAll;
 
 // The handshake that hands a segment from its creator (the lower rank) to
 // its peer: the name's length and bytes (length 0: no segment, use the
-// socket), then one byte back (1: mapped; 0: not, use the socket).
+// socket), then one byte back (1: mapped; 0: not, use the socket). A pair
+// that shares the segment then probes whether it may read each other's
+// memory (shm::negotiateReadPeer).
 constexpr uint32_t kMaxNameBytes = 255;
+
+// The stream over a mapped segment, reading the peer's memory where the
+// pair may. `singleCopyWith` collects the peers that may.
+Result<std::unique_ptr<transport::ByteStream>> makeStream(int rank, int peer, tcp::Fd& fd,
+                                                          shm::Segment segment, size_t ringBytes,
+                                                          bool creator, const Config& config,
+                                                          Deadline deadline,
+                                                          std::string* singleCopyWith) {
+  BRAID_ASSIGN_OR_RETURN(shm::ReadPeerVerdict verdict,
+                         shm::negotiateReadPeer(fd.get(), config.shmCmaBytes > 0, deadline));
+  auto stream =
+      std::make_unique<shm::ShmStream>(std::move(segment), ringBytes, creator, std::move(fd), peer);
+  if (verdict.peerPid > 0) {
+    stream->enableReadPeer(verdict.peerPid);
+    *singleCopyWith += strCat(" ", peer);
+  } else if (config.shmCmaBytes > 0) {
+    BRAID_INFO("rank ", rank, ": no single copy with rank ", peer, ", messages go through ",
+               "the shared-memory rings: ", verdict.refused);
+  }
+  return std::unique_ptr<transport::ByteStream>(std::move(stream));
+}
 
 Status sendName(int fd, const std::string& name, Deadline deadline) {
   uint8_t length = static_cast<uint8_t>(name.size());
@@ -37,7 +60,9 @@ Result<std::string> recvName(int fd, Deadline deadline) {
 // Returns the shared-memory stream for the pair, or null when the pair
 // falls back to the socket; `fd` is then still the caller's.
 Result<std::unique_ptr<transport::ByteStream>> offerSegment(int rank, int peer, tcp::Fd& fd,
-                                                            size_t ringBytes, Deadline deadline) {
+                                                            size_t ringBytes, const Config& config,
+                                                            Deadline deadline,
+                                                            std::string* singleCopyWith) {
   auto segment = shm::Segment::create(shm::segmentBytes(ringBytes));
   if (!segment.isOk()) {
     BRAID_WARN("rank ", rank, ": no shared memory with rank ", peer,
@@ -52,12 +77,14 @@ Result<std::unique_ptr<transport::ByteStream>> offerSegment(int rank, int peer, 
   BRAID_RETURN_IF_ERROR(recvAll(fd.get(), {&mapped, 1}, deadline));
   segment->unlink();
   if (mapped != 1) return std::unique_ptr<transport::ByteStream>();
-  return std::unique_ptr<transport::ByteStream>(
-      new shm::ShmStream(std::move(*segment), ringBytes, true, std::move(fd), peer));
+  return makeStream(rank, peer, fd, std::move(*segment), ringBytes, true, config, deadline,
+                    singleCopyWith);
 }
 
 Result<std::unique_ptr<transport::ByteStream>> acceptSegment(int rank, int peer, tcp::Fd& fd,
-                                                             size_t ringBytes, Deadline deadline) {
+                                                             size_t ringBytes, const Config& config,
+                                                             Deadline deadline,
+                                                             std::string* singleCopyWith) {
   BRAID_ASSIGN_OR_RETURN(std::string name, recvName(fd.get(), deadline));
   if (name.empty()) return std::unique_ptr<transport::ByteStream>();
   auto segment = shm::Segment::open(name, shm::segmentBytes(ringBytes));
@@ -68,8 +95,8 @@ Result<std::unique_ptr<transport::ByteStream>> acceptSegment(int rank, int peer,
   BRAID_RETURN_IF_ERROR(sendAll(fd.get(), {&mapped, 1}, deadline));
   if (!mapped) return std::unique_ptr<transport::ByteStream>();
   segment->unlink();
-  return std::unique_ptr<transport::ByteStream>(
-      new shm::ShmStream(std::move(*segment), ringBytes, false, std::move(fd), peer));
+  return makeStream(rank, peer, fd, std::move(*segment), ringBytes, false, config, deadline,
+                    singleCopyWith);
 }
 
 }  // namespace
@@ -78,6 +105,7 @@ Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets
                                         const std::map<int, topo::Transport>& transports,
                                         const Config& config, Deadline deadline) {
   std::vector<PeerLink> links;
+  std::string singleCopyWith;
   for (auto& [peer, fd] : sockets) {  // std::map: increasing peer order
     auto chosen = transports.find(peer);
     if (chosen == transports.end())
@@ -86,9 +114,11 @@ Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets
     if (chosen->second == topo::Transport::kShm) {
       const size_t ringBytes = config.shmRingBytes;
       if (rank < peer) {
-        BRAID_ASSIGN_OR_RETURN(stream, offerSegment(rank, peer, fd, ringBytes, deadline));
+        BRAID_ASSIGN_OR_RETURN(
+            stream, offerSegment(rank, peer, fd, ringBytes, config, deadline, &singleCopyWith));
       } else {
-        BRAID_ASSIGN_OR_RETURN(stream, acceptSegment(rank, peer, fd, ringBytes, deadline));
+        BRAID_ASSIGN_OR_RETURN(
+            stream, acceptSegment(rank, peer, fd, ringBytes, config, deadline, &singleCopyWith));
       }
       if (!stream && config.transport == "shm")
         return Status(ErrorCode::kSystemError,
@@ -99,9 +129,15 @@ Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets
     link.peer = peer;
     link.transport = stream ? "shm" : "tcp";
     if (!stream) stream = std::make_unique<tcp::SocketStream>(std::move(fd), peer);
-    link.connection = std::make_unique<transport::StreamConnection>(std::move(stream), peer);
+    transport::StreamConnection::Options options;
+    options.readPeerBytes = config.shmCmaBytes;
+    link.connection =
+        std::make_unique<transport::StreamConnection>(std::move(stream), peer, options);
     links.push_back(std::move(link));
   }
+  if (!singleCopyWith.empty())
+    BRAID_INFO("rank ", rank, ": messages of ", config.shmCmaBytes,
+               " bytes or more are copied once (process_vm_readv) with ranks", singleCopyWith);
   return links;
 }
 

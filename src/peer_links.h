@@ -27,9 +27,11 @@ struct PeerLink {
 // `sockets` holds one connected socket per peer, `transports` the
 // transport chosen for it (topo::chooseLink). A pair that should share
 // memory but cannot (no room in /dev/shm) falls back to its socket, unless
-// BRAID_TRANSPORT=shm. Pairs are set up in increasing order of (lower rank,
-// higher rank) on every rank, so the blocking handshakes cannot wait on
-// each other in a cycle.
+// BRAID_TRANSPORT=shm. A pair that shares memory also copies large messages
+// once, straight from the sender's buffer, where both ranks may read each
+// other's memory (probed here; BRAID_SHM_CMA_BYTES). Pairs are set up in
+// increasing order of (lower rank, higher rank) on every rank, so the
+// blocking handshakes cannot wait on each other in a cycle.
 Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets,
                                         const std::map<int, topo::Transport>& transports,
                                         const Config& config, Deadline deadline);

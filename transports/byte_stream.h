@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "src/common/status.h"
 
@@ -35,6 +36,17 @@ class ByteStream {
   virtual bool prepareToSleep(bool sendsPending) {
     (void)sendsPending;
     return true;
+  }
+
+  // Whether readPeer() works: the peer is a process of this host whose
+  // memory this one may read, which lets a large message cross in one copy
+  // instead of two (into the stream, out of it).
+  virtual bool canReadPeer() const { return false; }
+  // Copies `bytes` at `address` in the peer's memory into `into`: all of
+  // them, or an error.
+  virtual Status readPeer(void* into, uint64_t address, size_t bytes) {
+    (void)into, (void)address, (void)bytes;
+    return notSupported("this stream cannot read the peer's memory");
   }
 };
 

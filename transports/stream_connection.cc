@@ -12,6 +12,9 @@ constexpr size_t kStagingBytes = 256 << 10;
 // Payloads at least this large bypass the staging buffer.
 constexpr size_t kDirectBytes = 32 << 10;
 constexpr int kMaxIov = 64;  // IOV_MAX is 1024; 64 frames per write is plenty
+// Bytes of descriptors' payloads copied per progress() call at most, so that
+// one huge message does not hold up the caller's other connections.
+constexpr size_t kPullBytesPerProgress = 1 << 20;
 
 uint64_t channelBase(uint64_t tag) {
   return tag & (uint64_t{0xff} << 56);
@@ -19,18 +22,35 @@ uint64_t channelBase(uint64_t tag) {
 }  // namespace
 
 StreamConnection::StreamConnection(std::unique_ptr<ByteStream> stream, int peer)
-    : stream_(std::move(stream)), peer_(peer), staging_(kStagingBytes) {}
+    : StreamConnection(std::move(stream), peer, Options()) {}
+
+StreamConnection::StreamConnection(std::unique_ptr<ByteStream> stream, int peer, Options options)
+    : stream_(std::move(stream)), peer_(peer), options_(options), staging_(kStagingBytes) {}
 
 StreamConnection::~StreamConnection() {
   abort(Status(ErrorCode::kOk, "connection closed"));
 }
 
 namespace {
-// A frame in this channel is the last one on a connection: its check is the
-// ErrorCode of why the sender ended it and its payload the message, so the
-// peer can report the cause instead of a bare "connection closed".
-constexpr uint64_t kGoodbyeChannel = uint64_t{0xff} << 56;
+// Channel 0xff carries the connection's own frames, never a message.
+// A goodbye is the last frame on a connection: its check is the ErrorCode
+// of why the sender ended it and its payload the message, so the peer can
+// report the cause instead of a bare "connection closed".
+constexpr uint64_t kControlChannel = uint64_t{0xff} << 56;
+constexpr uint64_t kGoodbyeTag = kControlChannel;
+// An ack tells the sender of a descriptor that its payload was copied (or
+// will never be): check = the descriptor's tag, remote = its address.
+constexpr uint64_t kAckTag = kControlChannel | 1;
 constexpr size_t kGoodbyeMessageBytes = 512;
+
+// Payload bytes that follow a header in the stream.
+uint64_t inlineBytes(uint64_t tag, uint64_t bytes, uint64_t remote) {
+  const bool ack = channelBase(tag) == kControlChannel && tag != kGoodbyeTag;
+  return remote != 0 || ack ? 0 : bytes;
+}
+bool isDescriptor(uint64_t tag, uint64_t remote) {
+  return remote != 0 && channelBase(tag) != kControlChannel;
+}
 }  // namespace
 
 Status StreamConnection::deadStatus() const {
@@ -44,7 +64,12 @@ RequestPtr StreamConnection::postSend(const void* data, size_t bytes, Tag tag) {
     request->fail(dead_);
     return request;
   }
-  sends_.push_back({{tag.value, tag.check, bytes}, static_cast<const uint8_t*>(data), 0, request});
+  uint64_t remote = 0;
+  if (options_.readPeerBytes > 0 && bytes >= options_.readPeerBytes && data &&
+      stream_->canReadPeer())
+    remote = reinterpret_cast<uintptr_t>(data);
+  sends_.push_back(
+      {{tag.value, tag.check, bytes, remote}, static_cast<const uint8_t*>(data), 0, request});
   sendsPending_ = true;
   return request;
 }
@@ -88,9 +113,25 @@ RequestPtr StreamConnection::postRecvReduce(void* dst, const void* local, size_t
   // A message that arrived before the peer closed is still delivered.
   if (auto it = unexpected_.find(tag.value); it != unexpected_.end()) {
     Unexpected& u = it->second;
-    if (u.check != tag.check || u.payload.size != bytes) {
+    const bool matches = u.check == tag.check && u.bytes == bytes;
+    if (u.remote != 0) {
+      --unexpectedDescriptors_;
+      if (matches && dead_.isOk()) {
+        posted.remote = u.remote;
+        posted_[tag.value] = posted;
+        pulls_.push_back(tag.value);
+        unexpected_.erase(it);
+        return request;
+      }
+      // The sender may have its buffer back: nobody will copy it now.
+      if (!matches && dead_.isOk()) queueAck(tag.value, u.remote, nullptr);
+    }
+    if (!matches) {
       request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match")),
                     Request::Failure::kDifferentCall, Tag{tag.value, u.check});
+    } else if (u.remote != 0) {
+      // Its sender's buffer is no longer promised to be there.
+      request->fail(dead_);
     } else {
       deliver(posted, u.payload.data());
       request->complete();
@@ -117,10 +158,26 @@ RequestPtr StreamConnection::postRecvReduce(void* dst, const void* local, size_t
 
 Result<bool> StreamConnection::progress() {
   std::lock_guard lock(mutex_);
+  return progressLocked(options_.unclaimedDescriptorWait);
+}
+
+Result<bool> StreamConnection::progressLocked(std::chrono::microseconds unclaimedWait) {
   if (!dead_.isOk()) return dead_;
   BRAID_ASSIGN_OR_RETURN(bool sent, sendSome());
+  const size_t acksBefore = sends_.size();
+  BRAID_RETURN_IF_ERROR(copyOutUnclaimed(unclaimedWait));
+  BRAID_ASSIGN_OR_RETURN(bool pulled, pullSome());
+  // Reading before any ack goes out is what makes the copies good: a sender
+  // that gives up says so in the stream before its send fails (and its
+  // buffer may be reused), so no goodbye here means the copies read a
+  // buffer still promised to this rank.
   BRAID_ASSIGN_OR_RETURN(bool received, recvSome());
-  return sent || received;
+  unconfirmed_.clear();
+  if (sends_.size() != acksBefore || pulled) {
+    BRAID_ASSIGN_OR_RETURN(bool acked, sendSome());
+    sent = sent || acked;
+  }
+  return sent || pulled || received;
 }
 
 Result<bool> StreamConnection::sendSome() {
@@ -137,8 +194,9 @@ Result<bool> StreamConnection::sendSome() {
       } else {
         skip -= headerBytes;
       }
-      if (it->header.bytes > skip)
-        iov[n++] = {const_cast<uint8_t*>(it->data) + skip, it->header.bytes - skip};
+      const FrameHeader& h = it->header;
+      if (const uint64_t payload = inlineBytes(h.tag, h.bytes, h.remote); payload > skip)
+        iov[n++] = {const_cast<uint8_t*>(it->data) + skip, payload - skip};
     }
     auto wrote = stream_->writeSome(iov, n);
     if (!wrote.isOk()) {
@@ -150,12 +208,16 @@ Result<bool> StreamConnection::sendSome() {
     size_t left = *wrote;
     while (left > 0) {
       PendingSend& front = sends_.front();
-      const size_t total = sizeof(FrameHeader) + front.header.bytes;
+      const FrameHeader& h = front.header;
+      const size_t total = sizeof(FrameHeader) + inlineBytes(h.tag, h.bytes, h.remote);
       const size_t take = std::min(left, total - front.sent);
       front.sent += take;
       left -= take;
       if (front.sent < total) break;
-      front.request->complete();
+      if (isDescriptor(h.tag, h.remote))
+        awaitingAck_.push_back(std::move(front));
+      else if (front.request)
+        front.request->complete();
       sends_.pop_front();
     }
   }
@@ -166,17 +228,158 @@ Result<bool> StreamConnection::sendSome() {
 void StreamConnection::failPostedBefore(uint64_t tag, const Tag& arrived) {
   auto it = posted_.lower_bound(channelBase(tag));
   while (it != posted_.end() && it->first < tag) {
+    if (it->second.remote != 0) {  // its message has arrived: it is being copied
+      ++it;
+      continue;
+    }
     it->second.request->fail(invalidUsage(strCat("rank ", peer_, " moved past this message")),
                              Request::Failure::kOvertaken, arrived);
     it = posted_.erase(it);
   }
 }
 
+void StreamConnection::headerArrived() {
+  if (header_.tag == kAckTag) {
+    ackArrived();
+    headerGot_ = 0;
+  } else if (isDescriptor(header_.tag, header_.remote)) {
+    descriptorArrived();
+    headerGot_ = 0;
+  } else {
+    startFrame();
+    if (header_.bytes == 0) finishFrame();
+  }
+}
+
+void StreamConnection::ackArrived() {
+  for (auto it = awaitingAck_.begin(); it != awaitingAck_.end(); ++it)
+    if (it->header.tag == header_.check && it->header.remote == header_.remote) {
+      it->request->complete();
+      awaitingAck_.erase(it);
+      return;
+    }
+}
+
+void StreamConnection::descriptorArrived() {
+  const Tag arrived{header_.tag, header_.check};
+  uint64_t& highest = highestArrived_[arrived.channel()];
+  highest = std::max(highest, header_.tag + 1);
+  failPostedBefore(header_.tag, arrived);
+  Unexpected u{header_.check, header_.bytes, {}, header_.remote, std::chrono::steady_clock::now()};
+  if (auto it = posted_.find(header_.tag); it != posted_.end()) {
+    PostedRecv& p = it->second;
+    if (p.check == header_.check && p.bytes == header_.bytes) {
+      p.remote = header_.remote;
+      p.copied = 0;
+      pulls_.push_back(header_.tag);
+      return;
+    }
+    p.request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match (",
+                                        header_.bytes, " bytes arrived, ", p.bytes, " expected)")),
+                    Request::Failure::kDifferentCall, arrived);
+    posted_.erase(it);
+    // Kept like a payload that came through the stream, which its sender
+    // would not have waited for.
+    if (Status s = copyOut(header_.tag, u); !s.isOk()) return;
+  } else {
+    ++unexpectedDescriptors_;
+  }
+  if (auto old = unexpected_.find(header_.tag); old != unexpected_.end() && old->second.remote) {
+    // A repeated tag (a broken peer): release the buffer of the first.
+    --unexpectedDescriptors_;
+    queueAck(header_.tag, old->second.remote, nullptr);
+  }
+  unexpected_[header_.tag] = std::move(u);
+}
+
+void StreamConnection::queueAck(uint64_t tag, uint64_t remote, RequestPtr request) {
+  // Ahead of every frame not yet begun: the peer waits on it.
+  auto at = sends_.begin();
+  if (at != sends_.end() && at->sent > 0) ++at;
+  sends_.insert(at, {{kAckTag, tag, 0, remote}, nullptr, 0, std::move(request)});
+  sendsPending_ = true;
+}
+
+Status StreamConnection::copyOut(uint64_t tag, Unexpected& u) {
+  u.payload = Payload::allocate(u.bytes);
+  if (Status s = stream_->readPeer(u.payload.data(), u.remote, u.bytes); !s.isOk()) {
+    closeWith(s);
+    return s;
+  }
+  queueAck(tag, u.remote, nullptr);
+  u.remote = 0;
+  unconfirmed_.push_back(tag);
+  return Status::ok();
+}
+
+bool StreamConnection::holdsUnclaimed(std::chrono::microseconds olderThan) const {
+  if (unexpectedDescriptors_ == 0) return false;
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [tag, u] : unexpected_)
+    if (u.remote != 0 && now - u.arrived >= olderThan) return true;
+  return false;
+}
+
+Status StreamConnection::copyOutUnclaimed(std::chrono::microseconds olderThan) {
+  if (!holdsUnclaimed(olderThan)) return Status::ok();
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [tag, u] : unexpected_) {
+    if (u.remote == 0 || now - u.arrived < olderThan) continue;
+    --unexpectedDescriptors_;
+    BRAID_RETURN_IF_ERROR(copyOut(tag, u));
+  }
+  return Status::ok();
+}
+
+Result<bool> StreamConnection::pullSome() {
+  size_t budget = kPullBytesPerProgress;
+  bool moved = false;
+  while (!pulls_.empty() && budget > 0) {
+    auto it = posted_.find(pulls_.front());
+    if (it == posted_.end()) {
+      pulls_.pop_front();
+      continue;
+    }
+    PostedRecv& p = it->second;
+    const size_t left = p.bytes - p.copied;
+    size_t n = std::min(left, budget);
+    Status s;
+    if (p.reduces()) {
+      // Through the staging buffer, which stays in cache, in whole elements
+      // (a partial one at the very end is dropped, as combineArriving does).
+      const size_t unit = p.combiner.unit;
+      n = std::min(n, staging_.size() / unit * unit);
+      if (n < left) n = n / unit * unit;
+      if (n == 0) break;
+      s = stream_->readPeer(staging_.data(), p.remote + p.copied, n);
+      if (s.isOk() && n >= unit)
+        p.combiner.apply(p.data + p.copied, p.local + p.copied, staging_.data(), n / unit,
+                         p.combiner.context);
+    } else if (n > 0) {
+      s = stream_->readPeer(p.data + p.copied, p.remote + p.copied, n);
+    }
+    if (!s.isOk()) {
+      closeWith(s);
+      return s;
+    }
+    p.copied += n;
+    budget -= n;
+    moved = true;
+    if (p.copied < p.bytes) continue;
+    // The receive completes once the ack is written, so that a caller done
+    // with this connection never leaves the sender waiting for it.
+    queueAck(it->first, p.remote, std::move(p.request));
+    posted_.erase(it);
+    pulls_.pop_front();
+  }
+  return moved;
+}
+
 void StreamConnection::startFrame() {
   inPayload_ = true;
   payloadGot_ = 0;
   matched_ = nullptr;
-  if (channelBase(header_.tag) == kGoodbyeChannel) {
+  if (channelBase(header_.tag) == kControlChannel) {
     spill_ = Payload::allocate(std::min<uint64_t>(header_.bytes, kGoodbyeMessageBytes));
     header_.bytes = spill_.size;
     target_ = spill_.data();
@@ -203,7 +406,7 @@ void StreamConnection::startFrame() {
 }
 
 void StreamConnection::finishFrame() {
-  if (channelBase(header_.tag) == kGoodbyeChannel) {
+  if (channelBase(header_.tag) == kControlChannel) {
     std::string why(spill_.data(), spill_.data() + spill_.size);
     // Only a mismatch is the peer's verdict on this call too; anything else
     // means the peer failed or left.
@@ -236,7 +439,7 @@ void StreamConnection::finishFrame() {
       }
       posted_.erase(it);
     } else {
-      unexpected_[header_.tag] = {header_.check, std::move(spill_)};
+      unexpected_[header_.tag] = {header_.check, header_.bytes, std::move(spill_)};
     }
     spill_ = {};
   }
@@ -257,10 +460,7 @@ Result<bool> StreamConnection::recvSome() {
                     take);
         headerGot_ += take;
         stagingBegin_ += take;
-        if (headerGot_ == sizeof(FrameHeader)) {
-          startFrame();
-          if (header_.bytes == 0) finishFrame();
-        }
+        if (headerGot_ == sizeof(FrameHeader)) headerArrived();
       } else {
         size_t take = std::min(avail, header_.bytes - payloadGot_);
         if (matched_ && matched_->reduces())
@@ -301,31 +501,60 @@ Result<bool> StreamConnection::recvSome() {
 
 void StreamConnection::failAll(const Status& reason) {
   if (dead_.isOk()) dead_ = reason;
-  for (auto& s : sends_) s.request->fail(reason);
+  for (auto& s : sends_)
+    if (s.request) s.request->fail(reason);
   sends_.clear();
   sendsPending_ = false;
+  for (auto& s : awaitingAck_) s.request->fail(reason);
+  awaitingAck_.clear();
   for (auto& [tag, p] : posted_) p.request->fail(reason);
   posted_.clear();
+  pulls_.clear();
+  // Copied from a buffer the peer may have taken back before saying so.
+  for (uint64_t tag : unconfirmed_) unexpected_.erase(tag);
+  unconfirmed_.clear();
 }
 
-void StreamConnection::abort(const Status& reason) {
-  std::lock_guard lock(mutex_);
+void StreamConnection::closeWith(const Status& reason) {
   // Say goodbye unless a frame is half written (that would break framing)
   // or the connection is already dead. Best effort: never blocks.
   bool midFrame = !sends_.empty() && sends_.front().sent > 0;
   if (dead_.isOk() && !midFrame) {
     std::string why = reason.message().substr(0, kGoodbyeMessageBytes);
-    FrameHeader goodbye{kGoodbyeChannel, static_cast<uint64_t>(reason.code()), why.size()};
+    FrameHeader goodbye{kGoodbyeTag, static_cast<uint64_t>(reason.code()), why.size(), 0};
     iovec iov[2] = {{&goodbye, sizeof(goodbye)}, {why.data(), why.size()}};
     stream_->writeLast(iov, 2);
   }
-  failAll(reason.isOk() ? remoteError(reason.message()) : reason);
+  // Closed before any send fails: the peer must see the end of the stream
+  // before a failed send's buffer can be reused under a copy of it.
   stream_->close();
+  failAll(reason.isOk() ? remoteError(reason.message()) : reason);
+}
+
+void StreamConnection::abort(const Status& reason) {
+  std::lock_guard lock(mutex_);
+  closeWith(reason);
 }
 
 bool StreamConnection::prepareToSleep() {
   std::lock_guard lock(mutex_);
-  return !dead_.isOk() || stream_->prepareToSleep(!sends_.empty());
+  if (!dead_.isOk()) return true;
+  if (!pulls_.empty()) return false;  // copying needs no wake-up
+  // Both ends idle, each holding the other's descriptor: each may wait for
+  // its send before it posts the receive, so neither waits any longer.
+  if (unexpectedDescriptors_ > 0 && !awaitingAck_.empty()) {
+    (void)progressLocked(std::chrono::microseconds(0));
+    return false;
+  }
+  // A caller progresses only the connections it has requests on, and one
+  // it has none on may hold a sender waiting for an ack: a descriptor that
+  // came in or went stale is taken care of here, before the caller sleeps.
+  if (holdsUnclaimed(options_.unclaimedDescriptorWait) ||
+      !stream_->prepareToSleep(!sends_.empty())) {
+    (void)progressLocked(options_.unclaimedDescriptorWait);
+    return false;
+  }
+  return true;
 }
 
 Status StreamConnection::peerFailure() const {

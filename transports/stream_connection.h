@@ -1,12 +1,24 @@
 // A Connection over one ByteStream (a TCP socket, shared-memory rings).
-// Frames are {tag, check, bytes} followed by the payload. Large payloads
-// move between the stream and the caller's memory directly; small ones go
-// through a staging buffer so that one read can carry many frames.
+// Frames are {tag, check, bytes, remote} followed by the payload. Large
+// payloads move between the stream and the caller's memory directly; small
+// ones go through a staging buffer so that one read can carry many frames.
+//
+// Over a stream that can read the peer's memory (ByteStream::readPeer), a
+// large send is a descriptor instead: a frame whose `remote` is the payload's
+// address in the sender and which carries no payload. Once a receive matches
+// it, the receiver copies the payload with readPeer() straight into place
+// (or combines it piece by piece through the staging buffer), then answers
+// with an ack frame; the send completes on the ack, the receive once the ack
+// is written. A descriptor waits, uncopied, for its receive to be posted,
+// unless the rank holding it goes idle (see Options): then it is copied into
+// this rank's memory and acknowledged at once, so that ranks that each send
+// before they receive still complete, as they would through the stream.
 #pragma once
 
 #include <sys/uio.h>
 
 #include <array>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -19,7 +31,21 @@ namespace braid::transport {
 
 class StreamConnection final : public Connection {
  public:
+  struct Options {
+    // Sends of at least this many bytes go as descriptors when the stream
+    // can read the peer's memory; 0: never.
+    size_t readPeerBytes = 64 << 10;
+    // A descriptor left unclaimed this long is copied into this rank's
+    // memory and acknowledged, as if its payload had come through the
+    // stream: a sender is never held for good by a receive that comes late
+    // or never (ranks that send to each other before receiving, mismatched
+    // calls). Checked on progress() and before sleeping; two ends about to
+    // sleep while each holds the other's descriptor copy at once.
+    std::chrono::microseconds unclaimedDescriptorWait{20000};
+  };
+
   StreamConnection(std::unique_ptr<ByteStream> stream, int peer);
+  StreamConnection(std::unique_ptr<ByteStream> stream, int peer, Options options);
   ~StreamConnection() override;
 
   RequestPtr postSend(const void* data, size_t bytes, Tag tag) override;
@@ -42,12 +68,15 @@ class StreamConnection final : public Connection {
     uint64_t tag;
     uint64_t check;
     uint64_t bytes;
+    // 0: the payload follows. Else a descriptor: the payload stays at this
+    // address in the sender's memory until the receiver acknowledges it.
+    uint64_t remote;
   };
   struct PendingSend {
     FrameHeader header;
     const uint8_t* data;
-    size_t sent;  // of header + payload
-    RequestPtr request;
+    size_t sent;         // of the header and whatever payload follows it
+    RequestPtr request;  // of an ack: the receive it completes, if any
   };
   struct PostedRecv {
     uint8_t* data;
@@ -56,6 +85,8 @@ class StreamConnection final : public Connection {
     RequestPtr request;
     const uint8_t* local = nullptr;  // receives with reduction only
     Combiner combiner;
+    uint64_t remote = 0;  // matched to a descriptor: where its payload is
+    size_t copied = 0;    // of that payload, so far
     bool reduces() const { return combiner.apply != nullptr; }
   };
   // Uninitialised bytes: a payload is written whole before it is read, and
@@ -68,23 +99,41 @@ class StreamConnection final : public Connection {
   };
   struct Unexpected {
     uint64_t check;
-    Payload payload;
+    uint64_t bytes;
+    Payload payload;      // empty while remote != 0
+    uint64_t remote = 0;  // a descriptor: the payload is still the peer's
+    std::chrono::steady_clock::time_point arrived{};
   };
 
+  // Copies out descriptors left unclaimed for `unclaimedWait` or longer.
+  Result<bool> progressLocked(std::chrono::microseconds unclaimedWait);
   Result<bool> sendSome();
   Result<bool> recvSome();
+  // Copies the next pieces of matched descriptors' payloads.
+  Result<bool> pullSome();
+  void headerArrived();
   void startFrame();
   void finishFrame();
+  void descriptorArrived();
+  void ackArrived();
+  void queueAck(uint64_t tag, uint64_t remote, RequestPtr request);
+  // Copies an unclaimed descriptor's payload into `u` and acknowledges it.
+  Status copyOut(uint64_t tag, Unexpected& u);
+  Status copyOutUnclaimed(std::chrono::microseconds olderThan);
+  bool holdsUnclaimed(std::chrono::microseconds olderThan) const;
   // Puts a whole payload where the receive wants it.
   static void deliver(const PostedRecv& p, const uint8_t* payload);
   // Combines the next `n` payload bytes of the matched receive with reduction.
   void combineArriving(const uint8_t* in, size_t n);
   void failPostedBefore(uint64_t tag, const Tag& arrived);
   void failAll(const Status& reason);
+  // Says goodbye (best effort), closes the stream and fails everything.
+  void closeWith(const Status& reason);
   Status deadStatus() const;
 
   std::unique_ptr<ByteStream> stream_;
   const int peer_;
+  const Options options_;
   mutable std::mutex mutex_;
   std::atomic<bool> sendsPending_{false};
   Status dead_;  // set once the connection failed or was aborted
@@ -92,8 +141,15 @@ class StreamConnection final : public Connection {
   Status peerFailure_;  // written once, before peerFailed_
 
   std::deque<PendingSend> sends_;
+  std::deque<PendingSend> awaitingAck_;  // descriptors written, payload not yet copied
   std::map<uint64_t, PostedRecv> posted_;
   std::map<uint64_t, Unexpected> unexpected_;
+  size_t unexpectedDescriptors_ = 0;
+  std::deque<uint64_t> pulls_;  // posted_ keys matched to descriptors, in arrival order
+  // Payloads copied out of the peer's memory since the stream last proved
+  // the peer had not given up (a failed send frees its buffer): unexpected_
+  // keys dropped if the connection dies first.
+  std::vector<uint64_t> unconfirmed_;
   std::array<uint64_t, 256> highestArrived_{};  // per channel, +1 (0 = none)
 
   // Incoming frame being read.

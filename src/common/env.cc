@@ -30,6 +30,10 @@ constexpr EnvParam kParams[] = {
     {"BRAID_SHM_BYTES", "1048576",
      "Bytes of each shared-memory ring (one per direction per pair of ranks on a host; a power of "
      "two, 4096 .. 1 TiB)."},
+    {"BRAID_SHM_CMA_BYTES", "auto",
+     "Messages of at least this many bytes between ranks of one host are copied once, straight "
+     "from the sender's buffer (process_vm_readv), where the ranks may read each other's memory; "
+     "auto: those larger than a ring (BRAID_SHM_BYTES); 0 turns this off."},
     {"BRAID_HOSTID", "",
      "Host identity: ranks with equal values share memory (shm). Any string up to 256 bytes; "
      "default: hostname and boot id."},
@@ -129,6 +133,15 @@ Result<Config> loadConfig() {
     config.shmRingBytes = static_cast<size_t>(v);
     if ((config.shmRingBytes & (config.shmRingBytes - 1)) != 0 || config.shmRingBytes != v)
       return invalidArgument(strCat("BRAID_SHM_BYTES='", b, "' is not a power of two"));
+  }
+  if (std::string b = envString("BRAID_SHM_CMA_BYTES"); !b.empty() && b != "auto") {
+    double v = 0;
+    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SHM_CMA_BYTES", b, 0, 0x1p40, &v));
+    config.shmCmaBytes = static_cast<size_t>(v);
+  } else {
+    // A message that fits a ring is sent at once through it; only larger
+    // ones, which would wait for the receiver anyway, wait for its copy.
+    config.shmCmaBytes = config.shmRingBytes + 1;
   }
   if (std::string v = envString("BRAID_LINK_ALPHA_US"); !v.empty())
     BRAID_RETURN_IF_ERROR(

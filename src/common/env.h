@@ -31,11 +31,12 @@ struct Config {
   std::string topoFile;                     // BRAID_TOPO_FILE ("" = detect)
   size_t chunkBytes = 1 << 19;              // BRAID_CHUNK_BYTES: pipelining unit
   size_t shmRingBytes = 1 << 20;            // BRAID_SHM_BYTES: each shared-memory ring
+  size_t shmCmaBytes = (1 << 20) + 1;       // BRAID_SHM_CMA_BYTES: single copy (0 = off)
   double spinMicroseconds = -1;             // BRAID_SPIN_US (-1 = automatic)
   // Cost model figures; 0 = measured at init.
-  double linkAlphaMicroseconds = 0;         // BRAID_LINK_ALPHA_US
-  double linkGigabytesPerSecond = 0;        // BRAID_LINK_GBPS
-  double reduceGigabytesPerSecond = 0;      // BRAID_REDUCE_GBPS
+  double linkAlphaMicroseconds = 0;     // BRAID_LINK_ALPHA_US
+  double linkGigabytesPerSecond = 0;    // BRAID_LINK_GBPS
+  double reduceGigabytesPerSecond = 0;  // BRAID_REDUCE_GBPS
 };
 
 // Reads the environment, validates every BRAID_* variable present.

@@ -193,7 +193,11 @@ TEST(Resources, AbortAndDestroyLeaveNothingBehind) {
               braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, comm, stream));
           RANK_ASSERT_OK(braidStreamSynchronize(stream));
           RANK_ASSERT_OK(braidStreamDestroy(stream));
-          RANK_ASSERT_OK(braidBarrier(comm, nullptr));  // nobody is aborted mid-call
+          // A rank that leaves the Barrier first aborts while others may still
+          // be in it, and its abort reaches them: both outcomes are fine.
+          braidResult_t barrier = braidBarrier(comm, nullptr);
+          RANK_EXPECT_TRUE(barrier == braidSuccess || barrier == braidRemoteError)
+              << braidGetLastError(nullptr);
           RANK_ASSERT_OK(braidCommAbort(comm));
           RANK_ASSERT_OK(braidCommDestroy(comm));
         }

@@ -1,13 +1,17 @@
 #include "transports/shm/shm_stream.h"
 
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
 
+#include "src/common/secret.h"
 #include "src/common/strcat.h"
+#include "transports/tcp/socket.h"
 
 namespace braid::shm {
 
@@ -21,6 +25,24 @@ size_t controlOffset(int i) {
 }
 size_t dataOffset(int i, size_t ringBytes) {
   return 2 * kControlBytes + static_cast<size_t>(i) * ringBytes;
+}
+
+// Copies `bytes` at `address` of process `pid`; 0 or an errno value.
+int readProcess(pid_t pid, void* into, uint64_t address, size_t bytes) {
+  auto* to = static_cast<uint8_t*>(into);
+  while (bytes > 0) {
+    iovec local{to, bytes};
+    iovec remote{reinterpret_cast<void*>(address), bytes};
+    const ssize_t got = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return errno;
+    // A short count means the rest of the range is not mapped.
+    if (got == 0) return EFAULT;
+    to += got;
+    address += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+  return 0;
 }
 }  // namespace
 
@@ -168,12 +190,70 @@ void ShmStream::writeLast(const iovec* iov, int count) {
   out_.control->head.store(outHead_, std::memory_order_seq_cst);
 }
 
+Status ShmStream::readPeer(void* into, uint64_t address, size_t bytes) {
+  if (peerPid_ <= 0) return notSupported("this stream cannot read the peer's memory");
+  const int err = readProcess(peerPid_, into, address, bytes);
+  if (err == 0) return Status::ok();
+  if (err == ESRCH) return closedByPeer();
+  return errnoStatus(
+      strCat("reading ", bytes, " bytes of rank ", peer_, "'s memory (process ", peerPid_, ")"),
+      err);
+}
+
 void ShmStream::close() {
   if (closed_) return;
   closed_ = true;
   out_.control->closed.store(1, std::memory_order_seq_cst);
   // Wakes a sleeping peer for certain, sleeping flag or not.
   ::shutdown(doorbell_.get(), SHUT_RDWR);
+}
+
+Result<ReadPeerVerdict> negotiateReadPeer(int fd, bool willing, Deadline deadline) {
+  struct Offer {
+    uint64_t willing, pid, address, value;
+  };
+  uint64_t random = 0;
+  BRAID_RETURN_IF_ERROR(randomBytes({reinterpret_cast<uint8_t*>(&random), sizeof(random)}));
+  // volatile: the peer reads it from this process's memory, unseen by the compiler.
+  volatile uint64_t word = random;
+  const Offer mine{willing ? 1u : 0u, static_cast<uint64_t>(::getpid()),
+                   reinterpret_cast<uintptr_t>(&word), random};
+  Offer theirs{};
+  BRAID_RETURN_IF_ERROR(
+      tcp::sendAll(fd, {reinterpret_cast<const uint8_t*>(&mine), sizeof(mine)}, deadline));
+  BRAID_RETURN_IF_ERROR(
+      tcp::recvAll(fd, {reinterpret_cast<uint8_t*>(&theirs), sizeof(theirs)}, deadline));
+  ReadPeerVerdict verdict;
+  uint8_t canRead = 0;
+  const auto pid = static_cast<pid_t>(theirs.pid);
+  if (!willing) {
+    verdict.refused = "turned off on this rank";
+  } else if (theirs.willing != 1) {
+    verdict.refused = "turned off on the peer";
+  } else if (pid <= 0 || static_cast<uint64_t>(pid) != theirs.pid) {
+    verdict.refused = strCat("the peer sent an impossible pid ", theirs.pid);
+  } else {
+    uint64_t got = 0;
+    if (int err = readProcess(pid, &got, theirs.address, sizeof(got)); err != 0) {
+      verdict.refused = errnoStatus(strCat("process_vm_readv of process ", pid), err).message();
+      if (err == EPERM || err == ENOSYS)
+        verdict.refused +=
+            " (ptrace rules forbid it: kernel.yama.ptrace_scope, or a container's seccomp "
+            "profile or missing CAP_SYS_PTRACE)";
+    } else if (got != theirs.value) {
+      verdict.refused =
+          strCat("process ", pid, " is not the peer seen from here (another pid namespace?)");
+    } else {
+      canRead = 1;
+    }
+  }
+  // The peer's answer also means it is done reading `word`.
+  uint8_t peerCanRead = 0;
+  BRAID_RETURN_IF_ERROR(tcp::sendAll(fd, {&canRead, 1}, deadline));
+  BRAID_RETURN_IF_ERROR(tcp::recvAll(fd, {&peerCanRead, 1}, deadline));
+  if (canRead && peerCanRead != 1) verdict.refused = "the peer cannot read this rank's memory";
+  if (canRead && peerCanRead == 1) verdict.peerPid = pid;
+  return verdict;
 }
 
 }  // namespace braid::shm

@@ -6,11 +6,22 @@
 // ring it waits on; the other end, after moving bytes, sees the flag and
 // rings a doorbell, one byte on the socket the two ranks share. The socket
 // also tells of a peer that died: its end of the socket closes with it.
+//
+// Single copy: where the two processes may read each other's memory
+// (process_vm_readv, "cross-memory attach"), readPeer() copies a large
+// payload from the sender's buffer straight into the receiver's, and the
+// rings carry only a small descriptor of it. Whether they may is probed once
+// per pair at setup (negotiateReadPeer): ptrace rules (Yama, containers) can
+// forbid it, and the pair then keeps to the rings.
 #pragma once
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
+#include "src/common/deadline.h"
 #include "transports/byte_stream.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/tcp/socket.h"
@@ -47,6 +58,12 @@ class ShmStream final : public transport::ByteStream {
   bool pollForWrite(bool) const override { return false; }
   bool prepareToSleep(bool sendsPending) override;
 
+  // From now on readPeer() reads process `peerPid`, which both ends proved
+  // they may read (negotiateReadPeer).
+  void enableReadPeer(pid_t peerPid) { peerPid_ = peerPid; }
+  bool canReadPeer() const override { return peerPid_ > 0; }
+  Status readPeer(void* into, uint64_t address, size_t bytes) override;
+
  private:
   struct Ring {
     RingControl* control;
@@ -62,11 +79,25 @@ class ShmStream final : public transport::ByteStream {
   Ring out_, in_;
   tcp::Fd doorbell_;
   const int peer_;
+  pid_t peerPid_ = 0;                       // 0: readPeer() is not allowed
   uint64_t outHead_ = 0, outTailSeen_ = 0;  // the producer's own view
   uint64_t inTail_ = 0;                     // the consumer's own view
   bool slept_ = false;                      // a doorbell may be waiting
   bool peerGone_ = false;                   // the doorbell socket closed
   bool closed_ = false;
 };
+
+struct ReadPeerVerdict {
+  pid_t peerPid = 0;    // the peer's process when both ends may read each other, else 0
+  std::string refused;  // why not, for the log
+};
+
+// Run by both ends of a pair over their connected socket, before it becomes
+// the doorbell: each sends its pid and the address and value of a random
+// word of its memory, reads the peer's word, and tells the peer whether it
+// could. Reading a random value proves the pid names the peer (not some
+// process of another pid namespace). `willing` false refuses outright.
+// Both ends reach the same verdict; an error means the socket failed.
+Result<ReadPeerVerdict> negotiateReadPeer(int fd, bool willing, Deadline deadline);
 
 }  // namespace braid::shm
