@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 
 #include "algorithms/algorithm.h"
@@ -189,16 +190,17 @@ std::string_view Communicator::lastAlgorithm(algo::CollectiveKind kind) const {
 }
 
 const Communicator::CachedPlan& Communicator::planFor(StreamState& st,
-                                                      const algo::CollectiveArgs& args) {
+                                                      const algo::CollectiveArgs& args,
+                                                      const algo::Algorithm* algorithm) {
   for (auto it = st.plans.begin(); it != st.plans.end(); ++it)
-    if (it->args == args) {
+    if (it->args == args && it->algorithm == algorithm) {
       std::rotate(it, it + 1, st.plans.end());  // most recent last
       return st.plans.back();
     }
   if (st.plans.size() == kCachedPlans) st.plans.erase(st.plans.begin());
   CachedPlan plan;
   plan.args = args;
-  plan.algorithm = &selector_.choose(args);
+  plan.algorithm = algorithm;
   auto schedule = std::make_shared<algo::Schedule>(plan.algorithm->plan(args));
   algo::fuseReceiveReductions(*schedule);
   plan.schedule = std::move(schedule);
@@ -250,7 +252,8 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       args.rank = rank_;
       args.nranks = nranks_;
       args.chunkBytes = config_.chunkBytes;
-      const CachedPlan& plan = planFor(st, args);
+      const CachedPlan& plan =
+          planFor(st, args, op.algorithm ? op.algorithm : &selector_.choose(args));
       const algo::Algorithm* algorithm = plan.algorithm;
       schedule = plan.schedule;
       if (schedule->steps.size() >= kMaxMessagesPerPeer)
@@ -286,6 +289,69 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
 }
 
 Status Communicator::run(std::span<const Operation> ops, int streamIndex) {
+  if (config_.tune && ops.size() == 1 && nranks_ > 1 &&
+      ops[0].args.kind != algo::CollectiveKind::kSendRecv && !ops[0].algorithm &&
+      !selector_.forces(ops[0].args.kind))
+    return runTuned(ops[0], streamIndex);
+  return runPlain(ops, streamIndex);
+}
+
+Status Communicator::runTuned(const Operation& op, int streamIndex) {
+  algo::CollectiveArgs args = op.args;
+  args.rank = rank_;
+  args.nranks = nranks_;
+  args.chunkBytes = config_.chunkBytes;
+  const OnlineTuner::Key key = OnlineTuner::keyFor(streamIndex, args);
+  std::vector<const algo::Algorithm*> candidates;
+  for (const algo::Algorithm& a : algo::allAlgorithms())
+    if (a.kind == args.kind) candidates.push_back(&a);
+  OnlineTuner::Choice choice;
+  {
+    std::lock_guard lock(tunerMutex_);
+    choice = tuner_.next(key, candidates, &selector_.choose(args));
+  }
+  Operation chosen = op;
+  chosen.algorithm = choice.algorithm;
+  const auto start = std::chrono::steady_clock::now();
+  Status s = runPlain({&chosen, 1}, streamIndex);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!s.isOk() || choice.trial < 0) return s;
+  std::vector<double> times;
+  {
+    std::lock_guard lock(tunerMutex_);
+    if (!tuner_.record(key, choice.trial, seconds)) return s;
+    times = tuner_.times(key);
+  }
+  // Every rank reaches this point after the same call: agree on the times,
+  // the slowest rank's counting.
+  Operation agree;
+  agree.args.kind = algo::CollectiveKind::kAllReduce;
+  agree.args.count = times.size();
+  agree.args.dtype = DataType::kFloat64;
+  agree.args.op = RedOp::kMax;
+  agree.args.inPlace = true;
+  agree.send = times.data();
+  agree.recv = times.data();
+  agree.name = "braid tuner";
+  BRAID_RETURN_IF_ERROR(runPlain({&agree, 1}, streamIndex));
+  const algo::Algorithm* decided;
+  {
+    std::lock_guard lock(tunerMutex_);
+    decided = tuner_.decide(key, times);
+  }
+  if (rank_ == 0 && log::enabled(log::Level::kInfo)) {
+    std::string measured;
+    for (size_t i = 0; i < candidates.size() && i < times.size(); ++i)
+      measured += strCat(i ? ", " : "", candidates[i]->name, " ", times[i] * 1e6, " us");
+    BRAID_INFO("tuner: ", algo::collectiveName(args.kind), " of ", args.bytes(),
+               " bytes (size class ", key.sizeClass, ", stream ", streamIndex, "): ", decided->name,
+               " (", measured, ")");
+  }
+  return s;
+}
+
+Status Communicator::runPlain(std::span<const Operation> ops, int streamIndex) {
   std::pair<Communicator*, std::vector<Operation>> batch{this, {ops.begin(), ops.end()}};
   if (streamIndex == 0) return runTogether({&batch, 1});
   if (aborted_)

@@ -17,6 +17,7 @@
 #include "src/bootstrap.h"
 #include "src/common/env.h"
 #include "src/common/status.h"
+#include "src/online_tuner.h"
 #include "src/progress.h"
 #include "src/selector.h"
 #include "transports/tcp/tcp_transport.h"
@@ -32,6 +33,8 @@ struct Operation {
   int peer = -1;  // point to point only
   bool isSend = false;
   std::string name;  // "braidAllReduce"
+  // The algorithm to use; null: the selector's choice.
+  const algo::Algorithm* algorithm = nullptr;
 };
 
 // A Send or Recv of raw bytes, for braid's own traffic (split, link probe).
@@ -96,7 +99,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   };
   StreamState& stream(int index);
   // The algorithm and fused schedule for `args`, from the stream's cache or new.
-  const CachedPlan& planFor(StreamState& st, const algo::CollectiveArgs& args);
+  const CachedPlan& planFor(StreamState& st, const algo::CollectiveArgs& args,
+                            const algo::Algorithm* algorithm);
+  // One call without a group: timed when the online tuner is trying
+  // algorithms for its size (BRAID_TUNE=measure).
+  Status runTuned(const Operation& op, int stream);
+  Status runPlain(std::span<const Operation> ops, int stream);
 
   // Builds the jobs of `ops` (caller holds the stream's order lock).
   Status prepare(std::span<const Operation> ops, int streamIndex, std::vector<Job>* jobs,
@@ -110,6 +118,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<transport::Connection*> connections_;  // by rank
   std::vector<const char*> transportNames_;          // by rank
   std::vector<int> ranksOnHost_;                     // by rank
+  std::mutex tunerMutex_;
+  OnlineTuner tuner_;
   double spinSeconds_ = 0;
   double pureSpinSeconds_ = 0;  // set once the ranks per host are known
   Selector selector_;

@@ -23,6 +23,10 @@ class Selector {
   static Status validate(const std::map<std::string, std::string>& forced);
 
   const algo::Algorithm& choose(const algo::CollectiveArgs& args) const;
+  // Whether BRAID_ALGO names the algorithm of `kind`.
+  bool forces(algo::CollectiveKind kind) const {
+    return forced_.count(std::string(algo::collectiveName(kind))) > 0;
+  }
   const algo::LinkModel& link() const { return link_; }
 
   // For INFO: per collective, which algorithm serves which size range at

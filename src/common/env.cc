@@ -21,6 +21,10 @@ constexpr EnvParam kParams[] = {
      "Seconds a call may make no progress before it returns braidTimeout (also bounds init)."},
     {"BRAID_TRANSPORT", "",
      "Force one transport for every pair of ranks: shm (ranks on one host only) or tcp."},
+    {"BRAID_TUNE", "measure",
+     "How the algorithm of a collective is chosen where BRAID_ALGO does not force it: measure (the "
+     "cost model's choice first, then each algorithm timed on the first calls of each size, the "
+     "fastest kept) or model (the cost model alone)."},
     {"BRAID_ALGO", "",
      "Force algorithms per collective, e.g. allreduce=ring,broadcast=tree (names in "
      "docs/ENVIRONMENT.md)."},
@@ -116,6 +120,11 @@ Result<Config> loadConfig() {
     return invalidArgument(strCat("BRAID_TRANSPORT='", config.transport,
                                   "' is not a transport of this build (shm, tcp)"));
   BRAID_RETURN_IF_ERROR(parseAlgo(envString("BRAID_ALGO"), &config.algo));
+  if (std::string t = envString("BRAID_TUNE"); !t.empty()) {
+    if (t != "measure" && t != "model")
+      return invalidArgument(strCat("BRAID_TUNE='", t, "' is not measure or model"));
+    config.tune = t == "measure";
+  }
   config.socketIfname = envString("BRAID_SOCKET_IFNAME");
   config.hostId = envString("BRAID_HOSTID");
   if (config.hostId.size() > 256)

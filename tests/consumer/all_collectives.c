@@ -1,7 +1,10 @@
 /* A framework's view of braid: this file knows only <braid.h> and is built
- * against the installed library with -lbraid. The parent makes one unique
- * id, forks N ranks that all join with it, and each rank runs every
- * collective and checks the result. Usage: all_collectives N */
+ * against the installed library with -lbraid. The parent forks N ranks;
+ * rank 0 makes the unique id and hands it to the others through a pipe (a
+ * process that called braidGetUniqueId runs the rendezvous on a thread, so
+ * it must not fork afterwards: a child could inherit a lock that thread
+ * held). Each rank runs every collective and checks the result.
+ * Usage: all_collectives N */
 #include <braid.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -89,12 +92,25 @@ static int runRank(braidUniqueId id, int n, int rank) {
   return failures ? 1 : 0;
 }
 
+/* Rank r's unique id: rank 0 makes it and writes one copy per other rank
+ * into the pipe (writes of at most PIPE_BUF bytes are atomic). */
+static int shareId(int r, int n, int fds[2], braidUniqueId* id) {
+  int rank = r, k;
+  if (r == 0) {
+    CHECK(braidGetUniqueId(id));
+    for (k = 1; k < n; ++k)
+      if (write(fds[1], id, sizeof *id) != (ssize_t)sizeof *id) return 1;
+    return 0;
+  }
+  return read(fds[0], id, sizeof *id) == (ssize_t)sizeof *id ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
-  int n = argc > 1 ? atoi(argv[1]) : 2, rank = -1, r, bad = 0;
+  int n = argc > 1 ? atoi(argv[1]) : 2, r, bad = 0, fds[2];
   braidUniqueId id;
-  CHECK(braidGetUniqueId(&id));
+  if (pipe(fds) != 0) return 1;
   for (r = 0; r < n; ++r)
-    if (fork() == 0) _exit(runRank(id, n, r));
+    if (fork() == 0) _exit(shareId(r, n, fds, &id) ? 1 : runRank(id, n, r));
   for (r = 0; r < n; ++r) {
     int status = 0;
     wait(&status);

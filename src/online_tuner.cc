@@ -1,0 +1,54 @@
+#include "src/online_tuner.h"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+
+namespace braid {
+
+OnlineTuner::Key OnlineTuner::keyFor(int stream, const algo::CollectiveArgs& args) {
+  const size_t bytes = args.bytes();
+  return {stream, args.kind, bytes == 0 ? -1 : static_cast<int>(std::bit_width(bytes)) - 1};
+}
+
+OnlineTuner::Choice OnlineTuner::next(const Key& key,
+                                      std::span<const algo::Algorithm* const> candidates,
+                                      const algo::Algorithm* modelChoice) {
+  auto [it, fresh] = states_.try_emplace(key);
+  State& s = it->second;
+  if (fresh) {
+    s.candidates.assign(candidates.begin(), candidates.end());
+    s.modelChoice = modelChoice;
+    s.best.assign(s.candidates.size(), std::numeric_limits<double>::infinity());
+  }
+  const int call = s.calls++;
+  if (s.decided) return {s.decided, -1};
+  if (s.candidates.size() < 2) {
+    s.decided = s.candidates.empty() ? modelChoice : s.candidates[0];
+    return {s.decided, -1};
+  }
+  if (call == 0) return {s.modelChoice, -1};  // warm-up, untimed
+  const int trial = (call - 1) % static_cast<int>(s.candidates.size());
+  return {s.candidates[trial], trial};
+}
+
+bool OnlineTuner::record(const Key& key, int trial, double seconds) {
+  State& s = states_.at(key);
+  s.best[trial] = std::min(s.best[trial], seconds);
+  return s.calls - 1 == kTrials * static_cast<int>(s.candidates.size());
+}
+
+std::vector<double> OnlineTuner::times(const Key& key) const {
+  return states_.at(key).best;
+}
+
+const algo::Algorithm* OnlineTuner::decide(const Key& key, std::span<const double> agreed) {
+  State& s = states_.at(key);
+  size_t fastest = 0;
+  for (size_t i = 1; i < agreed.size() && i < s.candidates.size(); ++i)
+    if (agreed[i] < agreed[fastest]) fastest = i;
+  s.decided = s.candidates[fastest];
+  return s.decided;
+}
+
+}  // namespace braid

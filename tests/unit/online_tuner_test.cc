@@ -1,0 +1,81 @@
+// The online tuner's walk: warm-up with the model's choice, every candidate
+// timed kTrials times in turn, then the agreed fastest kept for good.
+#include "src/online_tuner.h"
+
+#include <gtest/gtest.h>
+
+namespace braid {
+namespace {
+
+std::vector<const algo::Algorithm*> allReduceAlgorithms() {
+  std::vector<const algo::Algorithm*> out;
+  for (const auto& a : algo::allAlgorithms())
+    if (a.kind == algo::CollectiveKind::kAllReduce) out.push_back(&a);
+  return out;
+}
+
+algo::CollectiveArgs args(size_t count) {
+  algo::CollectiveArgs a;
+  a.count = count;
+  a.nranks = 4;
+  return a;
+}
+
+TEST(OnlineTuner, WarmsUpTriesEveryCandidateThenKeepsTheFastest) {
+  OnlineTuner tuner;
+  const auto candidates = allReduceAlgorithms();
+  ASSERT_GE(candidates.size(), 2u);
+  const auto key = OnlineTuner::keyFor(0, args(1000));
+  const algo::Algorithm* model = candidates.back();
+  auto first = tuner.next(key, candidates, model);
+  EXPECT_EQ(first.algorithm, model);
+  EXPECT_EQ(first.trial, -1) << "the first call warms up, untimed";
+  bool complete = false;
+  for (int t = 0; t < OnlineTuner::kTrials; ++t)
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      ASSERT_FALSE(complete);
+      auto c = tuner.next(key, candidates, model);
+      EXPECT_EQ(c.algorithm, candidates[i]);
+      EXPECT_EQ(c.trial, static_cast<int>(i));
+      // Candidate 1 is fastest; its second trial is its best.
+      complete = tuner.record(key, c.trial, i == 1 ? 2.0 - t : 5.0 + t);
+    }
+  ASSERT_TRUE(complete);
+  std::vector<double> times = tuner.times(key);
+  EXPECT_EQ(times[1], 1.0);
+  EXPECT_EQ(times[0], 5.0);
+  EXPECT_EQ(tuner.decide(key, times), candidates[1]);
+  for (int i = 0; i < 3; ++i) {
+    auto c = tuner.next(key, candidates, model);
+    EXPECT_EQ(c.algorithm, candidates[1]);
+    EXPECT_EQ(c.trial, -1);
+  }
+}
+
+TEST(OnlineTuner, AgreedTimesDecideNotTheLocalOnes) {
+  OnlineTuner tuner;
+  const auto candidates = allReduceAlgorithms();
+  const auto key = OnlineTuner::keyFor(0, args(1 << 20));
+  (void)tuner.next(key, candidates, candidates[0]);
+  for (int t = 0; t < OnlineTuner::kTrials; ++t)
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      auto c = tuner.next(key, candidates, candidates[0]);
+      (void)tuner.record(key, c.trial, 1.0);
+    }
+  std::vector<double> agreed(candidates.size(), 3.0);
+  agreed[2] = 0.5;  // another rank saw candidate 2 win
+  EXPECT_EQ(tuner.decide(key, agreed), candidates[2]);
+}
+
+TEST(OnlineTuner, SizeClassesStreamsAndCollectivesAreApart) {
+  EXPECT_EQ(OnlineTuner::keyFor(0, args(256)), OnlineTuner::keyFor(0, args(511)));
+  EXPECT_NE(OnlineTuner::keyFor(0, args(256)), OnlineTuner::keyFor(0, args(512)));
+  EXPECT_NE(OnlineTuner::keyFor(0, args(256)), OnlineTuner::keyFor(1, args(256)));
+  auto b = args(256);
+  b.kind = algo::CollectiveKind::kBroadcast;
+  EXPECT_NE(OnlineTuner::keyFor(0, args(256)), OnlineTuner::keyFor(0, b));
+  EXPECT_EQ(OnlineTuner::keyFor(0, args(0)).sizeClass, -1);
+}
+
+}  // namespace
+}  // namespace braid
