@@ -21,10 +21,10 @@ constexpr EnvParam kParams[] = {
      "Seconds a call may make no progress before it returns braidTimeout (also bounds init)."},
     {"BRAID_TRANSPORT", "",
      "Force one transport for every pair of ranks: shm (ranks on one host only) or tcp."},
-    {"BRAID_TUNE", "measure",
-     "How the algorithm of a collective is chosen where BRAID_ALGO does not force it: measure (the "
-     "cost model's choice first, then each algorithm timed on the first calls of each size, the "
-     "fastest kept) or model (the cost model alone)."},
+    {"BRAID_TUNE", "model",
+     "How the algorithm of a collective is chosen where BRAID_ALGO does not force it: model (the "
+     "cost model) or measure (the model's choice first, then each algorithm timed on the first "
+     "calls of each size, the fastest kept)."},
     {"BRAID_ALGO", "",
      "Force algorithms per collective, e.g. allreduce=ring,broadcast=tree (names in "
      "docs/ENVIRONMENT.md)."},

@@ -25,7 +25,7 @@ std::span<const EnvParam> envParams();
 struct Config {
   double timeoutSeconds = 300;              // BRAID_TIMEOUT
   std::string transport;                    // BRAID_TRANSPORT ("" = automatic)
-  bool tune = true;                         // BRAID_TUNE: measure (true) or model
+  bool tune = false;                        // BRAID_TUNE: measure (true) or model
   std::map<std::string, std::string> algo;  // BRAID_ALGO: collective -> algorithm
   std::string socketIfname;                 // BRAID_SOCKET_IFNAME
   std::string hostId;                       // BRAID_HOSTID ("" = hostname and boot id)

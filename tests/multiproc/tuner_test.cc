@@ -39,9 +39,11 @@ void tuneAndAgree(RankContext& ctx, braidStream_t stream) {
 }
 
 TEST(Tuner, RanksAgreeOnTheMeasuredChoice) {
+  RunOptions options;
+  options.env = {{"BRAID_TUNE", "measure"}};
   for (int n : {2, 3, 5}) {
     runRanks(
-        n, [](RankContext& ctx) { tuneAndAgree(ctx, nullptr); }, kTimeout);
+        n, [](RankContext& ctx) { tuneAndAgree(ctx, nullptr); }, kTimeout, options);
     runRanks(
         n,
         [](RankContext& ctx) {
@@ -50,7 +52,7 @@ TEST(Tuner, RanksAgreeOnTheMeasuredChoice) {
           tuneAndAgree(ctx, stream);
           RANK_ASSERT_OK(braidStreamDestroy(stream));
         },
-        kTimeout);
+        kTimeout, options);
   }
 }
 
