@@ -24,4 +24,21 @@ uint16_t floatToHalf(float f);
 float bfloat16ToFloat(uint16_t b);
 uint16_t floatToBfloat16(float f);
 
+// The instruction-set paths of reduceElements, for tests and benchmarks that
+// must run each one; the library itself picks the best the CPU has, once.
+namespace reduce_internal {
+
+enum class ReduceIsa : uint8_t { kPortable, kAvx2, kAvx512 };
+
+// True when this build has the path and this CPU (and OS) can run it.
+bool reduceIsaAvailable(ReduceIsa isa);
+// The path reduceElements uses.
+ReduceIsa reduceIsaSelected();
+const char* reduceIsaName(ReduceIsa isa);
+// reduceElements on a given path, which must be available.
+void reduceElementsWithIsa(ReduceIsa isa, void* dst, const void* a, const void* b, size_t count,
+                           DataType type, RedOp op);
+
+}  // namespace reduce_internal
+
 }  // namespace braid

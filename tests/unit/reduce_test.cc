@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -380,6 +382,159 @@ TEST(ReduceElements, Bfloat16RoundsToNearestEven) {
   EXPECT_TRUE(isBfloat16Nan(nan[0])) << std::hex << nan[0];
   // 1.5^2 = 2.25 exactly; (1 + 2^-7)^2 = 1 + 2^-6 + 2^-14 rounds to 1 + 2^-6.
   EXPECT_EQ(prod(B{0x3FC0, 0x3F81}, B{0x3FC0, 0x3F81}), (B{0x4010, 0x3F82}));
+}
+
+// ---- Every instruction-set path against the portable one ----
+//
+// The paths must agree bit for bit, NaN encodings included: a collective's
+// result must not depend on which CPU of a heterogeneous job reduced a chunk.
+// The one freedom: a sum or product of two NaNs may carry either one's sign
+// and payload. x86 returns the first source operand, and GCC commutes the
+// operands of + and * at will, in the portable loops too (see reduce.cc).
+
+// Random bits, with a third of the elements drawn from the values where
+// vector instructions differ from scalar code if anything does: NaNs of both
+// signs (quiet and signalling, several payloads), infinities, zeros of both
+// signs, subnormals and the extremes of the normal range.
+Bytes edgeOperand(DataType type, size_t count, std::mt19937_64& rng) {
+  static const uint16_t kHalf[] = {0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x7C01,
+                                   0xFD55, 0x0001, 0x83FF, 0x0400, 0x7BFF, 0xFBFF, 0x3C00};
+  static const uint16_t kBfloat[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81,
+                                     0xFFA5, 0x0001, 0x807F, 0x0080, 0x7F7F, 0xFF7F, 0x3F80};
+  static const uint32_t kSingle[] = {0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000,
+                                     0xFFC00000, 0x7F800001, 0xFFA5A5A5, 0x00000001, 0x807FFFFF,
+                                     0x00800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000};
+  static const uint64_t kDouble[] = {0x0,
+                                     0x8000000000000000,
+                                     0x7FF0000000000000,
+                                     0xFFF0000000000000,
+                                     0x7FF8000000000000,
+                                     0xFFF8000000000000,
+                                     0x7FF0000000000001,
+                                     0xFFFA5A5A5A5A5A5A,
+                                     0x1,
+                                     0x800FFFFFFFFFFFFF,
+                                     0x0010000000000000,
+                                     0x7FEFFFFFFFFFFFFF,
+                                     0xFFEFFFFFFFFFFFFF,
+                                     0x3FF0000000000000};
+  const size_t size = dataTypeSize(type);
+  Bytes bytes(count * size);
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t bits = rng();
+    if (bits % 3 == 0) {
+      const size_t pick = static_cast<size_t>(bits >> 8) % std::size(kHalf);
+      switch (type) {
+        case DataType::kFloat16:
+          bits = kHalf[pick];
+          break;
+        case DataType::kBfloat16:
+          bits = kBfloat[pick];
+          break;
+        case DataType::kFloat32:
+          bits = kSingle[pick];
+          break;
+        case DataType::kFloat64:
+          bits = kDouble[pick];
+          break;
+        default:
+          break;  // integers: every bit pattern is already an edge case
+      }
+    }
+    std::memcpy(bytes.data() + i * size, &bits, size);  // low bytes on x86 and aarch64
+  }
+  return bytes;
+}
+
+TEST(ReduceIsa, SelectedPathIsAvailableAndNamed) {
+  using namespace reduce_internal;
+  EXPECT_TRUE(reduceIsaAvailable(ReduceIsa::kPortable));
+  EXPECT_TRUE(reduceIsaAvailable(reduceIsaSelected()));
+  // The best path wins: nothing available ranks above the selected one.
+  for (ReduceIsa isa : {ReduceIsa::kAvx2, ReduceIsa::kAvx512}) {
+    if (reduceIsaAvailable(isa)) {
+      EXPECT_GE(reduceIsaSelected(), isa);
+    }
+  }
+  std::cout << "reduce path: " << reduceIsaName(reduceIsaSelected()) << "\n";
+}
+
+TEST(ReduceIsa, EveryPathMatchesPortableBitForBit) {
+  using namespace reduce_internal;
+  std::vector<ReduceIsa> paths;
+  for (ReduceIsa isa : {ReduceIsa::kAvx2, ReduceIsa::kAvx512})
+    if (reduceIsaAvailable(isa)) paths.push_back(isa);
+  if (paths.empty()) GTEST_SKIP() << "only the portable path exists on this CPU";
+
+  std::mt19937_64 rng(99);
+  constexpr size_t kLengths[] = {0, 1, 15, 16, 17, 31, 33, 1000, 4099};
+  for (ReduceIsa isa : paths) {
+    for (DataType type : kAllTypes) {
+      for (RedOp op : kAllOps) {
+        for (size_t count : kLengths) {
+          // An odd element offset makes every vector access unaligned.
+          for (size_t offset : {size_t{0}, size_t{1}}) {
+            SCOPED_TRACE(std::string(reduceIsaName(isa)) + " " + describe(type, op, count) +
+                         " offset=" + std::to_string(offset));
+            const size_t size = dataTypeSize(type);
+            const size_t bytes = count * size, skip = offset * size;
+            const Bytes a = edgeOperand(type, count + offset, rng);
+            const Bytes b = edgeOperand(type, count + offset, rng);
+            Bytes expected(bytes + skip);
+            reduceElementsWithIsa(ReduceIsa::kPortable, expected.data() + skip, a.data() + skip,
+                                  b.data() + skip, count, type, op);
+
+            // Guard bytes on both sides catch writes outside [0, count).
+            Bytes out(bytes + skip + 64, 0xA5);
+            reduceElementsWithIsa(isa, out.data() + skip, a.data() + skip, b.data() + skip, count,
+                                  type, op);
+            Bytes intoA = a;
+            reduceElementsWithIsa(isa, intoA.data() + skip, intoA.data() + skip, b.data() + skip,
+                                  count, type, op);
+            Bytes intoB = b;
+            reduceElementsWithIsa(isa, intoB.data() + skip, a.data() + skip, intoB.data() + skip,
+                                  count, type, op);
+
+            const bool arithmetic = op != RedOp::kMax && op != RedOp::kMin;
+            auto differs = [&](const uint8_t* got, size_t i) {
+              const size_t at = skip + i * size;
+              if (arithmetic && isNanElement(type, a.data() + at) &&
+                  isNanElement(type, b.data() + at))
+                return !isNanElement(type, got + i * size);
+              return std::memcmp(expected.data() + at, got + i * size, size) != 0;
+            };
+            auto same = [&](const uint8_t* got) {
+              for (size_t i = 0; i < count; ++i)
+                if (differs(got, i)) return false;
+              return true;
+            };
+            auto firstDifference = [&](const uint8_t* got) {
+              for (size_t i = 0; i < count; ++i) {
+                if (differs(got, i))
+                  return "element " + std::to_string(i) +
+                         ": a=" + hex(a.data() + skip + i * size, size) +
+                         " b=" + hex(b.data() + skip + i * size, size) +
+                         " portable=" + hex(expected.data() + skip + i * size, size) +
+                         " path=" + hex(got + i * size, size);
+              }
+              return std::string("none");
+            };
+            EXPECT_TRUE(same(out.data() + skip)) << firstDifference(out.data() + skip);
+            EXPECT_TRUE(same(intoA.data() + skip))
+                << "dst == a, " << firstDifference(intoA.data() + skip);
+            EXPECT_TRUE(same(intoB.data() + skip))
+                << "dst == b, " << firstDifference(intoB.data() + skip);
+            EXPECT_TRUE(std::all_of(out.begin(), out.begin() + static_cast<ptrdiff_t>(skip),
+                                    [](uint8_t v) { return v == 0xA5; }))
+                << "wrote before dst";
+            EXPECT_TRUE(std::all_of(out.begin() + static_cast<ptrdiff_t>(skip + bytes), out.end(),
+                                    [](uint8_t v) { return v == 0xA5; }))
+                << "wrote past count";
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---- applyAverage ----
