@@ -167,6 +167,12 @@ braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
 braidResult_t braidCommGetLastAlgorithm(braidComm_t comm, const char* collective,
                                         const char** algorithm);
 
+/* braid extension: seconds a call on `comm` may make no progress (no byte
+ * moved for it) before it returns braidTimeout; calls already running keep
+ * the value they started with. Default: BRAID_TIMEOUT (300).
+ * Errors: braidInvalidArgument (NULL comm, seconds not in (0, 1e7]). */
+braidResult_t braidCommSetTimeout(braidComm_t comm, double seconds);
+
 /* braid extension: the transport that carries this rank's messages to `peer`
  * in `comm`: "shm" (shared memory, ranks of one host), "tcp", or "self" for
  * peer == this rank. The string is static. BRAID_DEBUG=INFO logs the same

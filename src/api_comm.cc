@@ -273,6 +273,17 @@ braidResult_t braidCommGetLastAlgorithm(braidComm_t comm, const char* collective
   });
 }
 
+braidResult_t braidCommSetTimeout(braidComm_t comm, double seconds) {
+  return guard("braidCommSetTimeout", [&]() -> Status {
+    if (!comm || comm->magic != braidComm::kMagic)
+      return braid::invalidArgument("comm is NULL or not live");
+    if (!(seconds > 0 && seconds <= 1e7))
+      return braid::invalidArgument(braid::strCat("seconds=", seconds, " is not in (0, 1e7]"));
+    comm->comm->setTimeout(seconds);
+    return Status::ok();
+  });
+}
+
 braidResult_t braidCommGetTransport(braidComm_t comm, int peer, const char** transport) {
   return guard("braidCommGetTransport", [&]() -> Status {
     if (!comm || comm->magic != braidComm::kMagic)

@@ -52,6 +52,7 @@ Operation byteTransfer(bool isSend, int peer, void* data, size_t bytes, std::str
 
 Communicator::Communicator(int rank, int nranks, Config config)
     : rank_(rank), nranks_(nranks), config_(std::move(config)) {
+  timeoutSeconds_ = config_.timeoutSeconds;
   abortFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   // Polling yields the core on every pass (sched_yield), so even with more
   // ranks than cores it beats sleeping: a wake-up through poll(2) costs tens
@@ -224,7 +225,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
     job.nranks = nranks_;
     job.rank = rank_;
     job.connections = connections_;
-    job.timeoutSeconds = config_.timeoutSeconds;
+    job.timeoutSeconds = timeoutSeconds_.load();
     job.spinSeconds = spinSeconds_;
     job.pureSpinSeconds = pureSpinSeconds_;
     job.aborted = &aborted_;

@@ -72,6 +72,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // The algorithm that served the latest call of `kind` (for tests, TRACE).
   std::string_view lastAlgorithm(algo::CollectiveKind kind) const;
   const Selector& selector() const { return selector_; }
+  // Seconds a call may make no progress (BRAID_TIMEOUT until set here).
+  void setTimeout(double seconds) { timeoutSeconds_.store(seconds); }
+  double timeout() const { return timeoutSeconds_.load(); }
   // How many ranks of this communicator share `rank`'s host (itself included).
   int ranksOnHostOf(int rank) const { return ranksOnHost_[rank]; }
   // "shm", "tcp" or "self": what carries messages to `peer` (static string).
@@ -124,6 +127,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   double pureSpinSeconds_ = 0;  // set once the ranks per host are known
   Selector selector_;
   std::atomic<bool> aborted_{false};
+  std::atomic<double> timeoutSeconds_{300};
   int abortFd_ = -1;
   std::mutex streamsMutex_;
   std::map<int, std::unique_ptr<StreamState>> streams_;

@@ -429,31 +429,41 @@ TEST(Failures, AbortFromAnotherThreadEndsTheCallInFlight) {
       kTimeout);
 }
 
+void stalledPeerBody(RankContext& ctx, bool setOnCommunicator) {
+  if (setOnCommunicator) {
+    RANK_ASSERT_OK(braidCommSetTimeout(ctx.comm, 1.0));
+    RANK_EXPECT_EQ(braidCommSetTimeout(ctx.comm, 0.0), braidInvalidArgument);
+    RANK_EXPECT_EQ(braidCommSetTimeout(nullptr, 1.0), braidInvalidArgument);
+  }
+  std::vector<float> x(1000, 1.f);
+  if (ctx.rank == 1) {
+    ::usleep(3000000);
+    (void)braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
+    return;  // whatever it returns, it must return
+  }
+  auto start = std::chrono::steady_clock::now();
+  braidResult_t r =
+      braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
+  double s = secondsSince(start);
+  std::string msg = braidGetLastError(nullptr);
+  RANK_EXPECT_EQ(r, braidTimeout) << msg;
+  RANK_EXPECT_TRUE(s > 0.9 && s < 2.5) << "BRAID_TIMEOUT=1 returned after " << s << " s";
+  // The call, how far it got, and the peer and step it waits for.
+  for (std::string word : {"braidAllReduce #", "steps done", "from rank 1", "step "})
+    RANK_EXPECT_TRUE(mentions(msg, word)) << "\"" << msg << "\" does not say " << word;
+}
+
 TEST(Failures, StalledPeerGivesTimeout) {
   RunOptions options;
   options.braidTimeoutSeconds = 1;
   runRanks(
-      2,
-      [](RankContext& ctx) {
-        std::vector<float> x(1000, 1.f);
-        if (ctx.rank == 1) {
-          ::usleep(3000000);
-          (void)braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm,
-                               nullptr);
-          return;  // whatever it returns, it must return
-        }
-        auto start = std::chrono::steady_clock::now();
-        braidResult_t r =
-            braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
-        double s = secondsSince(start);
-        std::string msg = braidGetLastError(nullptr);
-        RANK_EXPECT_EQ(r, braidTimeout) << msg;
-        RANK_EXPECT_TRUE(s > 0.9 && s < 2.5) << "BRAID_TIMEOUT=1 returned after " << s << " s";
-        // The call, how far it got, and the peer and step it waits for.
-        for (std::string word : {"braidAllReduce #", "steps done", "from rank 1", "step "})
-          RANK_EXPECT_TRUE(mentions(msg, word)) << "\"" << msg << "\" does not say " << word;
-      },
-      kTimeout, options);
+      2, [](RankContext& ctx) { stalledPeerBody(ctx, false); }, kTimeout, options);
+}
+
+// The same with the timeout set on the communicator (BRAID_TIMEOUT stays 60).
+TEST(Failures, StalledPeerGivesTheCommunicatorsTimeout) {
+  runRanks(
+      2, [](RankContext& ctx) { stalledPeerBody(ctx, true); }, kTimeout);
 }
 
 // SIGUSR1 makes a call in flight log what it waits for (BRAID_DEBUG=INFO).

@@ -22,11 +22,14 @@ void tuneAndAgree(RankContext& ctx, braidStream_t stream) {
       for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(ctx.rank + 1 + (i % 5));
       RANK_ASSERT_OK(
           braidAllReduce(x.data(), x.data(), count, braidFloat32, braidSum, ctx.comm, stream));
-      if (stream) RANK_ASSERT_OK(braidStreamSynchronize(stream));
+      if (stream) {
+        RANK_ASSERT_OK(braidStreamSynchronize(stream));
+      }
       const float base = static_cast<float>(ctx.nranks * (ctx.nranks + 1) / 2);
-      for (size_t i = 0; i < count; i += 97)
+      for (size_t i = 0; i < count; i += 97) {
         RANK_ASSERT_EQ(x[i], base + static_cast<float>(ctx.nranks * (i % 5)))
             << "count " << count << " call " << call;
+      }
     }
     const char* name = nullptr;
     RANK_ASSERT_OK(braidCommGetLastAlgorithm(ctx.comm, "allreduce", &name));
