@@ -1,8 +1,13 @@
 #include "src/bootstrap.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
@@ -45,47 +50,96 @@ void reject(int fd, const Status& why, Deadline d) {
   (void)sendString(fd, why.message(), d);
 }
 
+// A connection after its handshake and join request, or why it failed.
+struct Arrival {
+  tcp::Fd fd;
+  Result<int> rank = internalError("no handshake");
+  uint32_t nranks = 0;
+  std::string address;
+};
+
+// Handshake and join request of one connection, on a thread of its own: a
+// stranger that connects and says nothing must not hold up the ranks that
+// arrive after it.
+Arrival greet(tcp::Fd fd, const Secret& secret, Deadline step) {
+  Arrival a;
+  a.rank = tcp::handshakeAccept(fd.get(), secret, kBootstrapPurpose, step);
+  if (a.rank.isOk()) {
+    auto size = recvU32(fd.get(), step);
+    auto address = size.isOk() ? recvString(fd.get(), kMaxAddressBytes, step)
+                               : Result<std::string>(size.status());
+    if (address.isOk()) {
+      a.nranks = *size;
+      a.address = std::move(*address);
+    } else {
+      a.rank = address.status();
+    }
+  }
+  a.fd = std::move(fd);
+  return a;
+}
+
 // Collects one join request per rank, then answers everyone with the table.
 void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
   Deadline deadline = Deadline::after(timeoutSeconds);
   int nranks = -1;
   std::map<int, Joined> joined;
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::deque<Arrival> arrivals;
+  std::vector<std::jthread> greeters;  // joined when this function returns
   while (nranks < 0 || static_cast<int>(joined.size()) < nranks) {
-    auto fd = tcp::acceptFrom(listener.get(), deadline);
-    if (!fd.isOk()) {
+    if (deadline.expired()) {
       BRAID_WARN("rendezvous: ", joined.size(), " of ", nranks,
                  " ranks joined before the timeout; giving up");
       return;  // closing the sockets tells the joined ranks
     }
-    Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
-    auto rank = tcp::handshakeAccept(fd->get(), secret, kBootstrapPurpose, step);
-    if (!rank.isOk()) {
-      BRAID_WARN("rendezvous: refused a connection: ", rank.status().message());
-      continue;
+    // New connections are greeted concurrently; answers are handled here.
+    auto fd = tcp::acceptFrom(listener.get(), Deadline::after(0.02));
+    if (fd.isOk()) {
+      Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
+      greeters.emplace_back([&, fd = std::move(*fd), step]() mutable {
+        Arrival a = greet(std::move(fd), secret, step);
+        std::lock_guard lock(mutex);
+        arrivals.push_back(std::move(a));
+        arrived.notify_one();
+      });
     }
-    auto size = recvU32(fd->get(), step);
-    auto address = size.isOk() ? recvString(fd->get(), kMaxAddressBytes, step)
-                               : Result<std::string>(size.status());
-    if (!address.isOk()) continue;
-    int n = static_cast<int>(*size);
-    Status bad;
-    if (nranks >= 0 && n != nranks)
-      bad = invalidUsage(
-          strCat("rank ", *rank, " joined with nranks=", n, " but others with nranks=", nranks));
-    else if (*rank < 0 || *rank >= n)
-      bad = invalidArgument(strCat("rank ", *rank, " is out of range for nranks=", n));
-    else if (joined.count(*rank))
-      bad = invalidUsage(strCat("rank ", *rank, " joined twice"));
-    if (!bad.isOk()) {
-      BRAID_WARN("rendezvous: ", bad.message());
-      reject(fd->get(), bad, step);
-      if (bad.code() == ErrorCode::kInvalidUsage)
-        for (auto& [r, j] : joined) reject(j.fd.get(), bad, step);
-      if (bad.code() == ErrorCode::kInvalidUsage) return;
-      continue;
+    std::deque<Arrival> ready;
+    {
+      std::unique_lock lock(mutex);
+      arrived.wait_for(lock, std::chrono::milliseconds(fd.isOk() ? 0 : 5),
+                       [&] { return !arrivals.empty(); });
+      ready.swap(arrivals);
     }
-    nranks = n;
-    joined[*rank] = {std::move(*fd), std::move(*address)};
+    for (Arrival& a : ready) {
+      if (!a.rank.isOk()) {
+        BRAID_WARN("rendezvous: refused a connection: ", a.rank.status().message());
+        continue;
+      }
+      const int rank = *a.rank;
+      const int n = static_cast<int>(a.nranks);
+      Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
+      Status bad;
+      if (nranks >= 0 && n != nranks)
+        bad = invalidUsage(
+            strCat("rank ", rank, " joined with nranks=", n, " but others with nranks=", nranks));
+      else if (rank < 0 || rank >= n)
+        bad = invalidArgument(strCat("rank ", rank, " is out of range for nranks=", n));
+      else if (joined.count(rank))
+        bad = invalidUsage(strCat("rank ", rank, " joined twice"));
+      if (!bad.isOk()) {
+        BRAID_WARN("rendezvous: ", bad.message());
+        reject(a.fd.get(), bad, step);
+        if (bad.code() == ErrorCode::kInvalidUsage) {
+          for (auto& [r, j] : joined) reject(j.fd.get(), bad, step);
+          return;
+        }
+        continue;
+      }
+      nranks = n;
+      joined[rank] = {std::move(a.fd), std::move(a.address)};
+    }
   }
   for (auto& [r, j] : joined) {
     Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
