@@ -16,6 +16,9 @@ class Deadline {
   static Deadline never() { return Deadline(Clock::time_point::max()); }
 
   bool expired() const { return Clock::now() >= at_; }
+  // The earlier of this deadline and `seconds` from now.
+  Deadline within(double seconds) const { return std::min(*this, after(seconds)); }
+  bool operator<(const Deadline& other) const { return at_ < other.at_; }
   // Milliseconds left, clamped to [0, cap] (for poll(2)).
   int remainingMs(int cap) const {
     if (at_ == Clock::time_point::max()) return cap;

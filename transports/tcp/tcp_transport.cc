@@ -1,5 +1,6 @@
 #include "transports/tcp/tcp_transport.h"
 
+#include <algorithm>
 #include <future>
 #include <set>
 
@@ -20,9 +21,9 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::create(const SocketAddress& 
   return std::unique_ptr<TcpTransport>(new TcpTransport(std::move(listener), bound, secret));
 }
 
-Result<std::map<int, Fd>> TcpTransport::connectPeers(
-    int rank, std::span<const int> peers, const std::vector<std::string>& addresses,
-    Deadline deadline) {
+Result<std::map<int, Fd>> TcpTransport::connectPeers(int rank, std::span<const int> peers,
+                                                     const std::vector<std::string>& addresses,
+                                                     Deadline deadline) {
   std::set<int> higher;
   std::vector<int> lower;
   for (int p : peers) (p > rank ? (void)higher.insert(p) : lower.push_back(p));
@@ -33,7 +34,9 @@ Result<std::map<int, Fd>> TcpTransport::connectPeers(
     std::map<int, Fd> out;
     while (out.size() < higher.size()) {
       BRAID_ASSIGN_OR_RETURN(Fd fd, acceptFrom(listener_.get(), deadline));
-      auto peer = handshakeAccept(fd.get(), secret_, kDataPurpose, deadline);
+      // A connection that does not prove itself soon is a stranger: it may
+      // cost this rank 10 s of its init, not the whole timeout.
+      auto peer = handshakeAccept(fd.get(), secret_, kDataPurpose, deadline.within(10.0));
       if (!peer.isOk()) {
         BRAID_WARN("refused a connection: ", peer.status().message());
         continue;
@@ -71,8 +74,7 @@ Result<std::map<int, Fd>> TcpTransport::connectPeers(
   BRAID_RETURN_IF_ERROR(dialStatus);
   if (!acceptedFds.isOk())
     return acceptedFds.status().withContext("waiting for higher ranks to connect");
-  for (auto& [p, fd] : *acceptedFds)
-    connections.emplace(p, std::move(fd));
+  for (auto& [p, fd] : *acceptedFds) connections.emplace(p, std::move(fd));
   BRAID_INFO("tcp: rank ", rank, " connected to ", connections.size(), " peers from ",
              localAddress());
   return connections;
