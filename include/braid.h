@@ -138,7 +138,9 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm);
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm);
 
 /* Waits for this rank's outstanding work on `comm` (its streams included),
- * then frees everything. Never waits for other ranks. NULL is a no-op. */
+ * then frees everything but the stream handles, which stay valid (calls on
+ * them fail) until braidStreamDestroy. Never waits for other ranks. NULL is
+ * a no-op. */
 braidResult_t braidCommDestroy(braidComm_t comm);
 
 /* Callable from any thread; returns within a second. This rank's in-flight

@@ -408,7 +408,8 @@ TEST(Abort, QueuedStreamWorkFails) {
   braidResult_t r = braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, c, s);
   if (r == braidSuccess) r = braidStreamSynchronize(s);  // queued, then failed on the stream
   EXPECT_EQ(r, braidInvalidUsage) << braidGetLastError(nullptr);
-  EXPECT_BRAID_OK(braidCommDestroy(c));  // also frees the stream
+  EXPECT_BRAID_OK(braidCommDestroy(c));  // waits for the stream's queue
+  EXPECT_BRAID_OK(braidStreamDestroy(s));  // the handle outlives the communicator
 }
 
 }  // namespace
