@@ -96,7 +96,20 @@ void StreamConnection::combineArriving(const uint8_t* in, size_t n) {
     c.apply(matched_->data + element, matched_->local + element, carry_, 1, c.context);
   }
   const size_t whole = n / c.unit * c.unit;
-  if (whole) c.apply(matched_->data + at, matched_->local + at, in, whole / c.unit, c.context);
+  if (reinterpret_cast<uintptr_t>(in) % c.unit == 0) {
+    if (whole) c.apply(matched_->data + at, matched_->local + at, in, whole / c.unit, c.context);
+  } else {
+    // Frames of odd sizes before this one leave the payload misaligned in
+    // the staging buffer; the kernels load whole elements, so they get an
+    // aligned copy, a cache-sized piece at a time.
+    for (size_t done = 0; done < whole;) {
+      const size_t piece = std::min(whole - done, sizeof(aligned_) / c.unit * c.unit);
+      std::memcpy(aligned_, in + done, piece);
+      c.apply(matched_->data + at + done, matched_->local + at + done, aligned_, piece / c.unit,
+              c.context);
+      done += piece;
+    }
+  }
   if (n > whole) std::memcpy(carry_, in + whole, n - whole);
 }
 

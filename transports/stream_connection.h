@@ -159,8 +159,9 @@ class StreamConnection final : public Connection {
   uint8_t* target_ = nullptr;  // where the payload goes (posted or unexpected)
   size_t payloadGot_ = 0;
   PostedRecv* matched_ = nullptr;
-  Payload spill_;      // payload with no posted receive yet
-  uint8_t carry_[16];  // an element split between two reads
+  Payload spill_;                      // payload with no posted receive yet
+  alignas(16) uint8_t carry_[16];      // an element split between two reads
+  alignas(64) uint8_t aligned_[4096];  // misaligned incoming elements, copied
 
   std::vector<uint8_t> staging_;
   size_t stagingBegin_ = 0, stagingEnd_ = 0;
