@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "braid.h"
 
@@ -85,6 +86,10 @@ int perfMain(int argc, char** argv, const Collective& collective);
 
 // --- Sizes ----------------------------------------------------------------------
 // nccl-tests' size conventions, shared by the tests.
+
+// "32M" -> 33554432: K, M and G are powers of 1024, as in nccl-tests.
+// Throws std::invalid_argument on anything else.
+size_t parseBytes(const std::string& text);
 
 // One buffer of bytes/eltSize elements (AllReduce, Broadcast, Reduce, SendRecv).
 Sizes wholeBufferSizes(size_t bytes, size_t eltSize);

@@ -14,7 +14,7 @@ export PKG_CONFIG_PATH="$(dirname "$pc")"
 prefix=$(pkg-config --variable=prefix braid)
 flags=$(pkg-config --define-variable=prefix="$stage$prefix" --cflags --libs braid)
 cc -std=c99 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L "$source_dir/all_collectives.c" \
-  $flags -o "$stage/all_collectives"
+  $flags ${CONSUMER_FLAGS:-} -o "$stage/all_collectives"
 for n in 2 3 4 8; do
   LD_LIBRARY_PATH=$lib_dir BRAID_TIMEOUT=60 "$stage/all_collectives" "$n"
 done
