@@ -5,37 +5,12 @@
 #include <memory>
 #include <vector>
 
-#include "transports/stream_connection.h"
-#include "transports/tcp/socket.h"
-#include "transports/tcp/socket_stream.h"
+#include "tcp_pair.h"
 
 namespace {
 
-using braid::transport::Request;
-using braid::transport::RequestPtr;
-using braid::transport::StreamConnection;
+using braid::bench::LoopbackPair;
 using braid::transport::Tag;
-
-struct LoopbackPair {
-  std::unique_ptr<StreamConnection> a, b;
-  LoopbackPair() {
-    auto any = braid::tcp::SocketAddress::parse("127.0.0.1:0");
-    auto listener = braid::tcp::listenOn(*any);
-    auto bound = braid::tcp::SocketAddress::ofSocket(listener->get(), false);
-    auto dialed = braid::tcp::connectTo(*bound, braid::Deadline::after(5));
-    auto accepted = braid::tcp::acceptFrom(listener->get(), braid::Deadline::after(5));
-    a = std::make_unique<StreamConnection>(
-        std::make_unique<braid::tcp::SocketStream>(std::move(*dialed), 1), 1);
-    b = std::make_unique<StreamConnection>(
-        std::make_unique<braid::tcp::SocketStream>(std::move(*accepted), 0), 0);
-  }
-  void drive(const RequestPtr& x, const RequestPtr& y) {
-    while (x->state() == Request::State::kPending || y->state() == Request::State::kPending) {
-      (void)a->progress();
-      (void)b->progress();
-    }
-  }
-};
 
 void roundTrip(benchmark::State& state) {
   LoopbackPair pair;
