@@ -75,8 +75,10 @@ Status errnoStatus(const std::string& what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {}  // NOLINT
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT
+    if (status_.isOk()) status_ = internalError("Result made from an ok Status, without a value");
+  }
 
   bool isOk() const { return value_.has_value(); }
   const Status& status() const { return status_; }
@@ -89,7 +91,10 @@ class [[nodiscard]] Result {
 
  private:
   std::optional<T> value_;
-  Status status_ = internalError("Result used without a value");
+  // Ok while a value is held. No default message: a Result is made on every
+  // pass of the progress loop, and a message longer than the short-string
+  // buffer would cost an allocation each time.
+  Status status_;
 };
 
 }  // namespace braid
