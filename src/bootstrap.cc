@@ -1,10 +1,12 @@
 #include "src/bootstrap.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -87,7 +89,15 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
   std::mutex mutex;
   std::condition_variable arrived;
   std::deque<Arrival> arrivals;
-  std::vector<std::jthread> greeters;  // joined when this function returns
+  // Each greeter is joined as soon as it is done, not when this function
+  // returns: one stranger that keeps its connection silent must not leave
+  // the others' finished threads waiting (and unjoined, should the process
+  // exit meanwhile).
+  struct Greeter {
+    std::shared_ptr<std::atomic<bool>> done;
+    std::jthread thread;
+  };
+  std::vector<Greeter> greeters;
   while (nranks < 0 || static_cast<int>(joined.size()) < nranks) {
     if (deadline.expired()) {
       BRAID_WARN("rendezvous: ", joined.size(), " of ", nranks,
@@ -98,13 +108,16 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
     auto fd = tcp::acceptFrom(listener.get(), Deadline::after(0.02));
     if (fd.isOk()) {
       Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
-      greeters.emplace_back([&, fd = std::move(*fd), step]() mutable {
-        Arrival a = greet(std::move(fd), secret, step);
-        std::lock_guard lock(mutex);
-        arrivals.push_back(std::move(a));
-        arrived.notify_one();
-      });
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      greeters.push_back({done, std::jthread([&, fd = std::move(*fd), step, done]() mutable {
+                            Arrival a = greet(std::move(fd), secret, step);
+                            std::lock_guard lock(mutex);
+                            arrivals.push_back(std::move(a));
+                            arrived.notify_one();
+                            done->store(true);
+                          })});
     }
+    std::erase_if(greeters, [](const Greeter& g) { return g.done->load(); });
     std::deque<Arrival> ready;
     {
       std::unique_lock lock(mutex);

@@ -322,13 +322,28 @@ Status nameLostPeers(const Status& failure,
   const auto start = Clock::now();
   auto lastLoss = start;
   using std::chrono::milliseconds;
+  auto check = [&](transport::Connection* c) {
+    if (lost.count(c->peer()) || c->progress().isOk()) return;
+    lost.insert(c->peer());
+    lastLoss = Clock::now();
+  };
+  std::vector<pollfd> fds;
+  std::vector<transport::Connection*> polled;
   while (Clock::now() - lastLoss < milliseconds(50) && Clock::now() - start < milliseconds(300)) {
+    for (transport::Connection* c : all) check(c);
+    // Sleep as the engine does, announced to each connection first: a
+    // shared-memory connection learns of its peer's death from the doorbell
+    // socket, which it reads only after a sleep.
+    fds.clear();
+    polled.clear();
     for (transport::Connection* c : all)
-      if (!lost.count(c->peer()) && !c->progress().isOk()) {
-        lost.insert(c->peer());
-        lastLoss = Clock::now();
+      if (!lost.count(c->peer()) && c->pollFd() >= 0 && c->prepareToSleep()) {
+        fds.push_back({c->pollFd(), POLLIN, 0});
+        polled.push_back(c);
       }
-    usleep(1000);
+    if (fds.empty() || ::poll(fds.data(), fds.size(), 1) <= 0) continue;
+    for (size_t i = 0; i < polled.size(); ++i)
+      if (fds[i].revents != 0) check(polled[i]);
   }
   if (lost.empty()) return failure;
   std::string ranks;

@@ -27,7 +27,10 @@ for name in "${builds[@]}"; do
   ninja -C "$dir"
   # halt_on_error: a race report ends the process (and fails its test) at
   # once rather than at exit, where a test that forks may not look.
-  TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1} \
+  # die_after_fork=0: the multi-process tests fork ranks from a process that
+  # may still run threads of an earlier test, which ThreadSanitizer refuses
+  # by default.
+  TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:die_after_fork=0} \
     meson test -C "$dir" --timeout-multiplier 4 --print-errorlogs || status=1
 done
 exit $status

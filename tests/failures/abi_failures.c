@@ -24,6 +24,14 @@
 
 #include "braid.h"
 
+/* Whether an error message names rank 3: as the rank whose connection
+ * closed ("rank 3 closed ...") or in the list of lost connections ("[connections
+ * lost: ranks 1, 2, 3]"), where it appears when another survivor gave up first. */
+static int namesRankThree(const char* why) {
+  return strstr(why, "rank 3") || strstr(why, "ranks 3,") || strstr(why, ", 3,") ||
+         strstr(why, ", 3]");
+}
+
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -65,6 +73,10 @@ static int killRank(int rank, braidComm_t comm) {
     pthread_create(&killer, NULL, killMeSoon, NULL);
     for (;;) braidAllReduce(x, x, count, braidFloat32, braidSum, comm, NULL);
   }
+  /* The promise is 2 s; sanitized builds run several times slower, and the
+   * build says so through FAILURE_TIME_LIMIT_S. */
+  const char* limitText = getenv("FAILURE_TIME_LIMIT_S");
+  const double limit = limitText ? atof(limitText) : 2.0;
   double start = now();
   braidResult_t r = braidAllReduce(x, x, count, braidFloat32, braidSum, comm, NULL);
   double seconds = now() - start;
@@ -74,16 +86,16 @@ static int killRank(int rank, braidComm_t comm) {
   if (r == braidSuccess) {
     fprintf(stderr, "rank %d: AllReduce succeeded although rank 3 died\n", rank);
     ++failures;
-  } else if (seconds > 2.0) {
+  } else if (seconds > limit) {
     fprintf(stderr, "rank %d: the error took %.2f s: %s\n", rank, seconds, why);
     ++failures;
-  } else if (!strstr(why, "rank 3")) {
+  } else if (!namesRankThree(why)) {
     fprintf(stderr, "rank %d: the error does not name rank 3: %s\n", rank, why);
     ++failures;
   }
   start = now();
   r = braidAllReduce(x, x, 1024, braidFloat32, braidSum, comm, NULL);
-  if (r == braidSuccess || now() - start > 2.0) {
+  if (r == braidSuccess || now() - start > limit) {
     fprintf(stderr, "rank %d: the next call returned %s after %.2f s\n", rank,
             braidGetErrorString(r), now() - start);
     ++failures;

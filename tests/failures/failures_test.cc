@@ -119,6 +119,30 @@ TEST(PeerFailure, DeadPeerGivesRemoteErrorNamingIt) {
   EXPECT_LT(reports[0].seconds, 5.0);
 }
 
+// The first error may come from a survivor that gave up, not from the dead
+// rank; the message must still name the dead one among the connections
+// lost. Here rank 0 busy-polls throughout (it never sleeps, which is when a
+// shared-memory connection reads its doorbell socket), rank 2 dies, and
+// rank 1 aborts a little later.
+TEST(PeerFailure, TheDeadRankIsNamedWhenAnotherFailsFirst) {
+  setenv("BRAID_SPIN_US", "1000000", 1);  // the most it takes: 1 s
+  auto reports = runRanks(3, "20", [](braidComm_t comm, int rank) -> braidResult_t {
+    if (rank == 2) _exit(0);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      braidCommAbort(comm);
+      return braidSuccess;
+    }
+    std::vector<float> data(1000);
+    return braidRecv(data.data(), data.size(), braidFloat32, 1, comm, nullptr);
+  });
+  unsetenv("BRAID_SPIN_US");
+  ASSERT_NE(reports[0].result, braidSuccess);
+  const std::string message = reports[0].message;
+  EXPECT_NE(message.find("rank 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("ranks 1, 2]"), std::string::npos) << message;
+}
+
 TEST(PeerFailure, StalledPeerGivesTimeoutNamingIt) {
   auto reports = runRanks(2, "1", [](braidComm_t comm, int rank) -> braidResult_t {
     std::vector<float> data(1000, 1.0f);

@@ -11,17 +11,12 @@ namespace {
 std::atomic<long> allocations{0};
 }  // namespace
 
-// Counts every allocation of this test program.
+// Counts every allocation of this test program (the library's operator
+// delete frees with free(), so it pairs with this).
 void* operator new(std::size_t bytes) {
   allocations.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(bytes ? bytes : 1)) return p;
   throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
 }
 
 namespace braid {
