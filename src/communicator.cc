@@ -202,9 +202,16 @@ const Communicator::CachedPlan& Communicator::planFor(StreamState& st,
   CachedPlan plan;
   plan.args = args;
   plan.algorithm = algorithm;
-  auto schedule = std::make_shared<algo::Schedule>(plan.algorithm->plan(args));
-  algo::fuseReceiveReductions(*schedule);
-  plan.schedule = std::move(schedule);
+  struct Planned {
+    algo::Schedule schedule;
+    ScheduleIndex index;
+  };
+  auto planned = std::make_shared<Planned>();
+  planned->schedule = plan.algorithm->plan(args);
+  algo::fuseReceiveReductions(planned->schedule);
+  planned->index = indexSchedule(planned->schedule);
+  plan.index = &planned->index;
+  plan.schedule = std::shared_ptr<const algo::Schedule>(planned, &planned->schedule);
   st.plans.push_back(std::move(plan));
   return st.plans.back();
 }
@@ -257,6 +264,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
           planFor(st, args, op.algorithm ? op.algorithm : &selector_.choose(args));
       const algo::Algorithm* algorithm = plan.algorithm;
       schedule = plan.schedule;
+      job.index = plan.index;
       if (schedule->steps.size() >= kMaxMessagesPerPeer)
         return notSupported(strCat(op.name, ": count ", args.count,
                                    " needs too many messages; raise BRAID_CHUNK_BYTES"));

@@ -89,7 +89,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   struct CachedPlan {
     algo::CollectiveArgs args;
     const algo::Algorithm* algorithm = nullptr;
+    // Shares ownership of the index: a call keeps both alive even if the
+    // cache drops the plan meanwhile.
     std::shared_ptr<const algo::Schedule> schedule;
+    const ScheduleIndex* index = nullptr;
   };
   static constexpr size_t kCachedPlans = 8;
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "algorithms/collective.h"
@@ -78,34 +79,48 @@ struct ActiveRequest {
   RequestPtr request;
 };
 
+}  // namespace
+
+ScheduleIndex indexSchedule(const algo::Schedule& schedule) {
+  const auto& steps = schedule.steps;
+  const size_t n = steps.size();
+  ScheduleIndex index;
+  index.waiting.assign(n, 0);
+  index.messageIndex.assign(n, 0);
+  std::vector<int32_t> dependentCount(n + 1, 0);
+  std::map<int, uint32_t> sends, recvs;
+  for (size_t i = 0; i < n; ++i) {
+    const Step& s = steps[i];
+    for (auto d : s.after)
+      if (d != algo::kNoStep) {
+        ++index.waiting[i];
+        ++dependentCount[d];
+      }
+    if (s.kind == StepKind::kSend) index.messageIndex[i] = sends[s.peer]++;
+    if (algo::receives(s.kind)) index.messageIndex[i] = recvs[s.peer]++;
+    if (index.waiting[i] == 0) index.ready.push_back(static_cast<int>(i));
+  }
+  index.dependentsBegin.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i)
+    index.dependentsBegin[i + 1] = index.dependentsBegin[i] + dependentCount[i];
+  index.dependents.assign(index.dependentsBegin[n], 0);
+  std::vector<int32_t> fill(index.dependentsBegin.begin(), index.dependentsBegin.end() - 1);
+  for (size_t i = 0; i < n; ++i)
+    for (auto d : steps[i].after)
+      if (d != algo::kNoStep) index.dependents[fill[d]++] = static_cast<int32_t>(i);
+  return index;
+}
+
+namespace {
+
 class JobRunner {
  public:
   explicit JobRunner(Job& job) : job_(job), steps_(job.schedule->steps) {
-    const size_t n = steps_.size();
-    waiting_.assign(n, 0);
-    messageIndex_.assign(n, 0);
-    std::vector<int32_t> dependentCount(n + 1, 0);
-    std::map<int, uint32_t> sends, recvs;
-    for (size_t i = 0; i < n; ++i) {
-      const Step& s = steps_[i];
-      for (auto d : s.after)
-        if (d != algo::kNoStep) {
-          ++waiting_[i];
-          ++dependentCount[d];
-        }
-      if (s.kind == StepKind::kSend) messageIndex_[i] = sends[s.peer]++;
-      if (algo::receives(s.kind)) messageIndex_[i] = recvs[s.peer]++;
-      if (waiting_[i] == 0) ready_.push_back(static_cast<int>(i));
-    }
-    dependentsBegin_.assign(n + 1, 0);
-    for (size_t i = 0; i < n; ++i)
-      dependentsBegin_[i + 1] = dependentsBegin_[i] + dependentCount[i];
-    dependents_.assign(dependentsBegin_[n], 0);
-    std::vector<int32_t> fill(dependentsBegin_.begin(), dependentsBegin_.end() - 1);
-    for (size_t i = 0; i < n; ++i)
-      for (auto d : steps_[i].after)
-        if (d != algo::kNoStep) dependents_[fill[d]++] = static_cast<int32_t>(i);
-    remaining_ = n;
+    if (!job.index) derived_ = indexSchedule(*job.schedule);
+    index_ = job.index ? job.index : &*derived_;
+    waiting_ = index_->waiting;
+    ready_ = index_->ready;
+    remaining_ = steps_.size();
   }
 
   bool finished() const { return remaining_ == 0 || !status_.isOk(); }
@@ -217,7 +232,8 @@ class JobRunner {
     const Status& e = request.error();
     if (request.failure() == Request::Failure::kOther)
       return Status(e.code(), strCat(job_.callName, ": ", e.message()));
-    transport::Tag mine = job_.tagFor(s.kind == StepKind::kSend, s.peer, messageIndex_[step]);
+    transport::Tag mine =
+        job_.tagFor(s.kind == StepKind::kSend, s.peer, index_->messageIndex[step]);
     std::string expected = CallSignature::unpack(mine.check).describe();
     if (request.failure() == Request::Failure::kOvertaken)
       return invalidUsage(strCat(job_.callName, " ", expected, " on rank ", job_.rank, ": rank ",
@@ -242,18 +258,16 @@ class JobRunner {
     const Step& s = steps_[i];
     const size_t es = dataTypeSize(job_.dtype);
     switch (s.kind) {
-      case StepKind::kSend: {
-        readySends_[s.peer].emplace(messageIndex_[i], i);
-        postSendsInOrder(s.peer);
+      case StepKind::kSend:
+        postSendInOrder(i);
         return;
-      }
       case StepKind::kRecv: {
-        transport::Tag tag = job_.tagFor(false, s.peer, messageIndex_[i]);
+        transport::Tag tag = job_.tagFor(false, s.peer, index_->messageIndex[i]);
         active_.push_back({i, job_.connections[s.peer]->postRecv(at(s.dst), s.dst.bytes, tag)});
         return;
       }
       case StepKind::kRecvReduce: {
-        transport::Tag tag = job_.tagFor(false, s.peer, messageIndex_[i]);
+        transport::Tag tag = job_.tagFor(false, s.peer, index_->messageIndex[i]);
         const transport::Combiner combiner{es, &combineInto, &job_};
         active_.push_back({i, job_.connections[s.peer]->postRecvReduce(
                                   at(s.dst), at(s.src), s.dst.bytes, tag, combiner)});
@@ -275,33 +289,47 @@ class JobRunner {
 
   // Sends to one peer are handed to the connection in schedule order, so the
   // peer sees increasing tags (which is how a skipped message is detected).
-  void postSendsInOrder(int peer) {
-    auto& pending = readySends_[peer];
-    uint32_t& next = nextSend_[peer];
-    while (!pending.empty() && pending.begin()->first == next) {
-      int i = pending.begin()->second;
-      pending.erase(pending.begin());
-      const Step& s = steps_[i];
-      transport::Tag tag = job_.tagFor(true, peer, next);
-      active_.push_back({i, job_.connections[peer]->postSend(at(s.src), s.src.bytes, tag)});
-      ++next;
+  // A send that became ready before an earlier one to its peer waits in
+  // outOfOrder_ (rare: most schedules make sends ready in order).
+  void postSendInOrder(int step) {
+    const int peer = steps_[step].peer;
+    if (nextSend_.empty()) nextSend_.assign(job_.nranks, 0);
+    if (index_->messageIndex[step] != nextSend_[peer]) {
+      outOfOrder_.push_back(step);
+      return;
+    }
+    while (step >= 0) {
+      const Step& s = steps_[step];
+      transport::Tag tag = job_.tagFor(true, peer, nextSend_[peer]);
+      active_.push_back({step, job_.connections[peer]->postSend(at(s.src), s.src.bytes, tag)});
+      ++nextSend_[peer];
+      step = -1;
+      for (size_t k = 0; k < outOfOrder_.size(); ++k)
+        if (steps_[outOfOrder_[k]].peer == peer &&
+            index_->messageIndex[outOfOrder_[k]] == nextSend_[peer]) {
+          step = outOfOrder_[k];
+          outOfOrder_.erase(outOfOrder_.begin() + static_cast<std::ptrdiff_t>(k));
+          break;
+        }
     }
   }
 
   void finish(int i) {
     --remaining_;
-    for (int32_t d = dependentsBegin_[i]; d < dependentsBegin_[i + 1]; ++d)
-      if (--waiting_[dependents_[d]] == 0) ready_.push_back(dependents_[d]);
+    const auto& begin = index_->dependentsBegin;
+    for (int32_t d = begin[i]; d < begin[i + 1]; ++d)
+      if (--waiting_[index_->dependents[d]] == 0) ready_.push_back(index_->dependents[d]);
   }
 
   Job& job_;
   const std::vector<Step>& steps_;
-  std::vector<int32_t> waiting_, dependentsBegin_, dependents_;
-  std::vector<uint32_t> messageIndex_;
+  std::optional<ScheduleIndex> derived_;  // when the job came without one
+  const ScheduleIndex* index_ = nullptr;
+  std::vector<int32_t> waiting_;
   std::vector<int> ready_;
   std::vector<ActiveRequest> active_;
-  std::map<int, std::map<uint32_t, int>> readySends_;
-  std::map<int, uint32_t> nextSend_;
+  std::vector<uint32_t> nextSend_;  // per peer, the index of the next send to post
+  std::vector<int> outOfOrder_;     // ready sends waiting for an earlier one
   size_t remaining_ = 0;
   Status status_;
 };

@@ -32,9 +32,23 @@ struct CallSignature {
   std::string describe() const;  // "allreduce(count=1000, float32, sum)"
 };
 
+// What running a schedule needs besides its steps, derived from them once
+// and kept with a cached plan, so that a repeated call allocates nothing
+// for it: how many steps each step waits for, which steps wait for it, and
+// each transfer's index among the call's messages with its peer.
+struct ScheduleIndex {
+  std::vector<int32_t> waiting;          // unfinished dependencies of each step
+  std::vector<int> ready;                // the steps that wait for none
+  std::vector<int32_t> dependentsBegin;  // step i's dependents: dependents[begin[i], begin[i+1])
+  std::vector<int32_t> dependents;
+  std::vector<uint32_t> messageIndex;  // k of the send or receive with its peer
+};
+ScheduleIndex indexSchedule(const algo::Schedule& schedule);
+
 // One call's share of a run: its schedule bound to memory and connections.
 struct Job {
   const algo::Schedule* schedule = nullptr;
+  const ScheduleIndex* index = nullptr;  // of `schedule`; null = derived when run
   uint8_t* send = nullptr;
   uint8_t* recv = nullptr;
   uint8_t* scratch = nullptr;
