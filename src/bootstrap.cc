@@ -217,7 +217,8 @@ Result<RendezvousInfo> RendezvousInfo::decode(const char in[kUniqueIdBytes]) {
   if (len == 0 || len > kUniqueIdBytes - 24) return invalidArgument("uniqueId is malformed");
   RendezvousInfo info;
   std::memcpy(info.secret.data(), in + 8, info.secret.size());
-  auto address = tcp::SocketAddress::parse(std::string(in + 24, len));
+  // braidGetUniqueId writes a number: a name would only make this wait on DNS.
+  auto address = tcp::SocketAddress::parseNumeric(std::string(in + 24, len));
   if (!address.isOk())
     return invalidArgument("uniqueId is malformed: " + address.status().message());
   info.root = *address;

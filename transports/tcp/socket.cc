@@ -51,7 +51,11 @@ std::string SocketAddress::toString() const {
   return strCat("[", host, "]:", port());
 }
 
-Result<SocketAddress> SocketAddress::parse(const std::string& text) {
+namespace {
+
+Result<SocketAddress> parseAddress(const std::string& text, bool numericOnly) {
+  // getaddrinfo would stop at a NUL and take what precedes it for the whole.
+  if (text.find('\0') != std::string::npos) return invalidArgument("address contains a NUL byte");
   std::string host, port;
   if (!text.empty() && text[0] == '[') {
     size_t close = text.find(']');
@@ -73,15 +77,27 @@ Result<SocketAddress> SocketAddress::parse(const std::string& text) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  if (numericOnly) hints.ai_flags = AI_NUMERICHOST;
   addrinfo* found = nullptr;
   if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0 || !found)
-    return invalidArgument(strCat("cannot resolve host '", host, "': ", gai_strerror(rc)));
+    return invalidArgument(strCat(numericOnly ? "not a numeric host '" : "cannot resolve host '",
+                                  host, "': ", gai_strerror(rc)));
   SocketAddress out;
   std::memcpy(&out.storage, found->ai_addr, found->ai_addrlen);
   out.length = found->ai_addrlen;
   freeaddrinfo(found);
   out.setPort(static_cast<uint16_t>(p));
   return out;
+}
+
+}  // namespace
+
+Result<SocketAddress> SocketAddress::parse(const std::string& text) {
+  return parseAddress(text, false);
+}
+
+Result<SocketAddress> SocketAddress::parseNumeric(const std::string& text) {
+  return parseAddress(text, true);
 }
 
 Result<SocketAddress> SocketAddress::ofSocket(int fd, bool peer) {

@@ -55,6 +55,9 @@ struct SocketAddress {
   std::string toString() const;  // "1.2.3.4:5" or "[::1]:5"
   // Accepts "host:port", "[v6]:port"; host may be a name (resolved).
   static Result<SocketAddress> parse(const std::string& text);
+  // The same for a numeric host only, what toString() writes: for addresses
+  // that come from peers, which must not make this process ask DNS.
+  static Result<SocketAddress> parseNumeric(const std::string& text);
   static Result<SocketAddress> ofSocket(int fd, bool peer);
 };
 
