@@ -161,6 +161,10 @@ Result<std::vector<std::string>> readRendezvousAnswer(tcp::Wire& wire, int nrank
   }
   if (*code != 0) {
     BRAID_ASSIGN_OR_RETURN(std::string why, recvString(wire, kMaxRefusalBytes));
+    // Only an error code of braid's is passed on; anything else (above all
+    // one whose low byte is 0, kOk) would not read as a failure.
+    if (*code > static_cast<uint32_t>(ErrorCode::kNotSupported))
+      return remoteError(strCat("rendezvous refused with unknown code ", *code, ": ", why));
     return Status(static_cast<ErrorCode>(*code), "rendezvous refused: " + why);
   }
   std::vector<std::string> addresses(nranks);

@@ -74,6 +74,7 @@ write("rendezvous", "answer_bad_card", b"\x03\x01" + u32(0) + string("127.0.0.1:
       string("no topology"))
 write("rendezvous", "answer_host_name", b"\x03\x00" + u32(0) + string("localhost:4000\n" + TOPOLOGY))
 write("rendezvous", "answer_refused", b"\x03\x03" + u32(4) + string("rank 1 joined twice"))
+write("rendezvous", "answer_unknown_code", b"\x03\x03" + u32(256) + string("?"))
 write("rendezvous", "answer_truncated", b"\x03\x03" + u32(0) + string(cards[0]) + u32(50))
 
 

@@ -66,6 +66,19 @@ TEST(Rendezvous, RefusalKeepsItsCodeAndReason) {
       << table.status().message();
 }
 
+// Codes that are no error code of braid's: 256 used to become kOk (the
+// code's low byte), an empty result that init took for success.
+TEST(Rendezvous, AnswerWithAnUnknownCodeIsARemoteError) {
+  for (uint32_t code : {256u, 0x32000000u, 10u, 255u}) {
+    tcp::BufferWire wire(u32(code) + string("?"));
+    auto table = readRendezvousAnswer(wire, 2);
+    ASSERT_FALSE(table.isOk());
+    EXPECT_EQ(table.status().code(), ErrorCode::kRemoteError) << code;
+    EXPECT_NE(table.status().message().find(std::to_string(code)), std::string::npos)
+        << table.status().message();
+  }
+}
+
 TEST(Rendezvous, TruncatedOrOversizedMessagesAreErrors) {
   for (const auto& bytes : {u32(0) + string("127.0.0.1:1\nT1"), u32(0) + u32(1 << 30),
                             u32(0) + u32(20) + std::vector<uint8_t>(5, 'x'), u32(7)}) {
