@@ -145,6 +145,12 @@ write("stream_connection", "peer_closes",
       b"\x00" + recv(0, 1, 7, 8) + frame(0, 1, 7, 8) + data(b"1234") + b"\x09" + PROGRESS)
 write("stream_connection", "abort",
       b"\x00" + recv(0, 1, 7, 8) + recv(0, 1, 7, 8, op=5) + b"\x0a" + PROGRESS + recv(0, 2, 7, 8))
+write("stream_connection", "huge_frame",
+      b"\x00" + frame(0, 1, 7, 0xFFFFFFFF) + fill(1000, 3) + PROGRESS + b"\x09" + PROGRESS)
+write("stream_connection", "huge_frame_raw",
+      b"\x00" + data(struct.pack("<QQQQ", 5, 7, 1 << 62, 0) + b"q" * 64) + PROGRESS)
+write("stream_connection", "huge_descriptor",
+      b"\x05" + data(struct.pack("<QQQQ", 5, 7, 1 << 62, 0x7E0000000000)) + PROGRESS + b"\x07")
 
 # ---- topology: BRAID_TRANSPORT, then one encoded description per line ----
 write("topology", "two_hosts",
