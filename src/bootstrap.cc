@@ -19,6 +19,8 @@ namespace {
 constexpr uint32_t kBootstrapPurpose = 1;
 constexpr char kIdMagic[4] = {'B', 'R', 'D', '1'};
 constexpr uint32_t kMaxAddressBytes = 256;
+// What a rank publishes: its address, a newline and its topology.
+constexpr uint32_t kMaxPublishedBytes = kMaxAddressBytes + 1 + topo::kMaxEncodedBytes;
 constexpr uint32_t kMaxRefusalBytes = 4096;
 
 Status sendU32(tcp::Wire& wire, uint32_t v) {
@@ -139,7 +141,7 @@ Status sendJoinRequest(tcp::Wire& wire, int nranks, const std::string& address) 
 Result<JoinRequest> readJoinRequest(tcp::Wire& wire) {
   JoinRequest request;
   BRAID_ASSIGN_OR_RETURN(request.nranks, recvU32(wire));
-  BRAID_ASSIGN_OR_RETURN(request.address, recvString(wire, kMaxAddressBytes));
+  BRAID_ASSIGN_OR_RETURN(request.address, recvString(wire, kMaxPublishedBytes));
   return request;
 }
 
@@ -169,7 +171,7 @@ Result<std::vector<std::string>> readRendezvousAnswer(tcp::Wire& wire, int nrank
   }
   std::vector<std::string> addresses(nranks);
   for (auto& a : addresses) {
-    BRAID_ASSIGN_OR_RETURN(a, recvString(wire, kMaxAddressBytes));
+    BRAID_ASSIGN_OR_RETURN(a, recvString(wire, kMaxPublishedBytes));
   }
   return addresses;
 }

@@ -57,6 +57,34 @@ TEST(Rendezvous, JoinRequestAndTableRoundTrip) {
   EXPECT_EQ(published->topology, someTopology("node-a/1"));
 }
 
+// BRAID_HOSTID may be 256 bytes, and a host with many GPUs and NICs
+// describes itself in far more than the 256 bytes an address needs: rank 0
+// refused such a rank's join request as malformed, and init failed.
+TEST(Rendezvous, JoinRequestCarriesALongTopology) {
+  topo::RankTopology topology = someTopology(std::string(256, 'h'));
+  for (int i = 0; i < 16; ++i) {
+    topo::PciDevice gpu;
+    gpu.busId = "0000:" + std::to_string(10 + i) + ":00.0";
+    gpu.vendor = topo::kNvidiaVendor;
+    topology.devices.push_back(gpu);
+  }
+  const std::string card = encodePublished("[fd00::1234:5678:9abc]:65000", topology);
+  ASSERT_GT(card.size(), 800u);
+  tcp::BufferWire sent({});
+  ASSERT_TRUE(sendJoinRequest(sent, 2, card).isOk());
+  tcp::BufferWire rank0(sent.sent());
+  auto request = readJoinRequest(rank0);
+  ASSERT_TRUE(request.isOk()) << request.status().message();
+  EXPECT_EQ(request->address, card);
+
+  tcp::BufferWire rank1(u32(0) + string(card) + string(card));
+  auto table = readRendezvousAnswer(rank1, 2);
+  ASSERT_TRUE(table.isOk()) << table.status().message();
+  auto published = decodePublished((*table)[1], 1);
+  ASSERT_TRUE(published.isOk()) << published.status().message();
+  EXPECT_EQ(published->topology, topology);
+}
+
 TEST(Rendezvous, RefusalKeepsItsCodeAndReason) {
   tcp::BufferWire wire(u32(4) + string("rank 1 joined twice"));
   auto table = readRendezvousAnswer(wire, 2);
