@@ -5,12 +5,12 @@
 // that does not parse must be an error naming the variable, never a crash
 // or a default taken silently.
 //
-// Input: lines NAME=VALUE, set in the environment before the parsers run.
-// Only BRAID_* names and the launchers' are set; any other line is ignored.
+// Input: lines NAME=VALUE, the whole environment while the parsers run.
+// Only BRAID_* names and the launchers' are kept; any other line is ignored.
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "src/common/env.h"
 #include "src/common/secret.h"
@@ -25,7 +25,7 @@ using braid::fuzz::checkStatus;
 
 namespace {
 
-bool settable(std::string_view name) {
+bool kept(std::string_view name) {
   static constexpr std::string_view kLaunchers[] = {
       "RANK",         "WORLD_SIZE",           "MASTER_ADDR",
       "MASTER_PORT",  "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -36,23 +36,7 @@ bool settable(std::string_view name) {
   return false;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  braid::fuzz::clearLaunchEnvironment();
-  std::string_view text(reinterpret_cast<const char*>(data), size);
-  while (!text.empty()) {
-    const size_t end = text.find('\n');
-    std::string_view line = text.substr(0, end);
-    text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
-    const size_t eq = line.find('=');
-    if (eq == std::string_view::npos) continue;
-    const std::string name(line.substr(0, eq)), value(line.substr(eq + 1));
-    // The environment holds C strings: a NUL would end the value early.
-    if (!settable(name) || name.find('\0') != std::string::npos) continue;
-    setenv(name.c_str(), value.c_str(), 1);
-  }
-
+void parseEnvironment() {
   auto config = braid::loadConfig();
   checkResult(config);
   if (config.isOk()) {
@@ -76,5 +60,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   braid::Secret secret{};
   (void)braid::fromHex(braid::envString("BRAID_SECRET"), secret);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::vector<std::string> entries;
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
+    const size_t eq = line.find('=');
+    // The environment holds C strings: a NUL would end the entry early.
+    if (eq == std::string_view::npos || line.find('\0') != std::string_view::npos) continue;
+    if (kept(line.substr(0, eq))) entries.emplace_back(line);
+  }
+  // An environment of our own rather than setenv(), whose replaced strings
+  // glibc never frees: memory would grow with every input.
+  std::vector<char*> environment;
+  for (std::string& e : entries) environment.push_back(e.data());
+  environment.push_back(nullptr);
+  char** const saved = environ;
+  environ = environment.data();
+  parseEnvironment();
+  environ = saved;
   return 0;
 }
