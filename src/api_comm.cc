@@ -1,7 +1,5 @@
 // extern "C" library and communicator calls: argument checks, then the
 // communicator layer.
-#include <climits>
-#include <cstdlib>
 #include <cstring>
 
 #include "src/bootstrap.h"
@@ -9,69 +7,13 @@
 #include "src/common/log.h"
 #include "src/common/strcat.h"
 #include "src/handles.h"
+#include "src/launch_env.h"
 
 using braid::Status;
 using braid::api::checkComm;
 using braid::api::guard;
 
 namespace {
-
-// Parses a non-negative decimal integer variable; "" when unset.
-braid::Result<int> intVariable(const char* name, bool* present) {
-  std::string text = braid::envString(name);
-  *present = !text.empty();
-  if (text.empty()) return 0;
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(text.c_str(), &end, 10);
-  if (errno || *end != '\0' || v < 0 || v > INT_MAX)
-    return braid::invalidArgument(
-        braid::strCat(name, "='", text, "' is not a non-negative integer"));
-  return static_cast<int>(v);
-}
-
-struct LaunchVariables {
-  int rank = 0, size = 0;
-  std::string address;  // host:port of rank 0
-  std::string source;
-};
-
-braid::Result<std::string> rootAddressFromEnv() {
-  std::string addr = braid::envString("BRAID_ADDR");
-  if (!addr.empty()) return addr;
-  std::string host = braid::envString("MASTER_ADDR"), port = braid::envString("MASTER_PORT");
-  if (!host.empty() && !port.empty()) return host + ":" + port;
-  return braid::invalidArgument(
-      "rank 0's address is not set: set BRAID_ADDR=host:port (or MASTER_ADDR and MASTER_PORT)");
-}
-
-braid::Result<LaunchVariables> launchVariablesFromEnv() {
-  struct Source {
-    const char *rank, *size, *label;
-  };
-  const Source sources[] = {{"BRAID_RANK", "BRAID_WORLD_SIZE", "braid"},
-                            {"RANK", "WORLD_SIZE", "torchrun"},
-                            {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
-                            {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"}};
-  for (const auto& s : sources) {
-    bool hasRank = false, hasSize = false;
-    BRAID_ASSIGN_OR_RETURN(int rank, intVariable(s.rank, &hasRank));
-    BRAID_ASSIGN_OR_RETURN(int size, intVariable(s.size, &hasSize));
-    if (!hasRank && !hasSize) continue;
-    if (!hasRank || !hasSize)
-      return braid::invalidArgument(braid::strCat(hasRank ? s.size : s.rank, " is not set but ",
-                                                  hasRank ? s.rank : s.size, " is"));
-    if (size < 1 || rank >= size)
-      return braid::invalidArgument(
-          braid::strCat(s.rank, "=", rank, " is out of range for ", s.size, "=", size));
-    LaunchVariables v{rank, size, "", s.label};
-    BRAID_ASSIGN_OR_RETURN(v.address, rootAddressFromEnv());
-    return v;
-  }
-  return braid::invalidArgument(
-      "no launcher variables: set BRAID_RANK, BRAID_WORLD_SIZE and BRAID_ADDR (or run under "
-      "braidrun, torchrun, mpirun or srun)");
-}
 
 braidResult_t newCommHandle(std::shared_ptr<braid::Communicator> comm, braidComm_t* out) {
   auto* handle = new braidComm;
@@ -159,7 +101,7 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm) {
     if (!comm) return braid::invalidArgument("comm is NULL");
     *comm = nullptr;
     BRAID_ASSIGN_OR_RETURN(braid::Config config, braid::loadConfig());
-    BRAID_ASSIGN_OR_RETURN(LaunchVariables launch, launchVariablesFromEnv());
+    BRAID_ASSIGN_OR_RETURN(braid::LaunchVariables launch, braid::launchVariablesFromEnv());
     braid::RendezvousInfo info;
     BRAID_ASSIGN_OR_RETURN(info.root, braid::tcp::SocketAddress::parse(launch.address));
     std::string secret = braid::envString("BRAID_SECRET");

@@ -21,24 +21,27 @@ namespace {
 constexpr uint32_t kBootstrapPurpose = 1;
 constexpr char kIdMagic[4] = {'B', 'R', 'D', '1'};
 constexpr uint32_t kMaxAddressBytes = 256;
+// What a rank publishes: its address, a newline and its topology.
+constexpr uint32_t kMaxPublishedBytes = kMaxAddressBytes + 1 + topo::kMaxEncodedBytes;
+constexpr uint32_t kMaxRefusalBytes = 4096;
 
-Status sendU32(int fd, uint32_t v, Deadline d) {
-  return tcp::sendAll(fd, {reinterpret_cast<const uint8_t*>(&v), sizeof(v)}, d);
+Status sendU32(tcp::Wire& wire, uint32_t v) {
+  return wire.send({reinterpret_cast<const uint8_t*>(&v), sizeof(v)});
 }
-Result<uint32_t> recvU32(int fd, Deadline d) {
+Result<uint32_t> recvU32(tcp::Wire& wire) {
   uint32_t v = 0;
-  BRAID_RETURN_IF_ERROR(tcp::recvAll(fd, {reinterpret_cast<uint8_t*>(&v), sizeof(v)}, d));
+  BRAID_RETURN_IF_ERROR(wire.recv({reinterpret_cast<uint8_t*>(&v), sizeof(v)}));
   return v;
 }
-Status sendString(int fd, const std::string& s, Deadline d) {
-  BRAID_RETURN_IF_ERROR(sendU32(fd, static_cast<uint32_t>(s.size()), d));
-  return tcp::sendAll(fd, {reinterpret_cast<const uint8_t*>(s.data()), s.size()}, d);
+Status sendString(tcp::Wire& wire, const std::string& s) {
+  BRAID_RETURN_IF_ERROR(sendU32(wire, static_cast<uint32_t>(s.size())));
+  return wire.send({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
 }
-Result<std::string> recvString(int fd, uint32_t limit, Deadline d) {
-  BRAID_ASSIGN_OR_RETURN(uint32_t n, recvU32(fd, d));
+Result<std::string> recvString(tcp::Wire& wire, uint32_t limit) {
+  BRAID_ASSIGN_OR_RETURN(uint32_t n, recvU32(wire));
   if (n > limit) return remoteError("malformed rendezvous message");
   std::string s(n, '\0');
-  BRAID_RETURN_IF_ERROR(tcp::recvAll(fd, {reinterpret_cast<uint8_t*>(s.data()), n}, d));
+  BRAID_RETURN_IF_ERROR(wire.recv({reinterpret_cast<uint8_t*>(s.data()), n}));
   return s;
 }
 
@@ -48,16 +51,15 @@ struct Joined {
 };
 
 void reject(int fd, const Status& why, Deadline d) {
-  (void)sendU32(fd, static_cast<uint32_t>(why.code()), d);
-  (void)sendString(fd, why.message(), d);
+  tcp::SocketWire wire(fd, d);
+  (void)sendU32(wire, static_cast<uint32_t>(why.code()));
+  (void)sendString(wire, why.message());
 }
 
 // A connection after its handshake and join request, or why it failed.
 struct Arrival {
   tcp::Fd fd;
-  Result<int> rank = internalError("no handshake");
-  uint32_t nranks = 0;
-  std::string address;
+  Result<JoinRequest> request = internalError("no handshake");
 };
 
 // Handshake and join request of one connection, on a thread of its own: a
@@ -65,18 +67,8 @@ struct Arrival {
 // arrive after it.
 Arrival greet(tcp::Fd fd, const Secret& secret, Deadline step) {
   Arrival a;
-  a.rank = tcp::handshakeAccept(fd.get(), secret, kBootstrapPurpose, step);
-  if (a.rank.isOk()) {
-    auto size = recvU32(fd.get(), step);
-    auto address = size.isOk() ? recvString(fd.get(), kMaxAddressBytes, step)
-                               : Result<std::string>(size.status());
-    if (address.isOk()) {
-      a.nranks = *size;
-      a.address = std::move(*address);
-    } else {
-      a.rank = address.status();
-    }
-  }
+  tcp::SocketWire wire(fd.get(), step);
+  a.request = greetJoiner(wire, secret);
   a.fd = std::move(fd);
   return a;
 }
@@ -84,7 +76,7 @@ Arrival greet(tcp::Fd fd, const Secret& secret, Deadline step) {
 // Collects one join request per rank, then answers everyone with the table.
 void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
   Deadline deadline = Deadline::after(timeoutSeconds);
-  int nranks = -1;
+  RendezvousRoster roster;
   std::map<int, Joined> joined;
   std::mutex mutex;
   std::condition_variable arrived;
@@ -98,9 +90,9 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
     std::jthread thread;
   };
   std::vector<Greeter> greeters;
-  while (nranks < 0 || static_cast<int>(joined.size()) < nranks) {
+  while (!roster.complete()) {
     if (deadline.expired()) {
-      BRAID_WARN("rendezvous: ", joined.size(), " of ", nranks,
+      BRAID_WARN("rendezvous: ", joined.size(), " of ", roster.nranks(),
                  " ranks joined before the timeout; giving up");
       return;  // closing the sockets tells the joined ranks
     }
@@ -126,22 +118,13 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
       ready.swap(arrivals);
     }
     for (Arrival& a : ready) {
-      if (!a.rank.isOk()) {
-        BRAID_WARN("rendezvous: refused a connection: ", a.rank.status().message());
+      if (!a.request.isOk()) {
+        BRAID_WARN("rendezvous: refused a connection: ", a.request.status().message());
         continue;
       }
-      const int rank = *a.rank;
-      const int n = static_cast<int>(a.nranks);
+      JoinRequest& request = *a.request;
       Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
-      Status bad;
-      if (nranks >= 0 && n != nranks)
-        bad = invalidUsage(
-            strCat("rank ", rank, " joined with nranks=", n, " but others with nranks=", nranks));
-      else if (rank < 0 || rank >= n)
-        bad = invalidArgument(strCat("rank ", rank, " is out of range for nranks=", n));
-      else if (joined.count(rank))
-        bad = invalidUsage(strCat("rank ", rank, " joined twice"));
-      if (!bad.isOk()) {
+      if (Status bad = roster.admit(request.rank, request.nranks); !bad.isOk()) {
         BRAID_WARN("rendezvous: ", bad.message());
         reject(a.fd.get(), bad, step);
         if (bad.code() == ErrorCode::kInvalidUsage) {
@@ -150,19 +133,91 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
         }
         continue;
       }
-      nranks = n;
-      joined[rank] = {std::move(a.fd), std::move(a.address)};
+      joined[request.rank] = {std::move(a.fd), std::move(request.address)};
     }
   }
   for (auto& [r, j] : joined) {
-    Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
-    if (!sendU32(j.fd.get(), 0, step).isOk()) continue;
-    for (auto& [r2, j2] : joined) (void)sendString(j.fd.get(), j2.address, step);
+    tcp::SocketWire wire(j.fd.get(), Deadline::after(std::min(timeoutSeconds, 10.0)));
+    if (!sendU32(wire, 0).isOk()) continue;
+    for (auto& [r2, j2] : joined) (void)sendString(wire, j2.address);
   }
-  BRAID_INFO("rendezvous: ", nranks, " ranks joined");
+  BRAID_INFO("rendezvous: ", roster.nranks(), " ranks joined");
 }
 
 }  // namespace
+
+Status sendJoinRequest(tcp::Wire& wire, int nranks, const std::string& address) {
+  BRAID_RETURN_IF_ERROR(sendU32(wire, static_cast<uint32_t>(nranks)));
+  return sendString(wire, address);
+}
+
+Result<JoinRequest> readJoinRequest(tcp::Wire& wire) {
+  JoinRequest request;
+  BRAID_ASSIGN_OR_RETURN(request.nranks, recvU32(wire));
+  BRAID_ASSIGN_OR_RETURN(request.address, recvString(wire, kMaxPublishedBytes));
+  return request;
+}
+
+Result<JoinRequest> greetJoiner(tcp::Wire& wire, const Secret& secret) {
+  BRAID_ASSIGN_OR_RETURN(int32_t rank, tcp::handshakeAccept(wire, secret, kBootstrapPurpose));
+  BRAID_ASSIGN_OR_RETURN(JoinRequest request, readJoinRequest(wire));
+  request.rank = rank;
+  return request;
+}
+
+Result<std::vector<std::string>> readRendezvousAnswer(tcp::Wire& wire, int nranks) {
+  auto code = recvU32(wire);
+  if (!code.isOk()) {
+    if (code.status().code() == ErrorCode::kTimeout)
+      return timeoutError(
+          "not every rank joined the rendezvous before the timeout (BRAID_TIMEOUT)");
+    return remoteError("the rendezvous at rank 0 ended before every rank joined: " +
+                       code.status().message());
+  }
+  if (*code != 0) {
+    BRAID_ASSIGN_OR_RETURN(std::string why, recvString(wire, kMaxRefusalBytes));
+    // Only an error code of braid's is passed on; anything else (above all
+    // one whose low byte is 0, kOk) would not read as a failure.
+    if (*code > static_cast<uint32_t>(ErrorCode::kNotSupported))
+      return remoteError(strCat("rendezvous refused with unknown code ", *code, ": ", why));
+    return Status(static_cast<ErrorCode>(*code), "rendezvous refused: " + why);
+  }
+  std::vector<std::string> addresses(nranks);
+  for (auto& a : addresses) {
+    BRAID_ASSIGN_OR_RETURN(a, recvString(wire, kMaxPublishedBytes));
+  }
+  return addresses;
+}
+
+std::string encodePublished(const std::string& address, const topo::RankTopology& topology) {
+  return address + "\n" + topology.encode();
+}
+
+Result<Published> decodePublished(std::string_view text, int rank) {
+  const size_t split = text.find('\n');
+  if (split == std::string_view::npos)
+    return internalError(strCat("rank ", rank, " published no topology at rendezvous"));
+  Published out;
+  out.address = std::string(text.substr(0, split));
+  auto decoded = topo::RankTopology::decode(text.substr(split + 1));
+  if (!decoded.isOk())
+    return decoded.status().withContext(strCat("the topology rank ", rank, " published"));
+  out.topology = std::move(*decoded);
+  return out;
+}
+
+Status RendezvousRoster::admit(int32_t rank, uint32_t nranks) {
+  const int n = static_cast<int>(nranks);
+  if (nranks_ >= 0 && n != nranks_)
+    return invalidUsage(
+        strCat("rank ", rank, " joined with nranks=", n, " but others with nranks=", nranks_));
+  if (rank < 0 || rank >= n)
+    return invalidArgument(strCat("rank ", rank, " is out of range for nranks=", n));
+  if (joined_.count(rank)) return invalidUsage(strCat("rank ", rank, " joined twice"));
+  nranks_ = n;
+  joined_.insert(rank);
+  return Status::ok();
+}
 
 void RendezvousInfo::encode(char out[kUniqueIdBytes]) const {
   std::memset(out, 0, kUniqueIdBytes);
@@ -181,7 +236,8 @@ Result<RendezvousInfo> RendezvousInfo::decode(const char in[kUniqueIdBytes]) {
   if (len == 0 || len > kUniqueIdBytes - 24) return invalidArgument("uniqueId is malformed");
   RendezvousInfo info;
   std::memcpy(info.secret.data(), in + 8, info.secret.size());
-  auto address = tcp::SocketAddress::parse(std::string(in + 24, len));
+  // braidGetUniqueId writes a number: a name would only make this wait on DNS.
+  auto address = tcp::SocketAddress::parseNumeric(std::string(in + 24, len));
   if (!address.isOk())
     return invalidArgument("uniqueId is malformed: " + address.status().message());
   info.root = *address;
@@ -249,26 +305,9 @@ Result<RendezvousClient> RendezvousClient::connect(const RendezvousInfo& info, i
 Result<std::vector<std::string>> RendezvousClient::exchange(int nranks,
                                                             const std::string& myAddress,
                                                             Deadline deadline) {
-  int fd = fd_.get();
-  BRAID_RETURN_IF_ERROR(sendU32(fd, static_cast<uint32_t>(nranks), deadline));
-  BRAID_RETURN_IF_ERROR(sendString(fd, myAddress, deadline));
-  auto code = recvU32(fd, deadline);
-  if (!code.isOk()) {
-    if (code.status().code() == ErrorCode::kTimeout)
-      return timeoutError(
-          "not every rank joined the rendezvous before the timeout (BRAID_TIMEOUT)");
-    return remoteError("the rendezvous at rank 0 ended before every rank joined: " +
-                       code.status().message());
-  }
-  if (*code != 0) {
-    BRAID_ASSIGN_OR_RETURN(std::string why, recvString(fd, 4096, deadline));
-    return Status(static_cast<ErrorCode>(*code), "rendezvous refused: " + why);
-  }
-  std::vector<std::string> addresses(nranks);
-  for (auto& a : addresses) {
-    BRAID_ASSIGN_OR_RETURN(a, recvString(fd, kMaxAddressBytes, deadline));
-  }
-  return addresses;
+  tcp::SocketWire wire(fd_.get(), deadline);
+  BRAID_RETURN_IF_ERROR(sendJoinRequest(wire, nranks, myAddress));
+  return readRendezvousAnswer(wire, nranks);
 }
 
 }  // namespace braid

@@ -4,12 +4,14 @@
 // Every connection is authenticated with the id's secret.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
 #include "src/common/deadline.h"
 #include "src/common/secret.h"
 #include "src/common/status.h"
+#include "topology/topology.h"
 #include "transports/tcp/socket.h"
 
 namespace braid {
@@ -34,6 +36,50 @@ Result<tcp::SocketAddress> chooseBootstrapAddress(const std::string& ifname, Dea
 // the address it listens on.
 Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& listenAt,
                                                  const Secret& secret, double timeoutSeconds);
+
+// The rendezvous protocol after the handshake, over any tcp::Wire (a socket,
+// or bytes in tests and fuzzers). A rank sends its join request: nranks and
+// its data address. Rank 0 answers, once every rank joined, with code 0 and
+// the address of every rank in rank order; or with an error code and why.
+// Integers are 32-bit, strings a 32-bit length and their bytes.
+struct JoinRequest {
+  int32_t rank = -1;  // what the handshake proved; -1 without one
+  uint32_t nranks = 0;
+  std::string address;
+};
+Status sendJoinRequest(tcp::Wire& wire, int nranks, const std::string& address);
+Result<JoinRequest> readJoinRequest(tcp::Wire& wire);
+// Rank 0's side of a new connection: the handshake, then the join request.
+Result<JoinRequest> greetJoiner(tcp::Wire& wire, const Secret& secret);
+// A rank's side: the table of `nranks` addresses, or why it was refused.
+Result<std::vector<std::string>> readRendezvousAnswer(tcp::Wire& wire, int nranks);
+
+// What each rank publishes through the rendezvous: the address its data
+// connections listen on, then its topology (RankTopology::encode), one line.
+struct Published {
+  std::string address;
+  topo::RankTopology topology;
+};
+std::string encodePublished(const std::string& address, const topo::RankTopology& topology);
+// `rank` is the publisher, for messages.
+Result<Published> decodePublished(std::string_view text, int rank);
+
+// Rank 0's record of who joined, apart from the sockets.
+class RendezvousRoster {
+ public:
+  // Records `rank`, or says why it may not join: invalidUsage when the ranks
+  // disagree (the whole rendezvous fails), invalidArgument when only this
+  // connection is wrong.
+  Status admit(int32_t rank, uint32_t nranks);
+  // -1 until the first rank joined.
+  int nranks() const { return nranks_; }
+  bool complete() const { return nranks_ >= 0 && static_cast<int>(joined_.size()) >= nranks_; }
+  const std::set<int>& joined() const { return joined_; }
+
+ private:
+  int nranks_ = -1;
+  std::set<int> joined_;
+};
 
 // One rank's side: connects to the server, and returns the local address
 // used to reach it (the interface to publish) through `localAddress`.

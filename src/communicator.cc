@@ -89,18 +89,13 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   local.transports = builtTransports();
   BRAID_ASSIGN_OR_RETURN(
       std::vector<std::string> published,
-      client.exchange(nranks, comm->tcp_->localAddress() + "\n" + local.encode(), deadline));
+      client.exchange(nranks, encodePublished(comm->tcp_->localAddress(), local), deadline));
   std::vector<std::string> addresses(nranks);
   std::vector<topo::RankTopology> topology(nranks);
   for (int p = 0; p < nranks; ++p) {
-    const size_t split = published[p].find('\n');
-    if (split == std::string::npos)
-      return internalError(strCat("rank ", p, " published no topology at rendezvous"));
-    addresses[p] = published[p].substr(0, split);
-    auto decoded = topo::RankTopology::decode(std::string_view(published[p]).substr(split + 1));
-    if (!decoded.isOk())
-      return decoded.status().withContext(strCat("the topology rank ", p, " published"));
-    topology[p] = std::move(*decoded);
+    BRAID_ASSIGN_OR_RETURN(Published card, decodePublished(published[p], p));
+    addresses[p] = std::move(card.address);
+    topology[p] = std::move(card.topology);
   }
   std::map<std::string, int> ranksPerHostId;
   for (const auto& t : topology) ++ranksPerHostId[t.hostId];

@@ -1,5 +1,6 @@
 #include "transports/stream_connection.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -16,10 +17,33 @@ constexpr int kMaxIov = 64;  // IOV_MAX is 1024; 64 frames per write is plenty
 // one huge message does not hold up the caller's other connections.
 constexpr size_t kPullBytesPerProgress = 1 << 20;
 
+// Where a payload with no receive posted starts, unless it is smaller.
+constexpr size_t kFirstSpillBytes = 64 << 10;
+// The first piece of a descriptor's payload copied out unclaimed.
+constexpr size_t kFirstCopyOutBytes = 1 << 20;
+
 uint64_t channelBase(uint64_t tag) {
   return tag & (uint64_t{0xff} << 56);
 }
+
+// The size for a buffer of `capacity` bytes that must hold `needed`: at
+// least double, so that a large payload is moved a few times at most, but
+// never beyond `total`, the payload's size.
+size_t grownCapacity(size_t capacity, size_t needed, size_t total) {
+  return std::min(total, std::max({needed, 2 * capacity, kFirstSpillBytes}));
+}
 }  // namespace
+
+bool StreamConnection::Payload::reserve(size_t n) {
+  if (n <= capacity) return true;
+  // realloc: large blocks move by remapping their pages, not by copying.
+  void* grown = std::realloc(bytes.get(), n);
+  if (!grown) return false;
+  (void)bytes.release();
+  bytes.reset(static_cast<uint8_t*>(grown));
+  capacity = n;
+  return true;
+}
 
 StreamConnection::StreamConnection(std::unique_ptr<ByteStream> stream, int peer)
     : StreamConnection(std::move(stream), peer, Options()) {}
@@ -314,8 +338,22 @@ void StreamConnection::queueAck(uint64_t tag, uint64_t remote, RequestPtr reques
 }
 
 Status StreamConnection::copyOut(uint64_t tag, Unexpected& u) {
-  u.payload = Payload::allocate(u.bytes);
-  if (Status s = stream_->readPeer(u.payload.data(), u.remote, u.bytes); !s.isOk()) {
+  // In pieces that double, the buffer growing only once the piece before
+  // was there to copy: a descriptor that claims more than the peer has
+  // fails before this rank makes room for all of it.
+  Status s;
+  if (u.bytes > 0 && u.bytes - 1 > ~uint64_t{0} - u.remote)
+    s = remoteError(strCat("rank ", peer_, " sent a descriptor past the end of memory"));
+  for (size_t copied = 0; s.isOk() && copied < u.bytes;) {
+    const size_t upTo = std::min<uint64_t>(u.bytes, std::max(kFirstCopyOutBytes, 2 * copied));
+    if (!u.payload.reserve(upTo))
+      s = systemError(
+          strCat("out of memory for a message of ", u.bytes, " bytes from rank ", peer_));
+    else
+      s = stream_->readPeer(u.payload.data() + copied, u.remote + copied, upTo - copied);
+    copied = upTo;
+  }
+  if (!s.isOk()) {
     closeWith(s);
     return s;
   }
@@ -392,10 +430,10 @@ void StreamConnection::startFrame() {
   inPayload_ = true;
   payloadGot_ = 0;
   matched_ = nullptr;
+  spill_ = {};
+  target_ = nullptr;
   if (channelBase(header_.tag) == kControlChannel) {
-    spill_ = Payload::allocate(std::min<uint64_t>(header_.bytes, kGoodbyeMessageBytes));
-    header_.bytes = spill_.size;
-    target_ = spill_.data();
+    header_.bytes = std::min<uint64_t>(header_.bytes, kGoodbyeMessageBytes);
     return;
   }
   const Tag arrived{header_.tag, header_.check};
@@ -414,13 +452,21 @@ void StreamConnection::startFrame() {
                     Request::Failure::kDifferentCall, arrived);
     posted_.erase(it);
   }
-  spill_ = Payload::allocate(header_.bytes);
+}
+
+bool StreamConnection::spillRoom(size_t n) {
+  if (n > spill_.capacity && !spill_.reserve(grownCapacity(spill_.capacity, n, header_.bytes))) {
+    closeWith(systemError(
+        strCat("out of memory for a message of ", header_.bytes, " bytes from rank ", peer_)));
+    return false;
+  }
   target_ = spill_.data();
+  return true;
 }
 
 void StreamConnection::finishFrame() {
   if (channelBase(header_.tag) == kControlChannel) {
-    std::string why(spill_.data(), spill_.data() + spill_.size);
+    std::string why(spill_.data(), spill_.data() + header_.bytes);
     // Only a mismatch is the peer's verdict on this call too; anything else
     // means the peer failed or left.
     const auto code = static_cast<ErrorCode>(header_.check);
@@ -476,10 +522,12 @@ Result<bool> StreamConnection::recvSome() {
         if (headerGot_ == sizeof(FrameHeader)) headerArrived();
       } else {
         size_t take = std::min(avail, header_.bytes - payloadGot_);
-        if (matched_ && matched_->reduces())
+        if (matched_ && matched_->reduces()) {
           combineArriving(&staging_[stagingBegin_], take);
-        else
+        } else {
+          if (!matched_ && !spillRoom(payloadGot_ + take)) break;
           std::memcpy(target_ + payloadGot_, &staging_[stagingBegin_], take);
+        }
         payloadGot_ += take;
         stagingBegin_ += take;
         if (payloadGot_ == header_.bytes) finishFrame();
@@ -493,8 +541,12 @@ Result<bool> StreamConnection::recvSome() {
     bool direct = inPayload_ && !(matched_ && matched_->reduces()) &&
                   header_.bytes - payloadGot_ >= kDirectBytes;
     if (direct) {
-      into = target_ + payloadGot_;
       room = header_.bytes - payloadGot_;
+      if (!matched_) {
+        if (!spillRoom(payloadGot_ + kDirectBytes)) return dead_;
+        room = std::min(room, spill_.capacity - payloadGot_);
+      }
+      into = target_ + payloadGot_;
     }
     auto got = stream_->readSome(into, room);
     if (!got.isOk()) {

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -89,12 +90,20 @@ class StreamConnection final : public Connection {
     size_t copied = 0;    // of that payload, so far
     bool reduces() const { return combiner.apply != nullptr; }
   };
-  // Uninitialised bytes: a payload is written whole before it is read, and
-  // zeroing it first would only fault its pages in twice.
+  // A payload this end holds: one that came with no receive posted, or one
+  // copied out of the peer's memory. It grows with the bytes that arrive,
+  // never ahead of them to the size a header claims, which a corrupt or
+  // hostile peer may set to anything. Uninitialised bytes: a payload is
+  // written whole before it is read, and zeroing it first would only fault
+  // its pages in twice.
   struct Payload {
-    std::unique_ptr<uint8_t[]> bytes;
-    size_t size = 0;
-    static Payload allocate(size_t n) { return {std::unique_ptr<uint8_t[]>(new uint8_t[n]), n}; }
+    struct Free {
+      void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t, Free> bytes;
+    size_t capacity = 0;
+    // Room for `n` bytes in all; false when memory ran out.
+    bool reserve(size_t n);
     uint8_t* data() { return bytes.get(); }
   };
   struct Unexpected {
@@ -117,6 +126,9 @@ class StreamConnection final : public Connection {
   void descriptorArrived();
   void ackArrived();
   void queueAck(uint64_t tag, uint64_t remote, RequestPtr request);
+  // Room in spill_ for the incoming frame's first `n` payload bytes; false
+  // (and the connection closed) when memory ran out.
+  bool spillRoom(size_t n);
   // Copies an unclaimed descriptor's payload into `u` and acknowledges it.
   Status copyOut(uint64_t tag, Unexpected& u);
   Status copyOutUnclaimed(std::chrono::microseconds olderThan);
@@ -156,7 +168,7 @@ class StreamConnection final : public Connection {
   FrameHeader header_{};
   size_t headerGot_ = 0;
   bool inPayload_ = false;
-  uint8_t* target_ = nullptr;  // where the payload goes (posted or unexpected)
+  uint8_t* target_ = nullptr;  // where the payload goes (posted, or spill_'s data)
   size_t payloadGot_ = 0;
   PostedRecv* matched_ = nullptr;
   Payload spill_;                      // payload with no posted receive yet

@@ -39,7 +39,10 @@
 // GCC 12 reports its own _mm512_undefined_* idiom, inlined from these
 // headers, as maybe-uninitialized (GCC bug 105593).
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <cpuid.h>
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #else
@@ -242,10 +245,17 @@ struct PortableKernels {
 // GCC's generic tuning would keep AVX-512 code at 256-bit vectors; these
 // loops are long and streaming, where the full width pays on the CPUs that
 // have it. DQ gives the 64-bit integer multiply.
+#if defined(__clang__)
+// Clang has no prefer-vector-width in target(); min_vector_width asks the
+// same of its vectorizer.
+#define BRAID_TARGET_AVX512 \
+  __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512dq"), min_vector_width(512)))
+#else
 #define BRAID_TARGET_AVX512                                  \
   __attribute__((                                            \
       target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512dq," \
              "prefer-vector-width=512")))
+#endif
 
 // The portable NaN from floatToHalfInline is the input's sign with 0x7E00;
 // F16C keeps the top payload bits instead. Rewriting F16C's NaNs keeps the
@@ -513,6 +523,17 @@ void divideNarrow(void* data, size_t count, int divisor) {
 
 namespace reduce_internal {
 
+#if BRAID_REDUCE_X86
+namespace {
+// Clang 14's __builtin_cpu_supports does not know "f16c"; the CPUID bit is
+// enough, since the AVX checks it goes with already cover the OS's YMM state.
+bool cpuHasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+}  // namespace
+#endif
+
 bool reduceIsaAvailable(ReduceIsa isa) {
   switch (isa) {
     case ReduceIsa::kPortable:
@@ -522,12 +543,12 @@ bool reduceIsaAvailable(ReduceIsa isa) {
     // AVX-512 register state (XCR0), not only the CPUID bits.
     case ReduceIsa::kAvx2:
       __builtin_cpu_init();
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && cpuHasF16c();
     case ReduceIsa::kAvx512:
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("f16c");
+             cpuHasF16c();
 #endif
     default:
       return false;

@@ -24,18 +24,30 @@
 
 #include "braid.h"
 
-/* Whether an error message names rank 3: as the rank whose connection
- * closed ("rank 3 closed ...") or in the list of lost connections ("[connections
- * lost: ranks 1, 2, 3]"), where it appears when another survivor gave up first. */
-static int namesRankThree(const char* why) {
-  return strstr(why, "rank 3") || strstr(why, "ranks 3,") || strstr(why, ", 3,") ||
-         strstr(why, ", 3]");
-}
-
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Whether an error names rank 3: as the rank whose connection closed
+ * ("rank 3 closed ...") or among the connections lost ("ranks 1, 2, 3"),
+ * where another survivor gave up first. */
+static int namesRankThree(const char* why) {
+  const char* lost = strstr(why, "connections lost: ranks ");
+  if (strstr(why, "rank 3")) return 1;
+  if (!lost) return 0;
+  for (const char* p = lost + strlen("connections lost: ranks "); *p && *p != ']';) {
+    char* end;
+    long r = strtol(p, &end, 10);
+    if (end == p) {
+      ++p;
+      continue;
+    }
+    if (r == 3) return 1;
+    p = end;
+  }
+  return 0;
 }
 
 static int freePort(void) {

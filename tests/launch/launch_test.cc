@@ -77,6 +77,15 @@ TEST(Launch, Braidrun) {
   }
 }
 
+// The longest BRAID_HOSTID allowed makes each rank's published description
+// far longer than an address: rank 0 used to refuse it, and init failed.
+TEST(Launch, LongestHostIdJoins) {
+  auto [status, out] = run("env BRAID_HOSTID=" + std::string(256, 'h') + " " +
+                           envOrFail("BRAIDRUN") + " -n 2 " + envOrFail("ENV_RANK"));
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("[1] rank 1 of 2 ok"), std::string::npos) << out;
+}
+
 TEST(Launch, OpenMpiMpirun) {
   const std::string address = "127.0.0.1:" + std::to_string(freePort());
   // Root may run mpirun only when it says so; CI runs as root.

@@ -51,7 +51,11 @@ std::string SocketAddress::toString() const {
   return strCat("[", host, "]:", port());
 }
 
-Result<SocketAddress> SocketAddress::parse(const std::string& text) {
+namespace {
+
+Result<SocketAddress> parseAddress(const std::string& text, bool numericOnly) {
+  // getaddrinfo would stop at a NUL and take what precedes it for the whole.
+  if (text.find('\0') != std::string::npos) return invalidArgument("address contains a NUL byte");
   std::string host, port;
   if (!text.empty() && text[0] == '[') {
     size_t close = text.find(']');
@@ -73,15 +77,27 @@ Result<SocketAddress> SocketAddress::parse(const std::string& text) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  if (numericOnly) hints.ai_flags = AI_NUMERICHOST;
   addrinfo* found = nullptr;
   if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0 || !found)
-    return invalidArgument(strCat("cannot resolve host '", host, "': ", gai_strerror(rc)));
+    return invalidArgument(strCat(numericOnly ? "not a numeric host '" : "cannot resolve host '",
+                                  host, "': ", gai_strerror(rc)));
   SocketAddress out;
   std::memcpy(&out.storage, found->ai_addr, found->ai_addrlen);
   out.length = found->ai_addrlen;
   freeaddrinfo(found);
   out.setPort(static_cast<uint16_t>(p));
   return out;
+}
+
+}  // namespace
+
+Result<SocketAddress> SocketAddress::parse(const std::string& text) {
+  return parseAddress(text, false);
+}
+
+Result<SocketAddress> SocketAddress::parseNumeric(const std::string& text) {
+  return parseAddress(text, true);
 }
 
 Result<SocketAddress> SocketAddress::ofSocket(int fd, bool peer) {
@@ -254,17 +270,15 @@ Status recvAll(int fd, std::span<uint8_t> data, Deadline deadline) {
 // Accepting side sends a fresh nonce; the connecting side answers with its
 // rank, its own nonce and a MAC over both; the accepting side answers with a
 // MAC over the connector's nonce. Neither side can be replayed.
-Status handshakeConnect(int fd, const Secret& secret, uint32_t purpose, int32_t myRank,
-                        Deadline deadline) {
+Status handshakeConnect(Wire& wire, const Secret& secret, uint32_t purpose, int32_t myRank) {
   Nonce theirs{};
-  BRAID_RETURN_IF_ERROR(recvAll(fd, theirs, deadline));
+  BRAID_RETURN_IF_ERROR(wire.recv(theirs));
   ConnectProof proof{kHandshakeMagic, purpose, myRank, {}, {}};
   BRAID_RETURN_IF_ERROR(randomBytes(proof.nonce));
   proof.mac = proofMac(secret, "braid-connect", theirs, proof.nonce, purpose, myRank);
-  BRAID_RETURN_IF_ERROR(
-      sendAll(fd, {reinterpret_cast<const uint8_t*>(&proof), sizeof(proof)}, deadline));
+  BRAID_RETURN_IF_ERROR(wire.send({reinterpret_cast<const uint8_t*>(&proof), sizeof(proof)}));
   Mac answer{};
-  Status got = recvAll(fd, answer, deadline);
+  Status got = wire.recv(answer);
   if (!got.isOk())
     return remoteError("the peer rejected the handshake (different secret or job?): " +
                        got.message());
@@ -273,20 +287,31 @@ Status handshakeConnect(int fd, const Secret& secret, uint32_t purpose, int32_t 
   return Status::ok();
 }
 
-Result<int32_t> handshakeAccept(int fd, const Secret& secret, uint32_t purpose, Deadline deadline) {
+Result<int32_t> handshakeAccept(Wire& wire, const Secret& secret, uint32_t purpose) {
   Nonce mine{};
   BRAID_RETURN_IF_ERROR(randomBytes(mine));
-  BRAID_RETURN_IF_ERROR(sendAll(fd, mine, deadline));
+  BRAID_RETURN_IF_ERROR(wire.send(mine));
   ConnectProof proof{};
-  BRAID_RETURN_IF_ERROR(recvAll(fd, {reinterpret_cast<uint8_t*>(&proof), sizeof(proof)}, deadline));
+  BRAID_RETURN_IF_ERROR(wire.recv({reinterpret_cast<uint8_t*>(&proof), sizeof(proof)}));
   if (proof.magic != kHandshakeMagic || proof.purpose != purpose)
     return remoteError("a connection that is not this braid communicator's was refused");
   if (!macEqual(proof.mac,
                 proofMac(secret, "braid-connect", mine, proof.nonce, purpose, proof.rank)))
     return remoteError("a connection without this job's secret was refused");
   Mac answer = proofMac(secret, "braid-accept", proof.nonce, mine, purpose, proof.rank);
-  BRAID_RETURN_IF_ERROR(sendAll(fd, answer, deadline));
+  BRAID_RETURN_IF_ERROR(wire.send(answer));
   return proof.rank;
+}
+
+Status handshakeConnect(int fd, const Secret& secret, uint32_t purpose, int32_t myRank,
+                        Deadline deadline) {
+  SocketWire wire(fd, deadline);
+  return handshakeConnect(wire, secret, purpose, myRank);
+}
+
+Result<int32_t> handshakeAccept(int fd, const Secret& secret, uint32_t purpose, Deadline deadline) {
+  SocketWire wire(fd, deadline);
+  return handshakeAccept(wire, secret, purpose);
 }
 
 }  // namespace braid::tcp

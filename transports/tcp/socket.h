@@ -14,6 +14,7 @@
 #include "src/common/deadline.h"
 #include "src/common/secret.h"
 #include "src/common/status.h"
+#include "transports/tcp/wire.h"
 
 namespace braid::tcp {
 
@@ -54,6 +55,9 @@ struct SocketAddress {
   std::string toString() const;  // "1.2.3.4:5" or "[::1]:5"
   // Accepts "host:port", "[v6]:port"; host may be a name (resolved).
   static Result<SocketAddress> parse(const std::string& text);
+  // The same for a numeric host only, what toString() writes: for addresses
+  // that come from peers, which must not make this process ask DNS.
+  static Result<SocketAddress> parseNumeric(const std::string& text);
   static Result<SocketAddress> ofSocket(int fd, bool peer);
 };
 
@@ -78,10 +82,24 @@ Status setNoDelay(int fd);
 Status sendAll(int fd, std::span<const uint8_t> data, Deadline deadline);
 Status recvAll(int fd, std::span<uint8_t> data, Deadline deadline);
 
+// A connected socket as a Wire whose every transfer ends by `deadline`.
+class SocketWire final : public Wire {
+ public:
+  SocketWire(int fd, Deadline deadline) : fd_(fd), deadline_(deadline) {}
+  Status send(std::span<const uint8_t> data) override { return sendAll(fd_, data, deadline_); }
+  Status recv(std::span<uint8_t> data) override { return recvAll(fd_, data, deadline_); }
+
+ private:
+  int fd_;
+  Deadline deadline_;
+};
+
 // Mutual authentication of a fresh connection with the job's secret: both
 // sides prove they know it without sending it. `purpose` separates
 // bootstrap from data connections. The connecting side names its rank; the
 // accepting side learns it.
+Status handshakeConnect(Wire& wire, const Secret& secret, uint32_t purpose, int32_t myRank);
+Result<int32_t> handshakeAccept(Wire& wire, const Secret& secret, uint32_t purpose);
 Status handshakeConnect(int fd, const Secret& secret, uint32_t purpose, int32_t myRank,
                         Deadline deadline);
 Result<int32_t> handshakeAccept(int fd, const Secret& secret, uint32_t purpose, Deadline deadline);

@@ -53,7 +53,8 @@ Result<std::map<int, Fd>> TcpTransport::connectPeers(int rank, std::span<const i
   std::map<int, Fd> connections;
   Status dialStatus;
   for (int p : lower) {
-    auto address = SocketAddress::parse(addresses[p]);
+    // Published by the peer as numbers (localAddress()): nothing to resolve.
+    auto address = SocketAddress::parseNumeric(addresses[p]);
     if (!address.isOk()) {
       dialStatus = address.status();
       break;

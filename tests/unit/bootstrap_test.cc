@@ -1,0 +1,192 @@
+// The rendezvous protocol over bytes (tcp::BufferWire): what rank 0 reads
+// from a joining rank, what a rank reads back, rank 0's admission rules, and
+// the unique id. The same functions read the sockets at init.
+#include "src/bootstrap.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace braid {
+namespace {
+
+std::vector<uint8_t> u32(uint32_t v) {
+  std::vector<uint8_t> out(4);
+  std::memcpy(out.data(), &v, 4);
+  return out;
+}
+
+std::vector<uint8_t> string(const std::string& s) {
+  std::vector<uint8_t> out = u32(static_cast<uint32_t>(s.size()));
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+std::vector<uint8_t> operator+(std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+topo::RankTopology someTopology(std::string hostId) {
+  topo::RankTopology t;
+  t.hostname = "node-a";
+  t.hostId = std::move(hostId);
+  t.pid = 4242;
+  t.cores = {0, 1, 2, 3};
+  return t;
+}
+
+TEST(Rendezvous, JoinRequestAndTableRoundTrip) {
+  const std::string card = encodePublished("127.0.0.1:4000", someTopology("node-a/1"));
+  tcp::BufferWire sent({});
+  ASSERT_TRUE(sendJoinRequest(sent, 3, card).isOk());
+  tcp::BufferWire rank0(sent.sent());
+  auto request = readJoinRequest(rank0);
+  ASSERT_TRUE(request.isOk()) << request.status().message();
+  EXPECT_EQ(request->nranks, 3u);
+  EXPECT_EQ(request->address, card);
+
+  const std::vector<uint8_t> answer = u32(0) + string(card) + string(card) + string(card);
+  tcp::BufferWire rank1(answer);
+  auto table = readRendezvousAnswer(rank1, 3);
+  ASSERT_TRUE(table.isOk()) << table.status().message();
+  ASSERT_EQ(table->size(), 3u);
+  auto published = decodePublished((*table)[2], 2);
+  ASSERT_TRUE(published.isOk()) << published.status().message();
+  EXPECT_EQ(published->address, "127.0.0.1:4000");
+  EXPECT_EQ(published->topology, someTopology("node-a/1"));
+}
+
+// BRAID_HOSTID may be 256 bytes, and a host with many GPUs and NICs
+// describes itself in far more than the 256 bytes an address needs: rank 0
+// refused such a rank's join request as malformed, and init failed.
+TEST(Rendezvous, JoinRequestCarriesALongTopology) {
+  topo::RankTopology topology = someTopology(std::string(256, 'h'));
+  for (int i = 0; i < 16; ++i) {
+    topo::PciDevice gpu;
+    gpu.busId = "0000:" + std::to_string(10 + i) + ":00.0";
+    gpu.vendor = topo::kNvidiaVendor;
+    topology.devices.push_back(gpu);
+  }
+  const std::string card = encodePublished("[fd00::1234:5678:9abc]:65000", topology);
+  ASSERT_GT(card.size(), 800u);
+  tcp::BufferWire sent({});
+  ASSERT_TRUE(sendJoinRequest(sent, 2, card).isOk());
+  tcp::BufferWire rank0(sent.sent());
+  auto request = readJoinRequest(rank0);
+  ASSERT_TRUE(request.isOk()) << request.status().message();
+  EXPECT_EQ(request->address, card);
+
+  tcp::BufferWire rank1(u32(0) + string(card) + string(card));
+  auto table = readRendezvousAnswer(rank1, 2);
+  ASSERT_TRUE(table.isOk()) << table.status().message();
+  auto published = decodePublished((*table)[1], 1);
+  ASSERT_TRUE(published.isOk()) << published.status().message();
+  EXPECT_EQ(published->topology, topology);
+}
+
+TEST(Rendezvous, RefusalKeepsItsCodeAndReason) {
+  tcp::BufferWire wire(u32(4) + string("rank 1 joined twice"));
+  auto table = readRendezvousAnswer(wire, 2);
+  ASSERT_FALSE(table.isOk());
+  EXPECT_EQ(table.status().code(), ErrorCode::kInvalidUsage);
+  EXPECT_NE(table.status().message().find("rank 1 joined twice"), std::string::npos)
+      << table.status().message();
+}
+
+// Codes that are no error code of braid's: 256 used to become kOk (the
+// code's low byte), an empty result that init took for success.
+TEST(Rendezvous, AnswerWithAnUnknownCodeIsARemoteError) {
+  for (uint32_t code : {256u, 0x32000000u, 10u, 255u}) {
+    tcp::BufferWire wire(u32(code) + string("?"));
+    auto table = readRendezvousAnswer(wire, 2);
+    ASSERT_FALSE(table.isOk());
+    EXPECT_EQ(table.status().code(), ErrorCode::kRemoteError) << code;
+    EXPECT_NE(table.status().message().find(std::to_string(code)), std::string::npos)
+        << table.status().message();
+  }
+}
+
+TEST(Rendezvous, TruncatedOrOversizedMessagesAreErrors) {
+  for (const auto& bytes : {u32(0) + string("127.0.0.1:1\nT1"), u32(0) + u32(1 << 30),
+                            u32(0) + u32(20) + std::vector<uint8_t>(5, 'x'), u32(7)}) {
+    tcp::BufferWire wire(bytes);
+    auto table = readRendezvousAnswer(wire, 2);
+    ASSERT_FALSE(table.isOk());
+    EXPECT_EQ(table.status().code(), ErrorCode::kRemoteError) << table.status().message();
+  }
+  tcp::BufferWire join(u32(2) + u32(1 << 30));
+  EXPECT_EQ(readJoinRequest(join).status().code(), ErrorCode::kRemoteError);
+}
+
+TEST(Rendezvous, StrangerIsRefusedAtTheHandshake) {
+  Secret secret{};
+  tcp::BufferWire wire(std::vector<uint8_t>(60, 0x62));
+  auto request = greetJoiner(wire, secret);
+  ASSERT_FALSE(request.isOk());
+  EXPECT_EQ(request.status().code(), ErrorCode::kRemoteError);
+  EXPECT_EQ(wire.sent().size(), 16u) << "only the nonce went out";
+}
+
+TEST(RendezvousRoster, AdmitsEachRankOnceWithOneSize) {
+  RendezvousRoster roster;
+  EXPECT_EQ(roster.admit(-1, 2).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(roster.admit(2, 2).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(roster.admit(0, 0xFFFFFFFF).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(roster.nranks(), -1);
+  EXPECT_TRUE(roster.admit(1, 2).isOk());
+  EXPECT_EQ(roster.admit(0, 3).code(), ErrorCode::kInvalidUsage);
+  EXPECT_EQ(roster.admit(1, 2).code(), ErrorCode::kInvalidUsage);
+  EXPECT_FALSE(roster.complete());
+  EXPECT_TRUE(roster.admit(0, 2).isOk());
+  EXPECT_TRUE(roster.complete());
+  EXPECT_EQ(roster.joined(), (std::set<int>{0, 1}));
+}
+
+char* idWithAddress(char (&id)[kUniqueIdBytes], const std::string& address) {
+  RendezvousInfo info;
+  info.root = *tcp::SocketAddress::parse("127.0.0.1:1");
+  info.encode(id);
+  id[4] = static_cast<char>(address.size());
+  std::memset(id + 24, 0, kUniqueIdBytes - 24);
+  std::memcpy(id + 24, address.data(), address.size());
+  return id;
+}
+
+TEST(UniqueId, AcceptsTheAddressesItWrites) {
+  char id[kUniqueIdBytes];
+  for (const char* address : {"10.1.2.3:29500", "[::1]:7", "[fd00::1]:65535"}) {
+    auto info = RendezvousInfo::decode(idWithAddress(id, address));
+    ASSERT_TRUE(info.isOk()) << address << ": " << info.status().message();
+    EXPECT_EQ(info->root.toString(), address);
+  }
+}
+
+// braidGetUniqueId writes a numeric address; a host name in an id is
+// garbage, and decoding it must not wait on a DNS server.
+TEST(UniqueId, HostNameIsRefusedWithoutAskingDns) {
+  char id[kUniqueIdBytes];
+  auto info = RendezvousInfo::decode(idWithAddress(id, "localhost:29500"));
+  ASSERT_FALSE(info.isOk());
+  EXPECT_EQ(info.status().code(), ErrorCode::kInvalidArgument);
+}
+
+// getaddrinfo stops at a NUL: "127.0.0.1<NUL>junk:5" used to decode as
+// 127.0.0.1:5.
+TEST(UniqueId, AddressWithANulIsRefused) {
+  char id[kUniqueIdBytes];
+  auto info = RendezvousInfo::decode(idWithAddress(id, std::string("127.0.0.1\0junk:5", 16)));
+  ASSERT_FALSE(info.isOk());
+  EXPECT_EQ(info.status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(SocketAddress, NumericParseRefusesNamesAndNul) {
+  EXPECT_TRUE(tcp::SocketAddress::parseNumeric("127.0.0.1:80").isOk());
+  EXPECT_TRUE(tcp::SocketAddress::parseNumeric("[::1]:80").isOk());
+  EXPECT_FALSE(tcp::SocketAddress::parseNumeric("localhost:80").isOk());
+  EXPECT_FALSE(tcp::SocketAddress::parse(std::string("127.0.0.1\0x:80", 14)).isOk());
+  EXPECT_TRUE(tcp::SocketAddress::parse("localhost:80").isOk()) << "BRAID_ADDR may name a host";
+}
+
+}  // namespace
+}  // namespace braid
