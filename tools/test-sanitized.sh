@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds braid twice more, under AddressSanitizer with UndefinedBehaviorSanitizer
-# and under ThreadSanitizer, and runs the whole test suite in each:
+# Builds braid three more times and tests each build:
+#   asan: AddressSanitizer with UndefinedBehaviorSanitizer, the whole suite;
+#   tsan: ThreadSanitizer, the whole suite;
+#   fuzz: clang's libFuzzer targets (tests/fuzz), the "fuzz" suite.
 #
-#   tools/test-sanitized.sh            # both, in build-asan/ and build-tsan/
-#   tools/test-sanitized.sh asan       # one of them
+#   tools/test-sanitized.sh            # all three, in build-asan/, build-tsan/, build-fuzz/
+#   tools/test-sanitized.sh asan fuzz  # some of them
 #
 # meson test makes ASan and UBSan stop at the first report; ThreadSanitizer
 # makes a process that reported a race exit 66, which fails its test. The
@@ -11,17 +13,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-declare -A sanitize=([asan]=address,undefined [tsan]=thread)
+declare -A sanitize=([asan]=address,undefined [tsan]=thread [fuzz]=fuzzer)
 builds=("$@")
-[ ${#builds[@]} -eq 0 ] && builds=(asan tsan)
+[ ${#builds[@]} -eq 0 ] && builds=(asan tsan fuzz)
 
 status=0
 for name in "${builds[@]}"; do
   if [ -z "${sanitize[$name]:-}" ]; then
-    echo "test-sanitized.sh: unknown build '$name' (asan or tsan)" >&2
+    echo "test-sanitized.sh: unknown build '$name' (asan, tsan or fuzz)" >&2
     exit 2
   fi
   dir=build-$name
+  if [ "$name" = fuzz ]; then
+    # The fuzz targets bring their own sanitizer flags (docs/RELIABILITY.md).
+    [ -d "$dir" ] || CC=clang CXX=clang++ meson setup "$dir" -Dfuzzers=enabled -Dtests=false \
+      -Dperf=false -Dcuda=disabled
+    ninja -C "$dir"
+    meson test -C "$dir" --suite fuzz --print-errorlogs || status=1
+    continue
+  fi
   [ -d "$dir" ] || meson setup "$dir" -Db_sanitize="${sanitize[$name]}" -Db_lundef=false \
     -Dbuildtype=debugoptimized -Dcuda=disabled
   ninja -C "$dir"
