@@ -71,9 +71,9 @@ class FaultyStream final : public ByteStream {
  public:
   FaultyStream(std::unique_ptr<ByteStream> inner, int peer);
 
-  // Any thread (the connection above serialises calls).
+  // Not thread-safe by itself: FaultyConnection calls it, and everything
+  // that reaches this stream, under its one lock.
   void cutAfter(size_t bytes);
-  bool cut() const { return cut_; }
 
   Result<size_t> writeSome(const iovec* iov, int count) override;
   Result<size_t> readSome(void* into, size_t room) override;
