@@ -4,6 +4,7 @@
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
+#include "transports/faulty/faulty_connection.h"
 #include "transports/shm/shm_stream.h"
 #include "transports/stream_connection.h"
 #include "transports/tcp/socket_stream.h"
@@ -131,8 +132,11 @@ Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets
     if (!stream) stream = std::make_unique<tcp::SocketStream>(std::move(fd), peer);
     transport::StreamConnection::Options options;
     options.readPeerBytes = config.shmCmaBytes;
+    // BRAID_FAULTS (tests only): nothing is wrapped when it is unset.
+    auto* faultyStream = transport::faulty::wrapStream(stream, config.faults, peer);
     link.connection =
         std::make_unique<transport::StreamConnection>(std::move(stream), peer, options);
+    transport::faulty::wrapConnection(link.connection, faultyStream, config.faults, rank);
     links.push_back(std::move(link));
   }
   if (!singleCopyWith.empty())

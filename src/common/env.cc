@@ -1,5 +1,7 @@
 #include "src/common/env.h"
 
+#include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -51,6 +53,9 @@ constexpr EnvParam kParams[] = {
      "Cost model: microseconds per message. Unset: measured at init between ranks 0 and 1."},
     {"BRAID_LINK_GBPS", "", "Cost model: link bandwidth in GB/s. Unset: measured at init."},
     {"BRAID_REDUCE_GBPS", "", "Cost model: reduction speed in GB/s. Unset: measured at init."},
+    {"BRAID_FAULTS", "",
+     "Testing only: faults injected into every connection between ranks, as probabilities per "
+     "message, e.g. drop=1e-4,delay=1e-3,close=1e-5,delay_ms=10,seed=7 (docs/ENVIRONMENT.md)."},
     {"BRAID_RANK", "", "Launcher: this process's rank (with BRAID_WORLD_SIZE and BRAID_ADDR)."},
     {"BRAID_WORLD_SIZE", "", "Launcher: number of ranks."},
     {"BRAID_ADDR", "", "Launcher: host:port where rank 0 listens for the rendezvous."},
@@ -87,6 +92,57 @@ Status parseDouble(std::string_view name, const std::string& text, double lo, do
 }
 
 }  // namespace
+
+Result<FaultSpec> parseFaultSpec(const std::string& text) {
+  FaultSpec spec;
+  std::map<std::string, bool> seen;
+  size_t pos = 0;
+  while (!text.empty()) {
+    const size_t comma = text.find(',', pos);
+    const std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq),
+                      value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    auto fail = [&](const std::string& why) {
+      return invalidArgument(strCat("BRAID_FAULTS='", text, "': ", why,
+                                    " (expected drop=P,delay=P,close=P,delay_ms=MS,seed=N)"));
+    };
+    if (eq == std::string::npos || key.empty() || value.empty() ||
+        item.find_first_of(" \t\n") != std::string::npos)
+      return fail(strCat("'", item, "' is not key=value"));
+    if (seen[key]) return fail(strCat(key, " is given twice"));
+    seen[key] = true;
+    double* probability = key == "drop"    ? &spec.drop
+                          : key == "delay" ? &spec.delay
+                          : key == "close" ? &spec.close
+                                           : nullptr;
+    if (probability) {
+      if (!parseDouble(key, value, 0, 1, probability).isOk())
+        return fail(strCat(key, "=", value, " is not a probability in [0, 1]"));
+    } else if (key == "delay_ms") {
+      if (!parseDouble(key, value, 0.001, 60000, &spec.delayMs).isOk())
+        return fail(
+            strCat("delay_ms=", value, " is not a number of milliseconds in [0.001, 60000]"));
+    } else if (key == "seed") {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long seed = std::strtoull(value.c_str(), &end, 10);
+      if (errno != 0 || *end != '\0' || !std::isdigit(static_cast<unsigned char>(value[0])))
+        return fail(strCat("seed=", value, " is not a non-negative integer below 2^64"));
+      spec.seed = seed;
+    } else {
+      return fail(strCat("unknown key '", key, "'"));
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (spec.drop + spec.delay + spec.close > 1)
+    return invalidArgument(strCat("BRAID_FAULTS='", text,
+                                  "': drop + delay + close exceed 1 (each message gets one fault "
+                                  "at most)"));
+  return spec;
+}
 
 std::span<const EnvParam> envParams() {
   return kParams;
@@ -163,6 +219,14 @@ Result<Config> loadConfig() {
         parseDouble("BRAID_REDUCE_GBPS", v, 1e-4, 1e5, &config.reduceGigabytesPerSecond));
   if (std::string spin = envString("BRAID_SPIN_US"); !spin.empty() && spin != "auto")
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SPIN_US", spin, 0, 1e6, &config.spinMicroseconds));
+  BRAID_ASSIGN_OR_RETURN(config.faults, parseFaultSpec(envString("BRAID_FAULTS")));
+  static std::atomic<bool> faultsAnnounced{false};
+  if (config.faults.enabled() && !faultsAnnounced.exchange(true))
+    BRAID_WARN(
+        "BRAID_FAULTS is set: connections between ranks drop, delay and cut messages on "
+        "purpose (drop=",
+        config.faults.drop, ", delay=", config.faults.delay, ", close=", config.faults.close,
+        ", seed=", config.faults.seed, ")");
   return config;
 }
 

@@ -4,6 +4,7 @@
 // parse, is an error at init: nothing is silently ignored.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <span>
 #include <string>
@@ -22,6 +23,22 @@ struct EnvParam {
 // The registered variables, in documentation order.
 std::span<const EnvParam> envParams();
 
+// BRAID_FAULTS: faults injected into every connection between two ranks, for
+// testing how braid fails (transports/faulty). Probabilities are per message
+// sent; all zero (the default) injects nothing and costs nothing.
+struct FaultSpec {
+  double drop = 0;      // never delivered, or only its first bytes (its send completes)
+  double delay = 0;     // the message is held back up to delayMs
+  double close = 0;     // the connection is cut while the message is written
+  double delayMs = 10;  // longest hold of a delayed message
+  uint64_t seed = 0;    // the same seed draws the same faults
+  bool enabled() const { return drop > 0 || delay > 0 || close > 0; }
+};
+
+// Parses "drop=1e-4,delay=1e-3,close=1e-5,delay_ms=10,seed=7": every key at
+// most once, nothing else; "" is no faults.
+Result<FaultSpec> parseFaultSpec(const std::string& text);
+
 struct Config {
   double timeoutSeconds = 300;              // BRAID_TIMEOUT
   std::string transport;                    // BRAID_TRANSPORT ("" = automatic)
@@ -38,6 +55,7 @@ struct Config {
   double linkAlphaMicroseconds = 0;     // BRAID_LINK_ALPHA_US
   double linkGigabytesPerSecond = 0;    // BRAID_LINK_GBPS
   double reduceGigabytesPerSecond = 0;  // BRAID_REDUCE_GBPS
+  FaultSpec faults;                     // BRAID_FAULTS (none by default)
 };
 
 // Reads the environment, validates every BRAID_* variable present.

@@ -67,6 +67,41 @@ TEST(Config, ParsesGoodValues) {
   EXPECT_EQ(c->algo.at("broadcast"), "tree");
 }
 
+TEST(Config, FaultsAreOffUnlessSet) {
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_FALSE(c->faults.enabled());
+}
+
+TEST(Config, ParsesFaults) {
+  ScopedEnv f("BRAID_FAULTS", "drop=1e-4,delay=1e-3,close=1e-5,delay_ms=2.5,seed=7");
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_TRUE(c->faults.enabled());
+  EXPECT_EQ(c->faults.drop, 1e-4);
+  EXPECT_EQ(c->faults.delay, 1e-3);
+  EXPECT_EQ(c->faults.close, 1e-5);
+  EXPECT_EQ(c->faults.delayMs, 2.5);
+  EXPECT_EQ(c->faults.seed, 7u);
+  auto partial = parseFaultSpec("seed=18446744073709551615,close=1");
+  ASSERT_TRUE(partial.isOk()) << partial.status().message();
+  EXPECT_EQ(partial->seed, 18446744073709551615ull);
+  EXPECT_EQ(partial->drop, 0);
+}
+
+TEST(Config, MalformedFaultsAreErrorsNamingTheVariableAndTheItem) {
+  for (const char* bad :
+       {"drop", "drop=", "=0.1", "drop=0.1,", "drop=2", "drop=-0.1", "drop=abc", "drop=nan",
+        "drop=0.1,drop=0.2", "loss=0.1", "drop= 0.1", "seed=-1", "seed=1.5",
+        "seed=99999999999999999999", "delay_ms=0", "drop=0.6,close=0.6", "drop=0.1;delay=0.1"}) {
+    ScopedEnv f("BRAID_FAULTS", bad);
+    auto c = loadConfig();
+    ASSERT_FALSE(c.isOk()) << bad;
+    EXPECT_EQ(c.status().code(), ErrorCode::kInvalidArgument) << bad;
+    EXPECT_NE(c.status().message().find("BRAID_FAULTS"), std::string::npos) << c.status().message();
+  }
+}
+
 TEST(Config, DocumentationListsExactlyTheRegisteredVariables) {
   const char* root = std::getenv("SOURCE_ROOT");
   ASSERT_NE(root, nullptr);
