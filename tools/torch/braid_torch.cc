@@ -193,6 +193,13 @@ struct StoreAdapter {
   c10d::Store* store;
   std::string lastError;
 
+  // c10::Error's what() carries a C++ backtrace; the message alone reads better.
+  static std::string messageOf(const std::exception& e) {
+    if (const auto* c10Error = dynamic_cast<const c10::Error*>(&e))
+      return c10Error->what_without_backtrace();
+    return e.what();
+  }
+
   static braidResult_t set(void* context, const char* key, const void* value, size_t bytes) {
     auto* self = static_cast<StoreAdapter*>(context);
     try {
@@ -200,7 +207,7 @@ struct StoreAdapter {
       self->store->set(key, std::vector<uint8_t>(p, p + bytes));
       return braidSuccess;
     } catch (const std::exception& e) {
-      self->lastError = e.what();
+      self->lastError = messageOf(e);
       return braidSystemError;
     }
   }
@@ -217,7 +224,7 @@ struct StoreAdapter {
       std::memcpy(value, v.data(), std::min(capacity, v.size()));
       return braidSuccess;
     } catch (const std::exception& e) {
-      self->lastError = e.what();
+      self->lastError = messageOf(e);
       return std::chrono::steady_clock::now() - start >= timeout ? braidTimeout : braidSystemError;
     }
   }
