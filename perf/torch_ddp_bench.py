@@ -16,7 +16,9 @@ Two measurements, both on --ranks processes of this machine:
    trains two replicas, one over a braid group and one over a gloo group,
    block by block (a block = --block-steps steps), and the median step time
    per backend. Both backends see the same load at nearly the same time, so
-   this one resists a machine whose speed drifts between launches.
+   this one resists a machine whose speed drifts between launches. A third
+   replica trains without DDP (no communication at all): the floor that no
+   backend can go under, and so the best ratio any backend could reach.
 3. Per-collective latency through the plugin: dist.all_reduce of float32
    tensors, small and large, on a braid group and a gloo group of one
    launch, in alternating blocks; the median block per size and backend.
@@ -109,16 +111,19 @@ def blocks_worker(rank, args, port, queue):
     for name, group in groups.items():
         model = DistributedDataParallel(copy.deepcopy(base), process_group=group)
         replicas[name] = (model, torch.optim.Adam(model.parameters(), lr=1e-3))
+    alone = copy.deepcopy(base)
+    replicas["none"] = (alone, torch.optim.Adam(alone.parameters(), lr=1e-3))
     loss_fn = nn.CrossEntropyLoss()
     batch = args.batch
     begin, end = batch * rank // args.ranks, batch * (rank + 1) // args.ranks
     steps = len(x) // batch
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(args.seed))
-    times = {"braid": [], "gloo": []}
-    cpu = {"braid": 0.0, "gloo": 0.0}
+    times = {"braid": [], "gloo": [], "none": []}
+    cpu = {"braid": 0.0, "gloo": 0.0, "none": 0.0}
     cursor = 0
     for block in range(args.step_blocks):
-        for name in (["braid", "gloo"] if block % 2 == 0 else ["gloo", "braid"]):
+        names = ["braid", "gloo", "none"]
+        for name in (names if block % 2 == 0 else names[::-1]):
             model, optimizer = replicas[name]
             dist.barrier(group=groups["gloo"])
             cpu_start = cpu_seconds()
@@ -224,16 +229,17 @@ def main():
     if not args.skip_blocks:
         results = launch(blocks_worker, args)
         times = results[0]["times"]
-        cpu = {k: sum(r["cpu_per_step"][k] for r in results) for k in ("braid", "gloo")}
-        braid, gloo = statistics.median(times["braid"]), statistics.median(times["gloo"])
+        cpu = {k: sum(r["cpu_per_step"][k] for r in results) for k in times}
+        median = {k: statistics.median(v) for k, v in times.items()}
         pairs = [b / g for b, g in zip(times["braid"], times["gloo"])]
         print(f"\nDDP steps in alternating blocks of {args.block_steps}, one launch, "
               f"{args.step_blocks} blocks each")
         print(f"{'backend':<10}{'median ms/step':>16}{'cpu ms/step':>13}")
-        print(f"{'braid':<10}{1e3 * braid:>16.2f}{1e3 * cpu['braid']:>13.2f}\n"
-              f"{'gloo':<10}{1e3 * gloo:>16.2f}{1e3 * cpu['gloo']:>13.2f}")
+        for k, label in (("braid", "braid"), ("gloo", "gloo"), ("none", "no DDP")):
+            print(f"{label:<10}{1e3 * median[k]:>16.2f}{1e3 * cpu[k]:>13.2f}")
         print(f"median ratio of paired blocks braid / gloo: {statistics.median(pairs):.3f} "
-              f"(range {min(pairs):.3f}-{max(pairs):.3f})")
+              f"(range {min(pairs):.3f}-{max(pairs):.3f}); without communication: "
+              f"{median['none'] / median['gloo']:.3f}")
 
     if not args.skip_latency:
         results = launch(latency_worker, args)[0]
