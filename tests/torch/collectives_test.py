@@ -253,6 +253,21 @@ class Checker:
                 req.wait()
             self.expect_equal(got, want, f"batch_isend_irecv count={count}")
 
+    def subgroups(self):
+        # Groups of some ranks, numbered within the group, next to the whole.
+        n = self.world
+        ends = dist.new_group([0, n - 1], backend="braid")
+        rest = dist.new_group(list(range(1, n)), backend="braid")
+        x = torch.full((7,), float(self.rank + 1))
+        if self.rank in (0, n - 1):
+            dist.all_reduce(x, group=ends)
+            self.expect_equal(x, torch.full((7,), float(1 + n if n > 1 else 1)), "ends group")
+        x = torch.full((7,), float(self.rank + 1))
+        if self.rank >= 1:
+            dist.broadcast(x, src=n - 1, group=rest)
+            self.expect_equal(x, torch.full((7,), float(n)), "rest group broadcast")
+        dist.barrier(group=self.braid)
+
     def barrier(self):
         for _ in range(3):
             dist.barrier(group=self.braid)
@@ -271,7 +286,7 @@ def body(rank, world, args):
 
 def extra(parser):
     parser.add_argument("--case", default="allreduce,broadcast_and_reduce,gathers,"
-                        "reduce_scatters,alltoalls,point_to_point,barrier")
+                        "reduce_scatters,alltoalls,point_to_point,subgroups,barrier")
 
 
 if __name__ == "__main__":
