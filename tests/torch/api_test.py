@@ -100,9 +100,14 @@ def errors_case(rank, world, args):
     assert torch.all(x == world)
 
     # A failure inside braid: the ranks disagree on the count.
+    # wait() raises it, and the Work's future fails with it.
     mine = torch.ones(10 if rank == 0 else 20)
-    text = expect_error(lambda: dist.all_reduce(mine), "braid: all_reduce failed",
-                        "invalid usage", "count=10", "count=20")
+    work = dist.all_reduce(mine, async_op=True)
+    future = work.get_future()
+    text = expect_error(work.wait, "braid: all_reduce failed", "invalid usage", "count=10",
+                        "count=20")
+    expect_error(future.wait, "braid: all_reduce failed", "count=10", "count=20")
+    assert work.is_completed() and future.done()
     print(f"rank {rank}: {text}", flush=True)
     # The communicator is unusable after it; later calls say so.
     expect_error(lambda: dist.all_reduce(torch.ones(3)), "braid")
