@@ -130,6 +130,46 @@ braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uni
  * are missing or malformed (the message names the variable). */
 braidResult_t braidCommInitFromEnv(braidComm_t* comm);
 
+/* braid extension: a key-value store that the ranks already share (a
+ * framework's rendezvous store, a launcher's key-value service, a file on a
+ * shared file system), through which braidCommInitRankWithStore hands rank
+ * 0's unique id to the other ranks. braid calls `set` and `get` only on the
+ * thread that called braidCommInitRankWithStore, and never after it
+ * returned. Keys are NUL-terminated strings; values are bytes. */
+typedef struct {
+  void* context; /* handed back to set and get unchanged */
+  /* Prepended to every key braid uses (NULL = ""). Communicators created on
+   * one store need distinct prefixes, or a rank may read another
+   * communicator's id. */
+  const char* keyPrefix;
+  /* Makes the `bytes` bytes at `value` the value of `key` for every rank.
+   * Returns braidSuccess or an error code (braidSystemError when the store
+   * failed), which braidCommInitRankWithStore returns. */
+  braidResult_t (*set)(void* context, const char* key, const void* value, size_t bytes);
+  /* Waits up to `timeoutSeconds` for `key` to be set, then copies at most
+   * `capacity` bytes of its value to `value` and writes the value's full
+   * length to *bytes. Returns braidSuccess, braidTimeout when the key was not
+   * set in time, or another error code. */
+  braidResult_t (*get)(void* context, const char* key, void* value, size_t capacity, size_t* bytes,
+                       double timeoutSeconds);
+} braidStore_t;
+
+/* braid extension: braidCommInitRank with the unique id handed out through
+ * `store`. Rank 0 calls braidGetUniqueId and sets the key
+ * "<keyPrefix>braid/uniqueId" to its 128 bytes; every other rank gets that
+ * key, waiting up to BRAID_TIMEOUT seconds for it, then all call
+ * braidCommInitRank. That is the only key used. A value left under the key
+ * by an earlier run makes the ranks that read it fail (braidTimeout or
+ * braidRemoteError): give each run a fresh store or prefix.
+ * Errors: braidInvalidArgument (NULL comm, store, set or get; nranks < 1;
+ * rank out of range; a callback that returned a value which is not an error
+ * code), braidTimeout (the key did not appear in time), braidInvalidUsage
+ * (the key's value is not 128 bytes), a callback's own error code (the
+ * message names the key and the callback), and the errors of
+ * braidGetUniqueId and braidCommInitRank. */
+braidResult_t braidCommInitRankWithStore(braidComm_t* comm, int nranks, const braidStore_t* store,
+                                         int rank);
+
 /* Collective over `comm`: ranks with the same `color` form a new
  * communicator, ordered by `key`, ties broken by rank in `comm`. A rank with
  * color < 0 takes part but gets *newcomm = NULL.
@@ -292,6 +332,28 @@ braidResult_t braidStreamQuery(braidStream_t stream);
 
 /* Waits for the queued calls, then frees the stream. NULL is a no-op. */
 braidResult_t braidStreamDestroy(braidStream_t stream);
+
+/* braid extension: a function that braidStreamAddCallback runs on a
+ * stream's thread. `status` is braidSuccess when every call queued on the
+ * stream before it succeeded, else the stream's first error, whose message
+ * braidGetLastError(NULL) returns inside the callback. */
+typedef void (*braidStreamCallback_t)(braidStream_t stream, braidResult_t status, void* userData);
+
+/* braid extension: queues `callback(stream, status, userData)` on `stream`,
+ * as cudaLaunchHostFunc does on a CUDA stream: it runs on the stream's
+ * thread after every call queued before it has finished, successfully or
+ * not, and before any call queued after it. It runs after an error too, so
+ * whoever waits on it learns the outcome; braidStreamSynchronize,
+ * braidStreamDestroy and braidCommDestroy wait for it like for a call. A
+ * callback may queue calls and callbacks on any stream, but must not wait
+ * for its own stream: braidStreamSynchronize and braidStreamDestroy of it,
+ * and braidCommDestroy of its communicator, return braidInvalidUsage there.
+ * Later calls on the stream wait while it runs, so keep it short.
+ * Errors: braidInvalidArgument (NULL or dead stream, NULL callback),
+ * braidInvalidUsage (inside a group, where the group's calls reach the
+ * stream only at braidGroupEnd: add the callback after it). */
+braidResult_t braidStreamAddCallback(braidStream_t stream, braidStreamCallback_t callback,
+                                     void* userData);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,57 @@ using braid::api::guard;
 
 namespace {
 
+Status makeUniqueId(braidUniqueId* uniqueId) {
+  BRAID_ASSIGN_OR_RETURN(braid::Config config, braid::loadConfig());
+  braid::RendezvousInfo info;
+  BRAID_RETURN_IF_ERROR(braid::randomBytes(info.secret));
+  BRAID_ASSIGN_OR_RETURN(auto listenAt, braid::chooseBootstrapAddress(config.socketIfname,
+                                                                      braid::Deadline::after(10)));
+  BRAID_ASSIGN_OR_RETURN(
+      info.root, braid::startRendezvousServer(listenAt, info.secret, config.timeoutSeconds));
+  info.encode(uniqueId->internal);
+  BRAID_INFO("unique id: rendezvous at ", info.root.toString());
+  return Status::ok();
+}
+
+Status checkRank(int nranks, int rank) {
+  if (nranks < 1) return braid::invalidArgument(braid::strCat("nranks=", nranks, " must be >= 1"));
+  if (rank < 0 || rank >= nranks)
+    return braid::invalidArgument(
+        braid::strCat("rank=", rank, " is out of range [0, ", nranks, ")"));
+  return Status::ok();
+}
+
+braid::Result<std::shared_ptr<braid::Communicator>> createCommunicator(int nranks,
+                                                                       const braidUniqueId& id,
+                                                                       int rank) {
+  BRAID_ASSIGN_OR_RETURN(braid::RendezvousInfo info, braid::RendezvousInfo::decode(id.internal));
+  BRAID_ASSIGN_OR_RETURN(braid::Config config, braid::loadConfig());
+  return braid::Communicator::create(info, nranks, rank, config);
+}
+
+// The key, after the store's prefix, under which rank 0 publishes the id.
+constexpr const char* kStoreUniqueIdKey = "braid/uniqueId";
+
+// Turns what a store callback returned into a Status that names the key.
+Status storeOutcome(braidResult_t result, const char* call, const std::string& key,
+                    double timeoutSeconds = 0) {
+  if (result == braidSuccess) return Status::ok();
+  if (result == braidTimeout)
+    return Status(braid::ErrorCode::kTimeout,
+                  braid::strCat("store->", call, " of '", key, "' timed out",
+                                timeoutSeconds > 0 ? braid::strCat(" after ", timeoutSeconds, " s")
+                                                   : std::string(),
+                                timeoutSeconds > 0 ? ": did rank 0 reach its init?" : ""));
+  if (result < braidSystemError || result > braidNotSupported || result == braidInProgress)
+    return braid::invalidArgument(braid::strCat("store->", call, " of '", key, "' returned ",
+                                                static_cast<int>(result),
+                                                ", which is not a braidResult_t error code"));
+  return Status(
+      static_cast<braid::ErrorCode>(result),
+      braid::strCat("store->", call, " of '", key, "' failed (", braidGetErrorString(result), ")"));
+}
+
 braidResult_t newCommHandle(std::shared_ptr<braid::Communicator> comm, braidComm_t* out) {
   auto* handle = new braidComm;
   handle->comm = std::move(comm);
@@ -63,16 +114,7 @@ braidResult_t braidGetVersion(int* version) {
 braidResult_t braidGetUniqueId(braidUniqueId* uniqueId) {
   return guard("braidGetUniqueId", [&]() -> Status {
     if (!uniqueId) return braid::invalidArgument("uniqueId is NULL");
-    BRAID_ASSIGN_OR_RETURN(braid::Config config, braid::loadConfig());
-    braid::RendezvousInfo info;
-    BRAID_RETURN_IF_ERROR(braid::randomBytes(info.secret));
-    BRAID_ASSIGN_OR_RETURN(auto listenAt, braid::chooseBootstrapAddress(
-                                              config.socketIfname, braid::Deadline::after(10)));
-    BRAID_ASSIGN_OR_RETURN(
-        info.root, braid::startRendezvousServer(listenAt, info.secret, config.timeoutSeconds));
-    info.encode(uniqueId->internal);
-    BRAID_INFO("unique id: rendezvous at ", info.root.toString());
-    return Status::ok();
+    return makeUniqueId(uniqueId);
   });
 }
 
@@ -81,15 +123,44 @@ braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uni
   braidResult_t r = guard("braidCommInitRank", [&]() -> Status {
     if (!comm) return braid::invalidArgument("comm is NULL");
     *comm = nullptr;
-    if (nranks < 1)
-      return braid::invalidArgument(braid::strCat("nranks=", nranks, " must be >= 1"));
-    if (rank < 0 || rank >= nranks)
-      return braid::invalidArgument(
-          braid::strCat("rank=", rank, " is out of range [0, ", nranks, ")"));
-    BRAID_ASSIGN_OR_RETURN(braid::RendezvousInfo info,
-                           braid::RendezvousInfo::decode(uniqueId.internal));
+    BRAID_RETURN_IF_ERROR(checkRank(nranks, rank));
+    BRAID_ASSIGN_OR_RETURN(created, createCommunicator(nranks, uniqueId, rank));
+    return Status::ok();
+  });
+  return r == braidSuccess ? newCommHandle(std::move(created), comm) : r;
+}
+
+braidResult_t braidCommInitRankWithStore(braidComm_t* comm, int nranks, const braidStore_t* store,
+                                         int rank) {
+  std::shared_ptr<braid::Communicator> created;
+  braidResult_t r = guard("braidCommInitRankWithStore", [&]() -> Status {
+    if (!comm) return braid::invalidArgument("comm is NULL");
+    *comm = nullptr;
+    if (!store) return braid::invalidArgument("store is NULL");
+    if (!store->set) return braid::invalidArgument("store->set is NULL");
+    if (!store->get) return braid::invalidArgument("store->get is NULL");
+    BRAID_RETURN_IF_ERROR(checkRank(nranks, rank));
     BRAID_ASSIGN_OR_RETURN(braid::Config config, braid::loadConfig());
-    BRAID_ASSIGN_OR_RETURN(created, braid::Communicator::create(info, nranks, rank, config));
+    std::string key = braid::strCat(store->keyPrefix ? store->keyPrefix : "", kStoreUniqueIdKey);
+    braidUniqueId id;
+    if (rank == 0) {
+      BRAID_RETURN_IF_ERROR(makeUniqueId(&id));
+      BRAID_RETURN_IF_ERROR(storeOutcome(
+          store->set(store->context, key.c_str(), id.internal, sizeof id.internal), "set", key));
+    } else {
+      size_t bytes = 0;
+      BRAID_INFO("rank ", rank, " waits up to ", config.timeoutSeconds, " s for '", key,
+                 "' in the store");
+      BRAID_RETURN_IF_ERROR(
+          storeOutcome(store->get(store->context, key.c_str(), id.internal, sizeof id.internal,
+                                  &bytes, config.timeoutSeconds),
+                       "get", key, config.timeoutSeconds));
+      if (bytes != sizeof id.internal)
+        return braid::invalidUsage(braid::strCat(
+            "the store's value of '", key, "' has ", bytes, " bytes, not the ", sizeof id.internal,
+            " of a braid unique id: does something else use that key?"));
+    }
+    BRAID_ASSIGN_OR_RETURN(created, createCommunicator(nranks, id, rank));
     return Status::ok();
   });
   return r == braidSuccess ? newCommHandle(std::move(created), comm) : r;
@@ -149,6 +220,10 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
       for (auto& w : comm->streams)
         if (auto s = w.lock()) streams.push_back(std::move(s));
     }
+    for (auto& s : streams)
+      if (s->onWorkerThread())
+        return braid::invalidUsage(
+            "a communicator cannot be destroyed from a callback of one of its streams");
     for (auto& s : streams) (void)s->synchronize();
     comm->comm->shutdown();
     comm->magic = 0;

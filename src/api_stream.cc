@@ -1,4 +1,5 @@
 // extern "C" stream calls.
+#include "src/common/log.h"
 #include "src/common/strcat.h"
 #include "src/handles.h"
 
@@ -47,10 +48,36 @@ braidResult_t braidStreamQuery(braidStream_t stream) {
   });
 }
 
+braidResult_t braidStreamAddCallback(braidStream_t stream, braidStreamCallback_t callback,
+                                     void* userData) {
+  return guard("braidStreamAddCallback", [&]() -> Status {
+    BRAID_RETURN_IF_ERROR(braid::api::checkStream(stream));
+    if (!callback) return braid::invalidArgument("callback is NULL");
+    // A group hands its calls to the stream only at braidGroupEnd, so a
+    // callback queued now would run before them.
+    if (braid::api::groupOpen())
+      return braid::invalidUsage("inside a group: add the callback after braidGroupEnd");
+    stream->stream->enqueueCallback([stream, callback, userData](const Status& outcome) {
+      // The stream's error becomes the callback thread's last error, so the
+      // callback can read its message with braidGetLastError.
+      braid::api::setLastError(outcome.isOk() ? std::string() : outcome.message());
+      auto code = static_cast<braidResult_t>(outcome.code());
+      try {
+        callback(stream, code, userData);
+      } catch (...) {
+        BRAID_WARN("a stream callback threw an exception; it was ignored");
+      }
+    });
+    return Status::ok();
+  });
+}
+
 braidResult_t braidStreamDestroy(braidStream_t stream) {
   return guard("braidStreamDestroy", [&]() -> Status {
     if (!stream) return Status::ok();
     BRAID_RETURN_IF_ERROR(braid::api::checkStream(stream));
+    if (stream->stream->onWorkerThread())
+      return braid::invalidUsage("a stream cannot be destroyed from one of its own callbacks");
     stream->stream.reset();  // waits for its queue
     stream->magic = 0;
     delete stream;

@@ -13,11 +13,19 @@ HostStream::~HostStream() {
 
 void HostStream::enqueue(std::vector<Operation> ops) {
   std::lock_guard lock(mutex_);
-  queue_.push_back(std::move(ops));
+  queue_.push_back({std::move(ops), nullptr});
+  changed_.notify_all();
+}
+
+void HostStream::enqueueCallback(std::function<void(const Status&)> callback) {
+  std::lock_guard lock(mutex_);
+  queue_.push_back({{}, std::move(callback)});
   changed_.notify_all();
 }
 
 Status HostStream::synchronize() {
+  if (onWorkerThread())
+    return invalidUsage("a stream cannot wait for itself from one of its own callbacks");
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
   return firstError_;
@@ -35,14 +43,23 @@ void HostStream::work(std::stop_token stop) {
   while (true) {
     changed_.wait(lock, [&] { return stop.stop_requested() || !queue_.empty(); });
     if (queue_.empty()) return;
-    std::vector<Operation> ops = std::move(queue_.front());
+    Entry entry = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
+    if (entry.callback) {
+      Status outcome = firstError_;
+      lock.unlock();
+      entry.callback(outcome);
+      lock.lock();
+      busy_ = false;
+      changed_.notify_all();
+      continue;
+    }
     bool skip = !firstError_.isOk();
     lock.unlock();
     // After a failure the stream's state is undefined; later calls are not
     // run (their ranks would wait for a partner that already gave up).
-    Status s = skip ? Status::ok() : comm_->run(ops, index_);
+    Status s = skip ? Status::ok() : comm_->run(entry.ops, index_);
     lock.lock();
     if (!s.isOk() && firstError_.isOk()) {
       firstError_ = s;

@@ -24,17 +24,27 @@ class HostStream {
   int index() const { return index_; }
 
   void enqueue(std::vector<Operation> ops);
+  // Runs `callback` on the stream's thread once every call queued before it
+  // has finished, with the first error so far (or ok).
+  void enqueueCallback(std::function<void(const Status&)> callback);
+  // Fails with kInvalidUsage on the stream's own thread (inside a callback),
+  // where waiting for the queue would wait for itself.
   Status synchronize();
   Status query();
+  bool onWorkerThread() const { return std::this_thread::get_id() == worker_.get_id(); }
 
  private:
+  struct Entry {
+    std::vector<Operation> ops;
+    std::function<void(const Status&)> callback;  // set: this entry is a callback
+  };
   void work(std::stop_token stop);
 
   std::shared_ptr<Communicator> comm_;
   const int index_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<std::vector<Operation>> queue_;
+  std::deque<Entry> queue_;
   bool busy_ = false;
   Status firstError_;
   std::jthread worker_;

@@ -60,6 +60,10 @@ braidResult_t (*const p_stream_cuda)(braidComm_t, void*,
 braidResult_t (*const p_stream_sync)(braidStream_t) = braidStreamSynchronize;
 braidResult_t (*const p_stream_query)(braidStream_t) = braidStreamQuery;
 braidResult_t (*const p_stream_destroy)(braidStream_t) = braidStreamDestroy;
+braidResult_t (*const p_init_store)(braidComm_t*, int, const braidStore_t*,
+                                    int) = braidCommInitRankWithStore;
+braidResult_t (*const p_stream_callback)(braidStream_t, braidStreamCallback_t,
+                                         void*) = braidStreamAddCallback;
 
 /* void (*)(void) converts to and from every function pointer type. */
 typedef void (*any_function)(void);
@@ -75,16 +79,22 @@ static void check(int ok, const char* what) {
 
 int main(void) {
   const any_function all[] = {
-      (any_function)p_error_string, (any_function)p_last_error,     (any_function)p_version,
-      (any_function)p_unique_id,    (any_function)p_init_rank,      (any_function)p_init_env,
-      (any_function)p_split,        (any_function)p_destroy,        (any_function)p_abort,
-      (any_function)p_async,        (any_function)p_count,          (any_function)p_user_rank,
-      (any_function)p_allreduce,    (any_function)p_broadcast,      (any_function)p_reduce,
-      (any_function)p_allgather,    (any_function)p_reduce_scatter, (any_function)p_alltoall,
-      (any_function)p_gather,       (any_function)p_scatter,        (any_function)p_barrier,
-      (any_function)p_send,         (any_function)p_recv,           (any_function)p_group_start,
-      (any_function)p_group_end,    (any_function)p_stream_create,  (any_function)p_stream_cuda,
-      (any_function)p_stream_sync,  (any_function)p_stream_query,   (any_function)p_stream_destroy,
+      (any_function)p_error_string,   (any_function)p_last_error,
+      (any_function)p_version,        (any_function)p_unique_id,
+      (any_function)p_init_rank,      (any_function)p_init_env,
+      (any_function)p_split,          (any_function)p_destroy,
+      (any_function)p_abort,          (any_function)p_async,
+      (any_function)p_count,          (any_function)p_user_rank,
+      (any_function)p_allreduce,      (any_function)p_broadcast,
+      (any_function)p_reduce,         (any_function)p_allgather,
+      (any_function)p_reduce_scatter, (any_function)p_alltoall,
+      (any_function)p_gather,         (any_function)p_scatter,
+      (any_function)p_barrier,        (any_function)p_send,
+      (any_function)p_recv,           (any_function)p_group_start,
+      (any_function)p_group_end,      (any_function)p_stream_create,
+      (any_function)p_stream_cuda,    (any_function)p_stream_sync,
+      (any_function)p_stream_query,   (any_function)p_stream_destroy,
+      (any_function)p_init_store,     (any_function)p_stream_callback,
   };
   const char* names[braidNotSupported + 1];
   int version = -1;
@@ -96,7 +106,7 @@ int main(void) {
   float y[3] = {0.0f, 0.0f, 0.0f};
 
   for (i = 0; i < (int)(sizeof all / sizeof all[0]); ++i) check(all[i] != NULL, "function address");
-  check(sizeof all / sizeof all[0] == 30, "30 functions");
+  check(sizeof all / sizeof all[0] == 32, "32 functions");
 
   last = braidGetLastError(NULL);
   check(last != NULL && last[0] == '\0', "braidGetLastError(NULL) is \"\" before any failure");
@@ -118,6 +128,13 @@ int main(void) {
   check(braidCommDestroy(NULL) == braidSuccess, "braidCommDestroy(NULL)");
   check(braidStreamDestroy(NULL) == braidSuccess, "braidStreamDestroy(NULL)");
   check(braidStreamQuery(NULL) == braidInvalidArgument, "braidStreamQuery(NULL)");
+  {
+    braidStore_t store = {NULL, NULL, NULL, NULL};
+    check(braidCommInitRankWithStore(&comm, 1, &store, 0) == braidInvalidArgument,
+          "braidCommInitRankWithStore without callbacks");
+    check(braidStreamAddCallback(NULL, NULL, NULL) == braidInvalidArgument,
+          "braidStreamAddCallback(NULL)");
+  }
 
   /* A 1-rank communicator needs no peer. */
   check(braidGetUniqueId(&id) == braidSuccess, "braidGetUniqueId");

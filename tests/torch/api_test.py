@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""The "braid" backend as the default process group, through each init method.
+
+--case work: init_process_group("braid") with --init env|tcp|file, then Work
+objects: wait(), is_completed() before and after, get_future() and a chained
+then(), many calls in flight at once, and the process group's name.
+--case errors: what a user sees when a call is refused (a dtype or op braid
+lacks, recv from any source) and when braid itself fails (ranks calling
+different counts): a RuntimeError that carries braid's message.
+
+    python3 tests/torch/api_test.py --ranks 2 --init file --case work
+"""
+
+import datetime
+import time
+
+import torch
+import torch.distributed as dist
+
+import braid_torch
+import ranks
+
+
+def init(rank, world, args, timeout=datetime.timedelta(seconds=60)):
+    dist.init_process_group("braid", init_method=ranks.init_method(args), rank=rank,
+                            world_size=world, timeout=timeout)
+    assert dist.get_backend() == "braid", dist.get_backend()
+    assert dist.get_rank() == rank and dist.get_world_size() == world
+
+
+def expect_error(call, *words):
+    try:
+        call()
+    except RuntimeError as e:
+        text = str(e)
+        for w in words:
+            assert w in text, f"{w!r} not in the error: {text}"
+        return text
+    raise AssertionError(f"no error; expected one naming {words}")
+
+
+def work_case(rank, world, args):
+    init(rank, world, args)
+    assert braid_torch.backend_name == "braid" and braid_torch.braid_version >= 100
+
+    # Rank 0's call cannot finish before the last rank joins, a second later.
+    t = torch.full((1000,), float(rank + 1))
+    if rank == world - 1:
+        time.sleep(1.0)
+    work = dist.all_reduce(t, async_op=True)
+    if rank == 0 and world > 1:
+        assert not work.is_completed(), "completed before every rank called"
+    assert work.wait()
+    assert work.is_completed()
+    total = world * (world + 1) / 2
+    assert torch.all(t == total), t
+
+    # The future holds the output and completes chained callbacks.
+    t = torch.full((10,), float(rank))
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    doubled = fut.then(lambda f: f.value()[0] * 2)
+    assert torch.equal(fut.wait()[0], t)
+    assert torch.all(doubled.wait() == 2 * sum(range(world)))
+
+    # Many calls in flight, completed in order.
+    tensors = [torch.full((5000,), float(i + rank)) for i in range(16)]
+    works = [dist.all_reduce(x, async_op=True) for x in tensors]
+    gathered = [torch.zeros(3) for _ in range(world)]
+    works.append(dist.all_gather(gathered, torch.full((3,), float(rank)), async_op=True))
+    futures = [w.get_future() for w in works]
+    torch.futures.wait_all(futures)
+    for i, x in enumerate(tensors):
+        assert torch.all(x == world * i + sum(range(world))), (i, x)
+    for r in range(world):
+        assert torch.all(gathered[r] == r)
+    assert all(w.is_completed() for w in works)
+
+    # Non-contiguous tensors are staged and copied back.
+    m = torch.arange(12, dtype=torch.float64).reshape(3, 4).t()
+    dist.all_reduce(m)
+    assert torch.equal(m, world * torch.arange(12, dtype=torch.float64).reshape(3, 4).t())
+
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"rank {rank}: work and futures through {args.init}:// passed", flush=True)
+
+
+def errors_case(rank, world, args):
+    init(rank, world, args, timeout=datetime.timedelta(seconds=20))
+    t = torch.ones(10, dtype=torch.int16)
+    expect_error(lambda: dist.all_reduce(t), "braid", "Short", "not supported")
+    expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), dist.ReduceOp.BAND),
+                 "braid", "not supported")
+    expect_error(lambda: dist.recv(torch.zeros(3)), "recvAnysource")
+    expect_error(lambda: dist.broadcast(torch.ones(3), src=world + 5), "braid", "root")
+
+    # Refused calls leave the process group usable.
+    x = torch.ones(8)
+    dist.all_reduce(x)
+    assert torch.all(x == world)
+
+    # A failure inside braid: the ranks disagree on the count.
+    # wait() raises it, and the Work's future fails with it.
+    mine = torch.ones(10 if rank == 0 else 20)
+    work = dist.all_reduce(mine, async_op=True)
+    future = work.get_future()
+    text = expect_error(work.wait, "braid: all_reduce failed", "invalid usage", "count=10",
+                        "count=20")
+    expect_error(future.wait, "braid: all_reduce failed", "count=10", "count=20")
+    assert work.is_completed() and future.done()
+    print(f"rank {rank}: {text}", flush=True)
+    # The communicator is unusable after it; later calls say so.
+    expect_error(lambda: dist.all_reduce(torch.ones(3)), "braid")
+    dist.destroy_process_group()
+
+
+def body(rank, world, args):
+    {"work": work_case, "errors": errors_case}[args.case](rank, world, args)
+
+
+def extra(parser):
+    parser.add_argument("--case", choices=["work", "errors"], default="work")
+
+
+if __name__ == "__main__":
+    ranks.main(body, extra)

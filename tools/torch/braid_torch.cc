@@ -1,0 +1,698 @@
+// braid_torch: braid as a torch.distributed backend (PyTorch 1.13's c10d
+// ProcessGroup). `import braid_torch` registers the backend "braid"; then
+// torch.distributed.init_process_group("braid", ...) bootstraps a braid
+// communicator through the c10d Store it is handed
+// (braidCommInitRankWithStore) and runs every collective on braid host
+// streams. A Work completes from a stream callback (braidStreamAddCallback),
+// which also completes the Work's future: DDP chains its gradient division
+// on it.
+//
+// Only braid.h is used of braid. One translation unit: torch's headers make
+// each one slow to compile.
+#include <Python.h>
+#include <braid.h>
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <utility>
+#include <vector>
+
+namespace braid_torch {
+namespace {
+
+constexpr const char* kBackendName = "braid";
+
+[[noreturn]] void fail(const std::string& message) {
+  throw std::runtime_error("braid: " + message);
+}
+
+// The exception for a failed braid call: its code's name and braid's
+// message (braidGetLastError of this thread).
+std::runtime_error braidError(const std::string& what, braidResult_t result, const char* message) {
+  std::string text = "braid: " + what + " failed (" + braidGetErrorString(result) + ")";
+  if (message && *message) text += ": " + std::string(message);
+  return std::runtime_error(text);
+}
+
+void check(braidResult_t result, const std::string& what) {
+  if (result != braidSuccess) throw braidError(what, result, braidGetLastError(nullptr));
+}
+
+// The braid type of a tensor that is reduced; data that is only moved goes
+// as bytes, so every dtype can be moved.
+braidDataType_t reductionType(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kChar:
+      return braidInt8;
+    case at::kByte:
+      return braidUint8;
+    case at::kInt:
+      return braidInt32;
+    case at::kLong:
+      return braidInt64;
+    case at::kHalf:
+      return braidFloat16;
+    case at::kBFloat16:
+      return braidBfloat16;
+    case at::kFloat:
+      return braidFloat32;
+    case at::kDouble:
+      return braidFloat64;
+    default:
+      fail(std::string("reductions of ") + c10::toString(t.scalar_type()) +
+           " tensors are not supported (supported: int8, uint8, int32, int64, float16, "
+           "bfloat16, float32, float64)");
+  }
+}
+
+braidRedOp_t reductionOp(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return braidSum;
+    case c10d::ReduceOp::PRODUCT:
+      return braidProd;
+    case c10d::ReduceOp::MIN:
+      return braidMin;
+    case c10d::ReduceOp::MAX:
+      return braidMax;
+    case c10d::ReduceOp::AVG:
+      return braidAvg;
+    default:
+      fail("ReduceOp " + std::to_string(static_cast<int>(op.op_)) +
+           " (BAND, BOR, BXOR or PREMUL_SUM) is not supported; use SUM, PRODUCT, MIN, MAX "
+           "or AVG");
+  }
+}
+
+void checkCpu(const at::Tensor& t, const char* what) {
+  if (!t.defined()) fail(std::string(what) + " is an undefined tensor");
+  if (!t.device().is_cpu())
+    fail(std::string(what) + " is on " + t.device().str() + "; this build of braid_torch " +
+         "handles CPU tensors only");
+  if (t.layout() != at::kStrided) fail(std::string(what) + " is not a dense (strided) tensor");
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* what) {
+  if (tensors.size() != 1)
+    fail(std::string(what) + ": expected one tensor, got " + std::to_string(tensors.size()) +
+         " (one tensor per process)");
+  return tensors[0];
+}
+
+size_t bytesOf(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel()) * t.element_size();
+}
+
+// A Work that a stream callback completes. It holds every tensor the queued
+// calls touch until then, and runs `finishers` (copies out of staging
+// buffers) before it completes.
+class BraidWork : public c10d::Work {
+ public:
+  // `title` is "braid:<name>", as profiles show it.
+  BraidWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
+      : Work(rank, type, title),
+        name_(title + std::strlen("braid:")),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+  // Completion is the work's and its future's: whoever sees one sees both.
+  bool isCompleted() override { return Work::isCompleted() && future_->completed(); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    bool done = Work::wait(timeout);  // throws the work's error
+    future_->wait();
+    return done;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // Keeps `t` alive until the work completes.
+  void hold(const at::Tensor& t) { held_.push_back(t); }
+
+  // A contiguous tensor with t's data for the calls to use; when t itself is
+  // not contiguous, the result is copied back into t on success if
+  // `copyBack`.
+  at::Tensor dense(const at::Tensor& t, bool copyBack) {
+    hold(t);
+    if (t.is_contiguous()) return t;
+    at::Tensor staged = t.contiguous();
+    hold(staged);
+    if (copyBack) finishers_.push_back([t, staged]() mutable { t.copy_(staged); });
+    return staged;
+  }
+
+  void onSuccess(std::function<void()> f) { finishers_.push_back(std::move(f)); }
+
+  // braidStreamCallback_t; userData is a heap intrusive_ptr to the work.
+  static void onStream(braidStream_t, braidResult_t status, void* userData) {
+    c10::intrusive_ptr<BraidWork> work(
+        std::move(*static_cast<c10::intrusive_ptr<BraidWork>*>(userData)));
+    delete static_cast<c10::intrusive_ptr<BraidWork>*>(userData);
+    work->complete(status, braidGetLastError(nullptr));
+  }
+
+ private:
+  void complete(braidResult_t status, const char* message) {
+    std::exception_ptr error;
+    if (status != braidSuccess) {
+      error = std::make_exception_ptr(braidError(name_, status, message));
+    } else {
+      try {
+        for (auto& f : finishers_) f();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    finishers_.clear();
+    held_.clear();
+    finish(error);
+    if (error)
+      future_->setError(error);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  }
+
+  std::string name_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> held_;
+  std::vector<std::function<void()>> finishers_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// braidStore_t over a c10d::Store. Store failures are exceptions; they
+// become error codes here, and their text is kept for the init error.
+struct StoreAdapter {
+  c10d::Store* store;
+  std::string lastError;
+
+  // c10::Error's what() carries a C++ backtrace; the message alone reads better.
+  static std::string messageOf(const std::exception& e) {
+    if (const auto* c10Error = dynamic_cast<const c10::Error*>(&e))
+      return c10Error->what_without_backtrace();
+    return e.what();
+  }
+
+  static braidResult_t set(void* context, const char* key, const void* value, size_t bytes) {
+    auto* self = static_cast<StoreAdapter*>(context);
+    try {
+      const auto* p = static_cast<const uint8_t*>(value);
+      self->store->set(key, std::vector<uint8_t>(p, p + bytes));
+      return braidSuccess;
+    } catch (const std::exception& e) {
+      self->lastError = messageOf(e);
+      return braidSystemError;
+    }
+  }
+
+  static braidResult_t get(void* context, const char* key, void* value, size_t capacity,
+                           size_t* bytes, double timeoutSeconds) {
+    auto* self = static_cast<StoreAdapter*>(context);
+    auto start = std::chrono::steady_clock::now();
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000));
+    try {
+      self->store->wait({key}, timeout);
+      std::vector<uint8_t> v = self->store->get(key);
+      *bytes = v.size();
+      std::memcpy(value, v.data(), std::min(capacity, v.size()));
+      return braidSuccess;
+    } catch (const std::exception& e) {
+      self->lastError = messageOf(e);
+      return std::chrono::steady_clock::now() - start >= timeout ? braidTimeout : braidSystemError;
+    }
+  }
+};
+
+class ProcessGroupBraid : public c10d::ProcessGroup {
+ public:
+  ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    std::chrono::duration<float> timeout)
+      : ProcessGroup(rank, size) {
+    StoreAdapter adapter{store.get(), {}};
+    braidStore_t callbacks{&adapter, nullptr, &StoreAdapter::set, &StoreAdapter::get};
+    braidResult_t r = braidCommInitRankWithStore(&comm_, size, &callbacks, rank);
+    if (r != braidSuccess) {
+      std::string message = braidGetLastError(nullptr);
+      if (!adapter.lastError.empty()) message += " (store: " + adapter.lastError + ")";
+      throw braidError("creating the communicator of rank " + std::to_string(rank) + " of " +
+                           std::to_string(size),
+                       r, message.c_str());
+    }
+    try {
+      if (timeout.count() > 0)
+        check(braidCommSetTimeout(comm_, timeout.count()), "setting the timeout");
+      // Collectives keep the order of the calls on one stream; send and
+      // recv get their own, so a pending recv does not hold up collectives.
+      // Every rank creates them in this order, as braid requires.
+      check(braidStreamCreate(comm_, &collectives_), "creating a stream");
+      check(braidStreamCreate(comm_, &p2p_), "creating a stream");
+    } catch (...) {
+      teardown();
+      throw;
+    }
+    init();
+  }
+
+  ~ProcessGroupBraid() override {
+    // Pending works may complete futures whose callbacks need the GIL.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release release;
+      teardown();
+    } else {
+      teardown();
+    }
+  }
+
+  const std::string getBackendName() const override { return kBackendName; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    const at::Tensor& t = single(tensors, "broadcast");
+    checkCpu(t, "broadcast's tensor");
+    auto work = newWork(c10d::OpType::BROADCAST, "braid:broadcast", {t});
+    at::Tensor d = work->dense(t, true);
+    int root = static_cast<int>(opts.rootRank);
+    return submit(work, collectives_, "broadcast", [&](braidStream_t s) {
+      return braidBroadcast(d.data_ptr(), d.data_ptr(), bytesOf(d), braidUint8, root, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    const at::Tensor& t = single(tensors, "allreduce");
+    checkCpu(t, "allreduce's tensor");
+    braidDataType_t type = reductionType(t);
+    braidRedOp_t op = reductionOp(opts.reduceOp);
+    auto work = newWork(c10d::OpType::ALLREDUCE, "braid:all_reduce", {t});
+    at::Tensor d = work->dense(t, true);
+    return submit(work, collectives_, "allreduce", [&](braidStream_t s) {
+      return braidAllReduce(d.data_ptr(), d.data_ptr(), d.numel(), type, op, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override {
+    const at::Tensor& t = single(tensors, "reduce");
+    checkCpu(t, "reduce's tensor");
+    braidDataType_t type = reductionType(t);
+    braidRedOp_t op = reductionOp(opts.reduceOp);
+    auto work = newWork(c10d::OpType::REDUCE, "braid:reduce", {t});
+    at::Tensor d = work->dense(t, true);
+    int root = static_cast<int>(opts.rootRank);
+    return submit(work, collectives_, "reduce", [&](braidStream_t s) {
+      return braidReduce(d.data_ptr(), d.data_ptr(), d.numel(), type, op, root, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions&) override {
+    const at::Tensor& in = single(inputs, "allgather");
+    checkCpu(in, "allgather's input");
+    if (outputs.size() != 1) fail("allgather: expected one output list");
+    checkParts(outputs[0], in, "allgather's output list");
+    auto work = newWork(c10d::OpType::ALLGATHER, "braid:all_gather", outputs[0]);
+    at::Tensor d = work->dense(in, false);
+    at::Tensor gathered = at::empty({getSize(), in.numel()}, in.options());
+    work->hold(gathered);
+    work->onSuccess(scatterInto(outputs[0], gathered));
+    return submit(work, collectives_, "allgather", [&](braidStream_t s) {
+      return braidAllGather(d.data_ptr(), gathered.data_ptr(), bytesOf(d), braidUint8, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions&) override {
+    checkCpu(input, "_allgather_base's input");
+    checkCpu(output, "_allgather_base's output");
+    checkSameType(output, input, "_allgather_base");
+    if (output.numel() != input.numel() * getSize())
+      fail("_allgather_base: the output has " + std::to_string(output.numel()) +
+           " elements, not world size * input's = " + std::to_string(input.numel() * getSize()));
+    auto work = newWork(c10d::OpType::_ALLGATHER_BASE, "braid:_all_gather_base", {output});
+    at::Tensor in = work->dense(input, false), out = work->dense(output, true);
+    return submit(work, collectives_, "_allgather_base", [&](braidStream_t s) {
+      return braidAllGather(in.data_ptr(), out.data_ptr(), bytesOf(in), braidUint8, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    const at::Tensor& in = single(inputs, "gather");
+    checkCpu(in, "gather's input");
+    int root = checkRoot(opts.rootRank, "gather");
+    bool isRoot = root == getRank();
+    if (isRoot) {
+      if (outputs.size() != 1) fail("gather: the root expects one output list");
+      checkParts(outputs[0], in, "gather's output list");
+    } else if (!outputs.empty()) {
+      fail("gather: only the root (rank " + std::to_string(root) + ") passes an output list");
+    }
+    auto work = newWork(c10d::OpType::GATHER, "braid:gather",
+                        isRoot ? outputs[0] : std::vector<at::Tensor>{});
+    at::Tensor d = work->dense(in, false);
+    at::Tensor gathered;
+    if (isRoot) {
+      gathered = at::empty({getSize(), in.numel()}, in.options());
+      work->hold(gathered);
+      work->onSuccess(scatterInto(outputs[0], gathered));
+    }
+    return submit(work, collectives_, "gather", [&](braidStream_t s) {
+      return braidGather(d.data_ptr(), isRoot ? gathered.data_ptr() : nullptr, bytesOf(d),
+                         braidUint8, root, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    const at::Tensor& out = single(outputs, "scatter");
+    checkCpu(out, "scatter's output");
+    int root = checkRoot(opts.rootRank, "scatter");
+    bool isRoot = root == getRank();
+    if (isRoot) {
+      if (inputs.size() != 1) fail("scatter: the root expects one input list");
+      checkParts(inputs[0], out, "scatter's input list");
+    } else if (!inputs.empty()) {
+      fail("scatter: only the root (rank " + std::to_string(root) + ") passes an input list");
+    }
+    auto work = newWork(c10d::OpType::SCATTER, "braid:scatter", {out});
+    at::Tensor d = work->dense(out, true);
+    at::Tensor parts;
+    if (isRoot) {
+      parts = gatherFrom(inputs[0], out);
+      work->hold(parts);
+    }
+    return submit(work, collectives_, "scatter", [&](braidStream_t s) {
+      return braidScatter(isRoot ? parts.data_ptr() : nullptr, d.data_ptr(), bytesOf(d), braidUint8,
+                          root, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    const at::Tensor& out = single(outputs, "reduce_scatter");
+    checkCpu(out, "reduce_scatter's output");
+    if (inputs.size() != 1) fail("reduce_scatter: expected one input list");
+    checkParts(inputs[0], out, "reduce_scatter's input list");
+    braidDataType_t type = reductionType(out);
+    braidRedOp_t op = reductionOp(opts.reduceOp);
+    auto work = newWork(c10d::OpType::REDUCE_SCATTER, "braid:reduce_scatter", {out});
+    at::Tensor d = work->dense(out, true);
+    at::Tensor parts = gatherFrom(inputs[0], out);
+    work->hold(parts);
+    return submit(work, collectives_, "reduce_scatter", [&](braidStream_t s) {
+      return braidReduceScatter(parts.data_ptr(), d.data_ptr(), d.numel(), type, op, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+    checkCpu(input, "_reduce_scatter_base's input");
+    checkCpu(output, "_reduce_scatter_base's output");
+    checkSameType(output, input, "_reduce_scatter_base");
+    if (input.numel() != output.numel() * getSize())
+      fail("_reduce_scatter_base: the input has " + std::to_string(input.numel()) +
+           " elements, not world size * output's = " + std::to_string(output.numel() * getSize()));
+    braidDataType_t type = reductionType(output);
+    braidRedOp_t op = reductionOp(opts.reduceOp);
+    auto work = newWork(c10d::OpType::_REDUCE_SCATTER_BASE, "braid:_reduce_scatter_base", {output});
+    at::Tensor in = work->dense(input, false), out = work->dense(output, true);
+    return submit(work, collectives_, "_reduce_scatter_base", [&](braidStream_t s) {
+      return braidReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), type, op, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions&) override {
+    checkCpu(input, "alltoall_base's input");
+    checkCpu(output, "alltoall_base's output");
+    checkSameType(output, input, "alltoall_base");
+    auto work = newWork(c10d::OpType::ALLTOALL_BASE, "braid:all_to_all", {output});
+    at::Tensor in = work->dense(input, false), out = work->dense(output, true);
+    const int n = getSize();
+    if (outputSplits.empty() && inputSplits.empty()) {
+      if (in.numel() % n != 0 || out.numel() != in.numel())
+        fail("alltoall_base: even splits need input and output of equal size divisible by " +
+             std::string("the world size (") + std::to_string(n) + "), got " +
+             std::to_string(in.numel()) + " and " + std::to_string(out.numel()) + " elements");
+      return submit(work, collectives_, "alltoall_base", [&](braidStream_t s) {
+        return braidAllToAll(in.data_ptr(), out.data_ptr(), bytesOf(in) / n, braidUint8, comm_, s);
+      });
+    }
+    // Uneven splits: one Send and one Recv per peer in a group, sizes in
+    // rows of the first dimension (an empty split list means even rows).
+    std::vector<size_t> sendOffsets, sendBytes, recvOffsets, recvBytes;
+    rowParts(in, inputSplits, "input", &sendOffsets, &sendBytes);
+    rowParts(out, outputSplits, "output", &recvOffsets, &recvBytes);
+    auto* inBytes = static_cast<char*>(in.data_ptr());
+    auto* outBytes = static_cast<char*>(out.data_ptr());
+    return submit(work, collectives_, "alltoall_base", [&](braidStream_t s) {
+      return grouped([&]() -> braidResult_t {
+        for (int p = 0; p < n; ++p) {
+          braidResult_t r =
+              braidSend(inBytes + sendOffsets[p], sendBytes[p], braidUint8, p, comm_, s);
+          if (r == braidSuccess)
+            r = braidRecv(outBytes + recvOffsets[p], recvBytes[p], braidUint8, p, comm_, s);
+          if (r != braidSuccess) return r;
+        }
+        return braidSuccess;
+      });
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions&) override {
+    const int n = getSize();
+    if (static_cast<int>(outputs.size()) != n || static_cast<int>(inputs.size()) != n)
+      fail("alltoall: expected " + std::to_string(n) + " input and output tensors, got " +
+           std::to_string(inputs.size()) + " and " + std::to_string(outputs.size()));
+    auto work = newWork(c10d::OpType::ALLTOALL, "braid:all_to_all", outputs);
+    std::vector<at::Tensor> ins, outs;
+    for (int p = 0; p < n; ++p) {
+      checkCpu(inputs[p], "alltoall's input");
+      checkCpu(outputs[p], "alltoall's output");
+      checkSameType(outputs[p], inputs[p], "alltoall");
+      ins.push_back(work->dense(inputs[p], false));
+      outs.push_back(work->dense(outputs[p], true));
+    }
+    return submit(work, collectives_, "alltoall", [&](braidStream_t s) {
+      return grouped([&]() -> braidResult_t {
+        for (int p = 0; p < n; ++p) {
+          braidResult_t r = braidSend(ins[p].data_ptr(), bytesOf(ins[p]), braidUint8, p, comm_, s);
+          if (r == braidSuccess)
+            r = braidRecv(outs[p].data_ptr(), bytesOf(outs[p]), braidUint8, p, comm_, s);
+          if (r != braidSuccess) return r;
+        }
+        return braidSuccess;
+      });
+    });
+  }
+
+  // Sends and receives match by their order between two ranks; the tag is
+  // not used.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int) override {
+    const at::Tensor& t = single(tensors, "send");
+    checkCpu(t, "send's tensor");
+    auto work = newWork(c10d::OpType::SEND, "braid:send", {});
+    at::Tensor d = work->dense(t, false);
+    return submit(work, p2p_, "send", [&](braidStream_t s) {
+      return braidSend(d.data_ptr(), bytesOf(d), braidUint8, dstRank, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int) override {
+    const at::Tensor& t = single(tensors, "recv");
+    checkCpu(t, "recv's tensor");
+    auto work = newWork(c10d::OpType::RECV, "braid:recv", {t});
+    at::Tensor d = work->dense(t, true);
+    return submit(work, p2p_, "recv", [&](braidStream_t s) {
+      return braidRecv(d.data_ptr(), bytesOf(d), braidUint8, srcRank, comm_, s);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    auto work = newWork(c10d::OpType::BARRIER, "braid:barrier", {});
+    return submit(work, collectives_, "barrier",
+                  [&](braidStream_t s) { return braidBarrier(comm_, s); });
+  }
+
+  // batch_isend_irecv: the calls between start and end form one braid
+  // group, so any pattern of sends and receives among them completes.
+  void startCoalescing() override {
+    if (coalescing_) fail("startCoalescing: already coalescing");
+    check(braidGroupStart(), "braidGroupStart");
+    coalescing_ = true;
+  }
+
+  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) override {
+    if (!coalescing_) fail("endCoalescing without startCoalescing");
+    coalescing_ = false;
+    std::vector<std::pair<braidStream_t, c10::intrusive_ptr<BraidWork>>> pending =
+        std::move(coalesced_);
+    coalesced_.clear();
+    check(braidGroupEnd(), "braidGroupEnd");
+    for (auto& [stream, work] : pending) addCallback(stream, work, "coalesced call");
+  }
+
+ private:
+  c10::intrusive_ptr<BraidWork> newWork(c10d::OpType type, const char* title,
+                                        std::vector<at::Tensor> outputs) {
+    if (!comm_) fail("the process group was shut down");
+    return c10::make_intrusive<BraidWork>(getRank(), type, title, std::move(outputs));
+  }
+
+  // Queues the calls, then the callback that completes `work`.
+  c10::intrusive_ptr<c10d::Work> submit(const c10::intrusive_ptr<BraidWork>& work,
+                                        braidStream_t stream, const char* what,
+                                        const std::function<braidResult_t(braidStream_t)>& calls) {
+    check(calls(stream), what);
+    if (coalescing_)
+      coalesced_.emplace_back(stream, work);  // completed after braidGroupEnd
+    else
+      addCallback(stream, work, what);
+    return work;
+  }
+
+  void addCallback(braidStream_t stream, const c10::intrusive_ptr<BraidWork>& work,
+                   const char* what) {
+    auto* ref = new c10::intrusive_ptr<BraidWork>(work);
+    braidResult_t r = braidStreamAddCallback(stream, &BraidWork::onStream, ref);
+    if (r != braidSuccess) {
+      delete ref;
+      check(r, what);
+    }
+  }
+
+  // Runs body inside a braid group (unless one is open: batch_isend_irecv),
+  // and closes the group even when body failed.
+  braidResult_t grouped(const std::function<braidResult_t()>& body) {
+    braidResult_t r = braidGroupStart();
+    if (r != braidSuccess) return r;
+    braidResult_t inside = body();
+    braidResult_t end = braidGroupEnd();
+    return inside != braidSuccess ? inside : end;
+  }
+
+  int checkRoot(int64_t root, const char* what) {
+    if (root < 0 || root >= getSize())
+      fail(std::string(what) + ": root " + std::to_string(root) + " is not a rank of a group of " +
+           std::to_string(getSize()));
+    return static_cast<int>(root);
+  }
+
+  void checkSameType(const at::Tensor& a, const at::Tensor& b, const char* what) {
+    if (a.scalar_type() != b.scalar_type())
+      fail(std::string(what) + ": the tensors have different dtypes (" +
+           c10::toString(a.scalar_type()) + " and " + c10::toString(b.scalar_type()) + ")");
+  }
+
+  // A list of world-size tensors, each like `like` in dtype and size.
+  void checkParts(const std::vector<at::Tensor>& parts, const at::Tensor& like, const char* what) {
+    if (static_cast<int>(parts.size()) != getSize())
+      fail(std::string(what) + " has " + std::to_string(parts.size()) +
+           " tensors, not the world size " + std::to_string(getSize()));
+    for (const auto& p : parts) {
+      checkCpu(p, what);
+      checkSameType(p, like, what);
+      if (p.numel() != like.numel())
+        fail(std::string(what) + ": a tensor of " + std::to_string(p.numel()) + " elements where " +
+             std::to_string(like.numel()) + " were expected");
+    }
+  }
+
+  // Copies row r of `gathered` into parts[r].
+  static std::function<void()> scatterInto(std::vector<at::Tensor> parts, at::Tensor gathered) {
+    return [parts = std::move(parts), gathered]() mutable {
+      for (size_t r = 0; r < parts.size(); ++r) parts[r].copy_(gathered[r].view(parts[r].sizes()));
+    };
+  }
+
+  // parts stacked into one contiguous [world size, numel] tensor.
+  at::Tensor gatherFrom(const std::vector<at::Tensor>& parts, const at::Tensor& like) {
+    at::Tensor stacked = at::empty({getSize(), like.numel()}, like.options());
+    for (size_t r = 0; r < parts.size(); ++r) stacked[r].copy_(parts[r].reshape({-1}));
+    return stacked;
+  }
+
+  // Byte offsets and sizes of the per-rank row blocks of t.
+  void rowParts(const at::Tensor& t, const std::vector<int64_t>& splits, const char* what,
+                std::vector<size_t>* offsets, std::vector<size_t>* bytes) {
+    const int n = getSize();
+    int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    size_t rowBytes = rows == 0 ? 0 : bytesOf(t) / rows;
+    std::vector<int64_t> counts = splits;
+    if (counts.empty()) {
+      if (rows % n != 0)
+        fail(std::string("alltoall_base: the ") + what + " has " + std::to_string(rows) +
+             " rows, not divisible by the world size " + std::to_string(n));
+      counts.assign(n, rows / n);
+    }
+    if (static_cast<int>(counts.size()) != n)
+      fail(std::string("alltoall_base: ") + what + " splits have " + std::to_string(counts.size()) +
+           " entries, not the world size " + std::to_string(n));
+    int64_t total = 0;
+    for (int64_t c : counts) {
+      if (c < 0) fail(std::string("alltoall_base: a negative ") + what + " split");
+      offsets->push_back(static_cast<size_t>(total) * rowBytes);
+      bytes->push_back(static_cast<size_t>(c) * rowBytes);
+      total += c;
+    }
+    if (total != rows)
+      fail(std::string("alltoall_base: ") + what + " splits add up to " + std::to_string(total) +
+           " rows, but the " + what + " has " + std::to_string(rows));
+  }
+
+  void teardown() {
+    // Destroying a stream waits for its calls and callbacks.
+    if (collectives_) braidStreamDestroy(collectives_);
+    if (p2p_) braidStreamDestroy(p2p_);
+    if (comm_) braidCommDestroy(comm_);
+    collectives_ = p2p_ = nullptr;
+    comm_ = nullptr;
+  }
+
+  braidComm_t comm_ = nullptr;
+  braidStream_t collectives_ = nullptr;
+  braidStream_t p2p_ = nullptr;
+  bool coalescing_ = false;
+  std::vector<std::pair<braidStream_t, c10::intrusive_ptr<BraidWork>>> coalesced_;
+};
+
+c10::intrusive_ptr<c10d::ProcessGroup> createProcessGroup(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::duration<float> timeout) {
+  return c10::make_intrusive<ProcessGroupBraid>(store, rank, size, timeout);
+}
+
+}  // namespace
+}  // namespace braid_torch
+
+PYBIND11_MODULE(braid_torch, m) {
+  m.doc() =
+      "braid as a torch.distributed backend: importing this module registers the backend "
+      "\"braid\" for torch.distributed.init_process_group.";
+  py::module_ dist = py::module_::import("torch.distributed");
+  m.def("create_process_group", &braid_torch::createProcessGroup, py::arg("store"), py::arg("rank"),
+        py::arg("world_size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+        "Creates a braid ProcessGroup over the ranks that share `store` (the creator function "
+        "registered for the backend \"braid\").");
+  int version = 0;
+  braidGetVersion(&version);
+  m.attr("braid_version") = version;
+  m.attr("backend_name") = braid_torch::kBackendName;
+  dist.attr("Backend").attr("register_backend")(braid_torch::kBackendName,
+                                                m.attr("create_process_group"));
+}
