@@ -17,8 +17,10 @@ std::vector<uint8_t> u32(uint32_t v) {
 }
 
 std::vector<uint8_t> string(const std::string& s) {
-  std::vector<uint8_t> out = u32(static_cast<uint32_t>(s.size()));
-  out.insert(out.end(), s.begin(), s.end());
+  const auto length = static_cast<uint32_t>(s.size());
+  std::vector<uint8_t> out(4 + s.size());
+  std::memcpy(out.data(), &length, 4);
+  if (!s.empty()) std::memcpy(out.data() + 4, s.data(), s.size());
   return out;
 }
 
