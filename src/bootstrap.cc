@@ -103,6 +103,14 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
       auto done = std::make_shared<std::atomic<bool>>(false);
       greeters.push_back({done, std::jthread([&, fd = std::move(*fd), step, done]() mutable {
                             Arrival a = greet(std::move(fd), secret, step);
+                            // Logged here, not by the loop: a stranger refused
+                            // after the last rank joined is logged too.
+                            if (!a.request.isOk()) {
+                              BRAID_WARN("rendezvous: refused a connection: ",
+                                         a.request.status().message());
+                              done->store(true);
+                              return;
+                            }
                             std::lock_guard lock(mutex);
                             arrivals.push_back(std::move(a));
                             arrived.notify_one();
@@ -118,10 +126,6 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
       ready.swap(arrivals);
     }
     for (Arrival& a : ready) {
-      if (!a.request.isOk()) {
-        BRAID_WARN("rendezvous: refused a connection: ", a.request.status().message());
-        continue;
-      }
       JoinRequest& request = *a.request;
       Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
       if (Status bad = roster.admit(request.rank, request.nranks); !bad.isOk()) {
