@@ -11,13 +11,23 @@ namespace {
 std::atomic<long> allocations{0};
 }  // namespace
 
-// Counts every allocation of this test program (the library's operator
-// delete frees with free(), so it pairs with this).
+// Counts every allocation of this test program. Both sides are replaced, so
+// that malloc pairs with free (AddressSanitizer checks the pairing); GCC
+// cannot see that the replaced operator new returns malloc's memory.
 void* operator new(std::size_t bytes) {
   allocations.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(bytes ? bytes : 1)) return p;
   throw std::bad_alloc();
 }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+#pragma GCC diagnostic pop
 
 namespace braid {
 namespace {
