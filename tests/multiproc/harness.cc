@@ -13,6 +13,8 @@
 #include <cstring>
 #include <exception>
 
+#include "../harness/fd_io.h"
+
 namespace braidtest {
 namespace {
 
@@ -25,29 +27,8 @@ constexpr char kStepTag = 'S';
 constexpr char kFailureTag = 'F';
 constexpr char kCountTag = 'C';
 
-bool writeAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool readAll(int fd, void* data, size_t n) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
+using braid::test::readAll;
+using braid::test::writeAll;
 
 void writeRecord(int fd, char tag, const std::string& text) {
   if (fd < 0) return;

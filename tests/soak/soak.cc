@@ -53,6 +53,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../harness/fd_io.h"
 #include "braid.h"
 
 #ifdef __SANITIZE_ADDRESS__
@@ -474,29 +475,8 @@ struct Progress {
   char what[96];
 };
 
-bool writeAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool readAll(int fd, void* data, size_t n) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
+using braid::test::readAll;
+using braid::test::writeAll;
 
 int64_t countEntries(const char* dir) {
   DIR* d = ::opendir(dir);

@@ -13,6 +13,8 @@ backends may sum the gradients in different orders.
 """
 
 import copy
+import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -22,17 +24,12 @@ from torch.nn.parallel import DistributedDataParallel
 import braid_torch  # noqa: F401  (registers the backend)
 import ranks
 
+# The model of perf/ddp_reference.py, which the DDP benchmarks train.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "perf"))
+from ddp_reference import make_model  # noqa: E402
+
 STEPS = 50
 BATCH = 64
-
-
-def make_model(sizes):
-    layers = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i + 2 < len(sizes):
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
 
 
 def body(rank, world, args):
