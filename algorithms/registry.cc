@@ -3,7 +3,14 @@
 namespace braid::algo {
 namespace {
 
+// Within a collective, the order is the selector's last tie-break. The cost
+// model ties the ring, halving and dbtree AllReduce at two ranks (each rank
+// sends and reduces half the vector in two rounds); measured on one host,
+// dbtree and halving were up to 1.3x faster than the ring there
+// (docs/ALGORITHMS.md), so they come first.
 constexpr Algorithm kAlgorithms[] = {
+    {CollectiveKind::kAllReduce, "dbtree", planAllReduceDbtree, estimateAllReduceDbtree},
+    {CollectiveKind::kAllReduce, "halving", planAllReduceHalving, estimateAllReduceHalving},
     {CollectiveKind::kAllReduce, "ring", planAllReduceRing, estimateAllReduceRing},
     {CollectiveKind::kReduceScatter, "ring", planReduceScatterRing, estimateReduceScatterRing},
     {CollectiveKind::kAllGather, "ring", planAllGatherRing, estimateAllGatherRing},
@@ -13,8 +20,6 @@ constexpr Algorithm kAlgorithms[] = {
     {CollectiveKind::kScatter, "linear", planScatterLinear, estimateScatterLinear},
     {CollectiveKind::kAllToAll, "pairwise", planAllToAllPairwise, estimateAllToAllPairwise},
     {CollectiveKind::kAllReduce, "butterfly", planAllReduceButterfly, estimateAllReduceButterfly},
-    {CollectiveKind::kAllReduce, "halving", planAllReduceHalving, estimateAllReduceHalving},
-    {CollectiveKind::kAllReduce, "dbtree", planAllReduceDbtree, estimateAllReduceDbtree},
     {CollectiveKind::kBroadcast, "chain", planBroadcastChain, estimateBroadcastChain},
     {CollectiveKind::kBroadcast, "scatter_allgather", planBroadcastScatterAllGather,
      estimateBroadcastScatterAllGather},

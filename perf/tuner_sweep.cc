@@ -59,9 +59,11 @@ bool makeCommunicator(braidComm_t base, int rank, int nranks, const std::string&
   return made;
 }
 
-// Seconds per call of `iterations` AllReduces, the slowest rank's.
-bool timeCalls(braidComm_t comm, const float* send, float* recv, size_t count, int iterations,
-               double* seconds) {
+// Seconds per call of `iterations` AllReduces on `comm`, the slowest rank's.
+// The ranks agree on it over `base`: an AllReduce of the times on `comm`
+// itself would become its last algorithm, which the tuner's row reports.
+bool timeCalls(braidComm_t base, braidComm_t comm, const float* send, float* recv, size_t count,
+               int iterations, double* seconds) {
   if (!check(braidBarrier(comm, nullptr), comm, "barrier")) return false;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iterations; ++i)
@@ -70,7 +72,7 @@ bool timeCalls(braidComm_t comm, const float* send, float* recv, size_t count, i
       return false;
   double mine =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
-  if (!check(braidAllReduce(&mine, seconds, 1, braidFloat64, braidMax, comm, nullptr), comm,
+  if (!check(braidAllReduce(&mine, seconds, 1, braidFloat64, braidMax, base, nullptr), base,
              "allreduce of the times"))
     return false;
   return true;
@@ -148,8 +150,8 @@ int run(int argc, char** argv) {
       std::shuffle(order.begin(), order.end(), shuffle);
       for (size_t index : order) {
         double seconds = 0;
-        if (!timeCalls(configurations[index].comm, send.data(), recv.data(), count, iterations,
-                       &seconds))
+        if (!timeCalls(base, configurations[index].comm, send.data(), recv.data(), count,
+                       iterations, &seconds))
           return 1;
         times[index].push_back(seconds * 1e6);
       }

@@ -29,7 +29,7 @@ topo::TransportSet builtTransports() {
 
 // channel = 2 * stream (+1 for point to point) must stay below 0xff, the
 // transports' own channel (goodbyes, acknowledgements).
-constexpr int kMaxStreams = 126;
+constexpr int kMaxStreams = Communicator::kProbeStream - 1;
 constexpr uint64_t kMaxMessagesPerPeer = uint64_t{1} << 24;
 
 uint64_t channelBits(int stream, bool pointToPoint) {

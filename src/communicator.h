@@ -46,6 +46,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
                                                       int rank, Config config);
   ~Communicator();
 
+  // The stream of the link probe, which only ranks 0 and 1 use: its calls
+  // advance no sequence number the other ranks keep. Never a user's stream.
+  static constexpr int kProbeStream = 127;
+
   int rank() const { return rank_; }
   int size() const { return nranks_; }
   const Config& config() const { return config_; }

@@ -1,8 +1,11 @@
-// Measures the cost model's figures at communicator init: alpha and beta by
-// a ping-pong between ranks 0 and 1, gamma by a timed reduction on rank 0;
-// then rank 0's figures go to every rank, so all choose alike. Figures
-// given by BRAID_LINK_ALPHA_US / BRAID_LINK_GBPS / BRAID_REDUCE_GBPS are
-// taken as they are, and when all three are given nothing is measured.
+// Measures the cost model's figures at communicator init. Ranks 0 and 1 run
+// small probe schedules through the progress engine: alpha is the extra time
+// of a dependent exchange round inside one call, beta comes from a 1 MiB
+// exchange, gamma from the extra time of reducing a received 256 KiB (never
+// below a local in-cache reduction). Rank 0's figures go to every rank, so
+// all choose alike. Figures given by BRAID_LINK_ALPHA_US / BRAID_LINK_GBPS /
+// BRAID_REDUCE_GBPS are taken as they are, and when all three are given
+// nothing is measured.
 #pragma once
 
 #include "algorithms/cost.h"

@@ -217,5 +217,24 @@ TEST(Selector, ChoosesTheLowestEstimate) {
     }
 }
 
+// At 2 ranks the model ties ring, halving and dbtree (each rank sends and
+// reduces half the vector in two rounds); dbtree measured fastest there.
+TEST(Selector, TwoRankTiesAmongTheBandwidthAlgorithmsGoToDbtree) {
+  algo::LinkModel link;
+  link.alpha = 0.6e-6;
+  link.beta = 1.0 / 17e9;
+  link.gamma = 1.0 / 43e9;
+  Selector s({}, link);
+  algo::CollectiveArgs args;
+  args.nranks = 2;
+  for (size_t bytes : {size_t{1} << 17, size_t{1} << 21, size_t{1} << 25}) {
+    args.count = bytes / 4;
+    const double ring = algo::findAlgorithm(args.kind, "ring")->estimate(args, link).seconds;
+    const double dbtree = algo::findAlgorithm(args.kind, "dbtree")->estimate(args, link).seconds;
+    EXPECT_NEAR(ring, dbtree, ring * 1e-9) << bytes;
+    EXPECT_EQ(s.choose(args).name, "dbtree") << bytes;
+  }
+}
+
 }  // namespace
 }  // namespace braid
