@@ -36,12 +36,9 @@ for name in "${builds[@]}"; do
   # sanitizer runtime cannot come first; it reaches braid only through the
   # C ABI, which the sanitized C and C++ tests cover.
   # -O1 with line tables only: the sanitizers' advice for readable reports,
-  # and it halves the build time of -O2 with full debug information. Not
-  # the perf drivers either: their runs repeat what the multi-process
-  # suites check, and their benchmarks measure nothing under a sanitizer.
+  # and much quicker to build than -O2 with full debug information.
   [ -d "$dir" ] || meson setup "$dir" -Db_sanitize="${sanitize[$name]}" -Db_lundef=false \
-    -Doptimization=1 -Ddebug=false -Dc_args=-g1 -Dcpp_args=-g1 -Dperf=false -Dcuda=disabled \
-    -Dtorch=disabled
+    -Doptimization=1 -Ddebug=false -Dc_args=-g1 -Dcpp_args=-g1 -Dcuda=disabled -Dtorch=disabled
   ninja -C "$dir"
   # halt_on_error: a race report ends the process (and fails its test) at
   # once rather than at exit, where a test that forks may not look.
