@@ -97,13 +97,11 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
     addresses[p] = std::move(card.address);
     topology[p] = std::move(card.topology);
   }
-  std::map<std::string, int> ranksPerHostId;
-  for (const auto& t : topology) ++ranksPerHostId[t.hostId];
-  comm->ranksOnHost_.resize(nranks);
-  for (int p = 0; p < nranks; ++p) comm->ranksOnHost_[p] = ranksPerHostId[topology[p].hostId];
+  comm->hostShares_ = topo::hostShares(topology);
   // A few microseconds of pure spinning catch a peer that answers from its
   // own core; with more ranks than cores they would only delay the peer.
-  if (comm->ranksOnHost_[rank] <= static_cast<int>(local.cores.size()))
+  if (comm->hostShares_[rank].ranks <=
+      std::max<int>(comm->hostShares_[rank].cores, local.cores.size()))
     comm->pureSpinSeconds_ = std::min(comm->spinSeconds_, 5e-6);
   std::map<int, topo::Transport> transportTo;
   for (int p = 0; p < nranks; ++p) {
@@ -132,6 +130,11 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   comm->connections_[rank] = comm->owned_.back().get();
   BRAID_ASSIGN_OR_RETURN(algo::LinkModel link, probeLink(*comm));
   comm->selector_ = Selector(comm->config_.algo, link);
+  // The model has no term for the scheduler, which sets a round's cost
+  // when ranks outnumber cores (docs/ALGORITHMS.md): there, measure.
+  comm->measureAlgorithms_ = comm->config_.tune == Config::Tune::kMeasure ||
+                             (comm->config_.tune == Config::Tune::kAuto && link.coresPerHost > 0 &&
+                              link.ranksPerHost > link.coresPerHost);
   if (log::enabled(log::Level::kInfo)) {
     std::string interface = "?";
     if (auto list = tcp::listInterfaces(); list.isOk())
@@ -293,7 +296,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
 }
 
 Status Communicator::run(std::span<const Operation> ops, int streamIndex) {
-  if (config_.tune && ops.size() == 1 && nranks_ > 1 &&
+  if (measureAlgorithms_ && ops.size() == 1 && nranks_ > 1 &&
       ops[0].args.kind != algo::CollectiveKind::kSendRecv && !ops[0].algorithm &&
       !selector_.forces(ops[0].args.kind))
     return runTuned(ops[0], streamIndex);
@@ -306,13 +309,17 @@ Status Communicator::runTuned(const Operation& op, int streamIndex) {
   args.nranks = nranks_;
   args.chunkBytes = config_.chunkBytes;
   const OnlineTuner::Key key = OnlineTuner::keyFor(streamIndex, args);
-  std::vector<const algo::Algorithm*> candidates;
-  for (const algo::Algorithm& a : algo::allAlgorithms())
-    if (a.kind == args.kind) candidates.push_back(&a);
   OnlineTuner::Choice choice;
+  std::vector<const algo::Algorithm*> candidates;
   {
     std::lock_guard lock(tunerMutex_);
-    choice = tuner_.next(key, candidates, &selector_.choose(args));
+    // The model is consulted once per key; later calls only look it up.
+    const algo::Algorithm* modelChoice = nullptr;
+    if (!tuner_.knows(key)) {
+      candidates = selector_.shortlist(args);
+      modelChoice = &selector_.choose(args);
+    }
+    choice = tuner_.next(key, candidates, modelChoice);
   }
   Operation chosen = op;
   chosen.algorithm = choice.algorithm;
@@ -343,6 +350,7 @@ Status Communicator::runTuned(const Operation& op, int streamIndex) {
   {
     std::lock_guard lock(tunerMutex_);
     decided = tuner_.decide(key, times);
+    candidates = tuner_.candidates(key);
   }
   if (rank_ == 0 && log::enabled(log::Level::kInfo)) {
     std::string measured;

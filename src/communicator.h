@@ -80,7 +80,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void setTimeout(double seconds) { timeoutSeconds_.store(seconds); }
   double timeout() const { return timeoutSeconds_.load(); }
   // How many ranks of this communicator share `rank`'s host (itself included).
-  int ranksOnHostOf(int rank) const { return ranksOnHost_[rank]; }
+  int ranksOnHostOf(int rank) const { return hostShares_[rank].ranks; }
+  // Logical CPUs the ranks of `rank`'s host may run on, all of them together.
+  int coresOnHostOf(int rank) const { return hostShares_[rank].cores; }
   // "shm", "tcp" or "self": what carries messages to `peer` (static string).
   const char* transportTo(int peer) const { return transportNames_[peer]; }
 
@@ -112,7 +114,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   const CachedPlan& planFor(StreamState& st, const algo::CollectiveArgs& args,
                             const algo::Algorithm* algorithm);
   // One call without a group: timed when the online tuner is trying
-  // algorithms for its size (BRAID_TUNE=measure).
+  // algorithms for its size (measureAlgorithms_).
   Status runTuned(const Operation& op, int stream);
   Status runPlain(std::span<const Operation> ops, int stream);
 
@@ -127,7 +129,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;  // by rank
   std::vector<const char*> transportNames_;          // by rank
-  std::vector<int> ranksOnHost_;                     // by rank
+  std::vector<topo::HostShare> hostShares_;          // by rank
+  // Whether calls time the model's shortlist and keep the fastest:
+  // BRAID_TUNE=measure, or auto where ranks outnumber a host's cores (set at
+  // init from rank 0's figures, so every rank decides alike).
+  bool measureAlgorithms_ = false;
   std::mutex tunerMutex_;
   OnlineTuner tuner_;
   double spinSeconds_ = 0;

@@ -153,7 +153,7 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
       figures[2] = f.gamma;
     }
     if (comm.rank() == 0) {
-      figures[3] = usableCores();
+      figures[3] = comm.coresOnHostOf(0) > 0 ? comm.coresOnHostOf(0) : usableCores();
       figures[4] = comm.ranksOnHostOf(0);
     }
     Operation share;

@@ -48,6 +48,9 @@ const algo::Algorithm* OnlineTuner::decide(const Key& key, std::span<const doubl
   for (size_t i = 1; i < agreed.size() && i < s.candidates.size(); ++i)
     if (agreed[i] < agreed[fastest]) fastest = i;
   s.decided = s.candidates[fastest];
+  for (size_t i = 0; i < agreed.size() && i < s.candidates.size(); ++i)
+    if (s.candidates[i] == s.modelChoice && agreed[i] <= agreed[fastest] * (1 + kMargin))
+      s.decided = s.modelChoice;
   return s.decided;
 }
 

@@ -2,9 +2,13 @@
 // the scheduler (ranks outnumbering cores, a VM's wake-ups), no alpha-beta-
 // gamma model ranks the algorithms reliably; timing them does. For every
 // (stream, collective, size class) the first call runs the model's choice
-// (and warms caches and pages up), the next ones try each algorithm in turn,
-// and once every one has run kTrials times the ranks agree on the fastest
-// (an AllReduce of their times, the slowest rank's counting) and keep it.
+// (and warms caches and pages up), the next ones try each candidate in turn
+// (the model's shortlist: those it predicts within a factor of its choice),
+// and once every one has run kTrials times the ranks agree on the times (an
+// AllReduce, the slowest rank's counting). The model's choice stays unless
+// another candidate was faster by more than kMargin: a timing that close is
+// within the noise of a few calls, and the model's reasons hold for every
+// call, not only the timed ones.
 //
 // Every rank makes the same calls on a stream in the same order, so every
 // rank walks the same states and the choice needs no other coordination.
@@ -21,7 +25,8 @@ namespace braid {
 
 class OnlineTuner {
  public:
-  static constexpr int kTrials = 2;
+  static constexpr int kTrials = 3;
+  static constexpr double kMargin = 0.05;
 
   struct Key {
     int stream;
@@ -35,15 +40,21 @@ class OnlineTuner {
     const algo::Algorithm* algorithm = nullptr;
     int trial = -1;  // index of the candidate being timed; -1: not timed
   };
-  // The algorithm for the next call of `key`. `candidates` (the collective's
-  // algorithms) and `modelChoice` are used the first time a key is seen.
+  // The algorithm for the next call of `key`. `candidates` (the model's
+  // shortlist) and `modelChoice` are read only the first time a key is seen.
   Choice next(const Key& key, std::span<const algo::Algorithm* const> candidates,
               const algo::Algorithm* modelChoice);
+  // Whether `key` has been seen (its candidates are fixed from then on).
+  bool knows(const Key& key) const { return states_.count(key) > 0; }
+  std::vector<const algo::Algorithm*> candidates(const Key& key) const {
+    return states_.at(key).candidates;
+  }
   // Records a trial. True when the trials of `key` are complete: the caller
   // then combines times() over the ranks (maximum) and calls decide().
   bool record(const Key& key, int trial, double seconds);
   std::vector<double> times(const Key& key) const;
-  // Keeps the candidate with the lowest agreed time; returns it.
+  // Keeps the model's choice, unless a candidate's agreed time is lower by
+  // more than kMargin: then the fastest. Returns it.
   const algo::Algorithm* decide(const Key& key, std::span<const double> agreed);
 
  private:

@@ -508,9 +508,15 @@ Status runJobs(std::span<Job> jobs) {
   if (first.code() == ErrorCode::kRemoteError) first = nameLostPeers(first, runners);
   for (auto& r : runners) {
     if (r->status().isOk()) continue;
-    r->abandon(r->status());
+    r->abandon(reasonForPeers(r->job(), r->status()));
   }
   return first;
+}
+
+Status reasonForPeers(const Job& job, const Status& failure) {
+  if (job.aborted && job.aborted->load(std::memory_order_relaxed))
+    return remoteError(strCat("rank ", job.rank, " aborted the communicator"));
+  return failure;
 }
 
 }  // namespace braid

@@ -84,4 +84,12 @@ struct Job {
 // caller has taken back. Returns the first failure.
 Status runJobs(std::span<Job> jobs);
 
+// What the peers of a failed job are told. A call that failed because its
+// own rank aborted the communicator fails there as misuse (the caller
+// aborted it), but for the peers it is a rank that went away: they must
+// see braidRemoteError naming it, whichever of the aborting thread and the
+// call's own thread reaches the connections first. Any other failure (a
+// mismatch, a timeout, a lost peer) is passed on as it is.
+Status reasonForPeers(const Job& job, const Status& failure);
+
 }  // namespace braid

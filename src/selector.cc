@@ -78,6 +78,17 @@ const algo::Algorithm& Selector::choose(const algo::CollectiveArgs& args) const 
   return *best;
 }
 
+std::vector<const algo::Algorithm*> Selector::shortlist(const algo::CollectiveArgs& args) const {
+  const algo::Algorithm& chosen = choose(args);
+  if (forces(args.kind)) return {&chosen};
+  const double bound = chosen.estimate(args, link_).seconds * kShortlistFactor;
+  std::vector<const algo::Algorithm*> out;
+  for (const auto& a : algo::allAlgorithms())
+    if (a.kind == args.kind && (&a == &chosen || a.estimate(args, link_).seconds <= bound))
+      out.push_back(&a);
+  return out;
+}
+
 std::string Selector::describe(int nranks, size_t chunkBytes) const {
   std::string out;
   for (CollectiveKind kind : kSelectable) {

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "algorithms/algorithm.h"
 #include "src/common/env.h"
@@ -23,6 +24,11 @@ class Selector {
   static Status validate(const std::map<std::string, std::string>& forced);
 
   const algo::Algorithm& choose(const algo::CollectiveArgs& args) const;
+  // What is worth timing for `args` (BRAID_TUNE): the forced algorithm if
+  // any, else every algorithm predicted within kShortlistFactor of the
+  // model's choice, in registry order. The rest would only cost calls.
+  static constexpr double kShortlistFactor = 2.0;
+  std::vector<const algo::Algorithm*> shortlist(const algo::CollectiveArgs& args) const;
   // Whether BRAID_ALGO names the algorithm of `kind`.
   bool forces(algo::CollectiveKind kind) const {
     return forced_.count(std::string(algo::collectiveName(kind))) > 0;

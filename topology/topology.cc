@@ -5,6 +5,7 @@
 #include <charconv>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
@@ -434,6 +435,20 @@ Result<Transport> parseTransport(std::string_view name) {
     known += strCat(known.empty() ? "" : ", ", transportName(t));
   }
   return invalidArgument(strCat("unknown transport '", name, "' (known: ", known, ")"));
+}
+
+std::vector<HostShare> hostShares(std::span<const RankTopology> ranks) {
+  std::map<std::string_view, int> ranksOf;
+  std::map<std::string_view, std::set<int>> coresOf;
+  for (const RankTopology& r : ranks) {
+    ++ranksOf[r.hostId];
+    coresOf[r.hostId].insert(r.cores.begin(), r.cores.end());
+  }
+  std::vector<HostShare> out;
+  out.reserve(ranks.size());
+  for (const RankTopology& r : ranks)
+    out.push_back({ranksOf[r.hostId], static_cast<int>(coresOf[r.hostId].size())});
+  return out;
 }
 
 Result<Link> chooseLink(std::span<const RankTopology> ranks, int a, int b,

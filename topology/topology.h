@@ -140,6 +140,15 @@ std::string_view transportName(Transport transport);  // "self", "cuda_ipc", "sh
 // the known names.
 Result<Transport> parseTransport(std::string_view name);
 
+// Per rank, how many ranks share its host and how many logical CPUs they
+// may run on, all of them together: ranks pinned to one core each share
+// none, however few each has, while unpinned ranks share the same ones.
+struct HostShare {
+  int ranks = 0;
+  int cores = 0;
+};
+std::vector<HostShare> hostShares(std::span<const RankTopology> ranks);
+
 struct Link {
   LinkKind kind = LinkKind::kSelf;
   Transport transport = Transport::kSelf;

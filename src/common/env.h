@@ -40,9 +40,12 @@ struct FaultSpec {
 Result<FaultSpec> parseFaultSpec(const std::string& text);
 
 struct Config {
-  double timeoutSeconds = 300;              // BRAID_TIMEOUT
-  std::string transport;                    // BRAID_TRANSPORT ("" = automatic)
-  bool tune = false;                        // BRAID_TUNE: measure (true) or model
+  double timeoutSeconds = 300;  // BRAID_TIMEOUT
+  std::string transport;        // BRAID_TRANSPORT ("" = automatic)
+  // BRAID_TUNE: how the algorithm of a call is chosen where BRAID_ALGO does
+  // not force it (docs/ENVIRONMENT.md).
+  enum class Tune { kAuto, kModel, kMeasure };
+  Tune tune = Tune::kAuto;
   std::map<std::string, std::string> algo;  // BRAID_ALGO: collective -> algorithm
   std::string socketIfname;                 // BRAID_SOCKET_IFNAME
   std::string hostId;                       // BRAID_HOSTID ("" = hostname and boot id)

@@ -2,10 +2,13 @@
 // calls, a peer that dies, a peer that stalls, an abort from another
 // thread. Each must end in a clear error, quickly, on every rank involved.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -22,21 +25,39 @@ struct RankReport {
   double seconds = 0;
 };
 
+// Seconds a rank may take to report before the test gives up on it and
+// kills the ranks: a hang fails the test instead of stalling the suite.
+constexpr int kReportLimitSeconds = 120;
+
 // Forks `n` ranks sharing one unique id; each runs body(comm, rank) and
 // reports the result code and last error of the call it marks as decisive.
+// Rank 0 creates the id and the test relays it: the process that creates
+// an id runs its rendezvous on a thread, and a process forked from one with
+// threads may inherit a lock another thread held (an allocator's, under a
+// sanitizer) and wait on it forever.
 std::vector<RankReport> runRanks(int n, const char* timeout,
                                  const std::function<braidResult_t(braidComm_t, int)>& body) {
   setenv("BRAID_TIMEOUT", timeout, 1);
-  braidUniqueId id;
-  EXPECT_EQ(braidGetUniqueId(&id), braidSuccess);
-  std::vector<int> pipes(n);
+  int idUp[2];
+  EXPECT_EQ(pipe(idUp), 0);
+  std::vector<int> pipes(n), idDown(n, -1);
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
-    int fds[2];
+    int fds[2], down[2];
     EXPECT_EQ(pipe(fds), 0);
+    EXPECT_EQ(pipe(down), 0);
     pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
+      close(down[1]);
+      close(idUp[0]);
+      braidUniqueId id;
+      if (r == 0) {
+        if (braidGetUniqueId(&id) != braidSuccess) _exit(2);
+        if (write(idUp[1], &id, sizeof(id)) != sizeof(id)) _exit(2);
+      } else if (read(down[0], &id, sizeof(id)) != sizeof(id)) {
+        _exit(2);
+      }
       RankReport report;
       braidComm_t comm = nullptr;
       if (braidCommInitRank(&comm, n, id, r) != braidSuccess) _exit(3);
@@ -50,11 +71,32 @@ std::vector<RankReport> runRanks(int n, const char* timeout,
       _exit(0);
     }
     close(fds[1]);
+    close(down[0]);
     pipes[r] = fds[0];
+    idDown[r] = down[1];
     pids.push_back(pid);
   }
+  close(idUp[1]);
+  braidUniqueId id;
+  const bool haveId = read(idUp[0], &id, sizeof(id)) == sizeof(id);
+  EXPECT_TRUE(haveId) << "rank 0 could not create a unique id";
+  for (int r = 1; r < n; ++r)
+    if (haveId) EXPECT_EQ(write(idDown[r], &id, sizeof(id)), static_cast<ssize_t>(sizeof(id)));
+  for (int fd : idDown) close(fd);
+  close(idUp[0]);
   std::vector<RankReport> reports(n);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(kReportLimitSeconds);
   for (int r = 0; r < n; ++r) {
+    const int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          deadline - std::chrono::steady_clock::now())
+                                          .count());
+    pollfd ready{pipes[r], POLLIN, 0};
+    if (poll(&ready, 1, std::max(left, 0)) != 1) {
+      ADD_FAILURE() << "rank " << r << " reported nothing within " << kReportLimitSeconds
+                    << " s; killing the ranks";
+      for (pid_t pid : pids) kill(pid, SIGKILL);
+    }
     ssize_t got = read(pipes[r], &reports[r], sizeof(RankReport));
     if (got != sizeof(RankReport)) reports[r].result = -2;  // the rank died first
     close(pipes[r]);

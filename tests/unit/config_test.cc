@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -65,6 +66,26 @@ TEST(Config, ParsesGoodValues) {
   EXPECT_EQ(c->timeoutSeconds, 2.5);
   EXPECT_EQ(c->algo.at("allreduce"), "ring");
   EXPECT_EQ(c->algo.at("broadcast"), "tree");
+}
+
+TEST(Config, TuneIsAutoUnlessSetAndTakesItsThreeWords) {
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->tune, Config::Tune::kAuto);
+  for (auto [word, mode] :
+       std::vector<std::pair<const char*, Config::Tune>>{{"auto", Config::Tune::kAuto},
+                                                         {"model", Config::Tune::kModel},
+                                                         {"measure", Config::Tune::kMeasure}}) {
+    ScopedEnv t("BRAID_TUNE", word);
+    auto parsed = loadConfig();
+    ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+    EXPECT_EQ(parsed->tune, mode) << word;
+  }
+  ScopedEnv bad("BRAID_TUNE", "guess");
+  auto refused = loadConfig();
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("auto, model or measure"), std::string::npos)
+      << refused.status().message();
 }
 
 TEST(Config, FaultsAreOffUnlessSet) {
@@ -234,6 +255,57 @@ TEST(Selector, TwoRankTiesAmongTheBandwidthAlgorithmsGoToDbtree) {
     EXPECT_NEAR(ring, dbtree, ring * 1e-9) << bytes;
     EXPECT_EQ(s.choose(args).name, "dbtree") << bytes;
   }
+}
+
+TEST(Selector, ShortlistHoldsWhatTheModelPredictsWithinItsFactor) {
+  algo::LinkModel link;
+  link.alpha = 0.6e-6;
+  link.beta = 1.0 / 17e9;
+  link.gamma = 1.0 / 43e9;
+  link.coresPerHost = 2;
+  link.ranksPerHost = 4;
+  Selector s({}, link);
+  for (size_t bytes : {size_t{8}, size_t{1} << 15, size_t{1} << 24}) {
+    algo::CollectiveArgs args;
+    args.nranks = 4;
+    args.count = bytes / 4;
+    const auto list = s.shortlist(args);
+    const algo::Algorithm& chosen = s.choose(args);
+    const double best = chosen.estimate(args, link).seconds;
+    EXPECT_NE(std::find(list.begin(), list.end(), &chosen), list.end()) << bytes;
+    for (const auto& a : algo::allAlgorithms()) {
+      if (a.kind != args.kind) continue;
+      const bool listed = std::find(list.begin(), list.end(), &a) != list.end();
+      EXPECT_EQ(listed, a.estimate(args, link).seconds <= best * Selector::kShortlistFactor)
+          << a.name << " at " << bytes;
+    }
+  }
+  // At 8 bytes the ring (6 rounds against butterfly's 2) is not worth a call.
+  algo::CollectiveArgs small;
+  small.nranks = 4;
+  small.count = 2;
+  for (const algo::Algorithm* a : s.shortlist(small)) EXPECT_NE(a->name, "ring");
+  Selector forced({{"allreduce", "ring"}}, link);
+  const auto only = forced.shortlist(small);
+  ASSERT_EQ(only.size(), 1u);
+  EXPECT_EQ(only[0]->name, "ring");
+}
+
+// The race behind a flaky abort test: when the call's own thread saw the
+// abort flag before the aborting thread reached the connections, peers were
+// told "communicator aborted" as misuse instead of losing rank 0.
+TEST(Progress, PeersOfACallItsRankAbortedHearOfALostRank) {
+  std::atomic<bool> aborted{true};
+  Job job;
+  job.rank = 3;
+  job.aborted = &aborted;
+  Status told = reasonForPeers(job, invalidUsage("braidAllReduce #1: communicator aborted"));
+  EXPECT_EQ(told.code(), ErrorCode::kRemoteError);
+  EXPECT_NE(told.message().find("rank 3 aborted"), std::string::npos) << told.message();
+  aborted = false;
+  Status mismatch = invalidUsage("braidAllReduce #2 count 5 on rank 3: rank 1 called count 6");
+  EXPECT_EQ(reasonForPeers(job, mismatch).code(), ErrorCode::kInvalidUsage);
+  EXPECT_EQ(reasonForPeers(job, mismatch).message(), mismatch.message());
 }
 
 }  // namespace

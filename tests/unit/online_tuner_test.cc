@@ -37,8 +37,9 @@ TEST(OnlineTuner, WarmsUpTriesEveryCandidateThenKeepsTheFastest) {
       auto c = tuner.next(key, candidates, model);
       EXPECT_EQ(c.algorithm, candidates[i]);
       EXPECT_EQ(c.trial, static_cast<int>(i));
-      // Candidate 1 is fastest; its second trial is its best.
-      complete = tuner.record(key, c.trial, i == 1 ? 2.0 - t : 5.0 + t);
+      // Candidate 1 is fastest; its last trial is its best.
+      complete =
+          tuner.record(key, c.trial, i == 1 ? 1.0 + (OnlineTuner::kTrials - 1 - t) : 5.0 + t);
     }
   ASSERT_TRUE(complete);
   std::vector<double> times = tuner.times(key);
@@ -65,6 +66,43 @@ TEST(OnlineTuner, AgreedTimesDecideNotTheLocalOnes) {
   std::vector<double> agreed(candidates.size(), 3.0);
   agreed[2] = 0.5;  // another rank saw candidate 2 win
   EXPECT_EQ(tuner.decide(key, agreed), candidates[2]);
+}
+
+// A candidate faster than the model's choice by less than kMargin is noise
+// of a few calls; by more, it wins.
+TEST(OnlineTuner, TheModelsChoiceStaysUnlessBeatenByMoreThanTheMargin) {
+  const auto candidates = allReduceAlgorithms();
+  ASSERT_GE(candidates.size(), 3u);
+  const algo::Algorithm* model = candidates[2];
+  for (double faster :
+       {1.0 / (1 + OnlineTuner::kMargin / 2), 1.0 / (1 + 2 * OnlineTuner::kMargin)}) {
+    OnlineTuner tuner;
+    const auto key = OnlineTuner::keyFor(0, args(4096));
+    (void)tuner.next(key, candidates, model);
+    for (int t = 0; t < OnlineTuner::kTrials; ++t)
+      for (size_t i = 0; i < candidates.size(); ++i)
+        (void)tuner.record(key, tuner.next(key, candidates, model).trial, 1.0);
+    std::vector<double> agreed(candidates.size(), 1.0);
+    agreed[0] = faster;
+    const bool beaten = faster < 1.0 / (1 + OnlineTuner::kMargin);
+    EXPECT_EQ(tuner.decide(key, agreed), beaten ? candidates[0] : model) << faster;
+  }
+}
+
+// Only what the model shortlists is timed: a single candidate is kept at
+// once, untimed.
+TEST(OnlineTuner, ASingleCandidateIsKeptWithoutTrials) {
+  OnlineTuner tuner;
+  const auto all = allReduceAlgorithms();
+  const std::vector<const algo::Algorithm*> one{all[1]};
+  const auto key = OnlineTuner::keyFor(0, args(8));
+  for (int call = 0; call < 3; ++call) {
+    auto c = tuner.next(key, one, all[1]);
+    EXPECT_EQ(c.algorithm, all[1]);
+    EXPECT_EQ(c.trial, -1);
+  }
+  EXPECT_TRUE(tuner.knows(key));
+  EXPECT_EQ(tuner.candidates(key), one);
 }
 
 TEST(OnlineTuner, SizeClassesStreamsAndCollectivesAreApart) {

@@ -90,6 +90,30 @@ std::vector<std::string> transportGrid(const TransportMatrix& m) {
 
 // --- detection ----------------------------------------------------------
 
+// Pinned ranks (one core each) do not outnumber their host's cores; ranks
+// that all may run on the same two do.
+TEST(HostShares, CountCoresAsTheUnionOverTheRanksOfAHost) {
+  auto rank = [](std::string host, std::vector<int> cores) {
+    RankTopology r;
+    r.hostId = std::move(host);
+    r.cores = std::move(cores);
+    return r;
+  };
+  std::vector<RankTopology> ranks = {rank("a", {0}),   rank("a", {1}),    rank("a", {2}),
+                                     rank("a", {3}),   rank("b", {0, 1}), rank("b", {0, 1}),
+                                     rank("b", {0, 1})};
+  std::vector<HostShare> shares = hostShares(ranks);
+  ASSERT_EQ(shares.size(), ranks.size());
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(shares[r].ranks, 4) << r;
+    EXPECT_EQ(shares[r].cores, 4) << r;
+  }
+  for (int r = 4; r < 7; ++r) {
+    EXPECT_EQ(shares[r].ranks, 3) << r;
+    EXPECT_EQ(shares[r].cores, 2) << r;
+  }
+}
+
 TEST(Detect, DescribesThisProcess) {
   RankTopology r = detect();
   EXPECT_EQ(r.hostname, hostname());
