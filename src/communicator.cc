@@ -130,11 +130,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   comm->connections_[rank] = comm->owned_.back().get();
   BRAID_ASSIGN_OR_RETURN(algo::LinkModel link, probeLink(*comm));
   comm->selector_ = Selector(comm->config_.algo, link);
-  // The model has no term for the scheduler, which sets a round's cost
-  // when ranks outnumber cores (docs/ALGORITHMS.md): there, measure.
-  comm->measureAlgorithms_ = comm->config_.tune == Config::Tune::kMeasure ||
-                             (comm->config_.tune == Config::Tune::kAuto && link.coresPerHost > 0 &&
-                              link.ranksPerHost > link.coresPerHost);
+  comm->measureAlgorithms_ = comm->config_.tune == Config::Tune::kMeasure;
   if (log::enabled(log::Level::kInfo)) {
     std::string interface = "?";
     if (auto list = tcp::listInterfaces(); list.isOk())

@@ -130,9 +130,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<transport::Connection*> connections_;  // by rank
   std::vector<const char*> transportNames_;          // by rank
   std::vector<topo::HostShare> hostShares_;          // by rank
-  // Whether calls time the model's shortlist and keep the fastest:
-  // BRAID_TUNE=measure, or auto where ranks outnumber a host's cores (set at
-  // init from rank 0's figures, so every rank decides alike).
+  // Whether calls time the model's shortlist and keep the fastest
+  // (BRAID_TUNE=measure).
   bool measureAlgorithms_ = false;
   std::mutex tunerMutex_;
   OnlineTuner tuner_;

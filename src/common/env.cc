@@ -177,14 +177,12 @@ Result<Config> loadConfig() {
                                   "' is not a transport of this build (shm, tcp)"));
   BRAID_RETURN_IF_ERROR(parseAlgo(envString("BRAID_ALGO"), &config.algo));
   if (std::string t = envString("BRAID_TUNE"); !t.empty()) {
-    if (t == "auto")
-      config.tune = Config::Tune::kAuto;
-    else if (t == "model")
+    if (t == "model")
       config.tune = Config::Tune::kModel;
     else if (t == "measure")
       config.tune = Config::Tune::kMeasure;
     else
-      return invalidArgument(strCat("BRAID_TUNE='", t, "' is not auto, model or measure"));
+      return invalidArgument(strCat("BRAID_TUNE='", t, "' is not model or measure"));
   }
   config.socketIfname = envString("BRAID_SOCKET_IFNAME");
   config.hostId = envString("BRAID_HOSTID");

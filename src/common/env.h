@@ -44,8 +44,8 @@ struct Config {
   std::string transport;        // BRAID_TRANSPORT ("" = automatic)
   // BRAID_TUNE: how the algorithm of a call is chosen where BRAID_ALGO does
   // not force it (docs/ENVIRONMENT.md).
-  enum class Tune { kAuto, kModel, kMeasure };
-  Tune tune = Tune::kAuto;
+  enum class Tune { kModel, kMeasure };
+  Tune tune = Tune::kModel;
   std::map<std::string, std::string> algo;  // BRAID_ALGO: collective -> algorithm
   std::string socketIfname;                 // BRAID_SOCKET_IFNAME
   std::string hostId;                       // BRAID_HOSTID ("" = hostname and boot id)

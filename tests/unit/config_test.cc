@@ -68,14 +68,12 @@ TEST(Config, ParsesGoodValues) {
   EXPECT_EQ(c->algo.at("broadcast"), "tree");
 }
 
-TEST(Config, TuneIsAutoUnlessSetAndTakesItsThreeWords) {
+TEST(Config, TuneIsTheModelUnlessSetToMeasure) {
   auto c = loadConfig();
   ASSERT_TRUE(c.isOk()) << c.status().message();
-  EXPECT_EQ(c->tune, Config::Tune::kAuto);
-  for (auto [word, mode] :
-       std::vector<std::pair<const char*, Config::Tune>>{{"auto", Config::Tune::kAuto},
-                                                         {"model", Config::Tune::kModel},
-                                                         {"measure", Config::Tune::kMeasure}}) {
+  EXPECT_EQ(c->tune, Config::Tune::kModel);
+  for (auto [word, mode] : std::vector<std::pair<const char*, Config::Tune>>{
+           {"model", Config::Tune::kModel}, {"measure", Config::Tune::kMeasure}}) {
     ScopedEnv t("BRAID_TUNE", word);
     auto parsed = loadConfig();
     ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
@@ -84,7 +82,7 @@ TEST(Config, TuneIsAutoUnlessSetAndTakesItsThreeWords) {
   ScopedEnv bad("BRAID_TUNE", "guess");
   auto refused = loadConfig();
   ASSERT_FALSE(refused.isOk());
-  EXPECT_NE(refused.status().message().find("auto, model or measure"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("model or measure"), std::string::npos)
       << refused.status().message();
 }
 
