@@ -470,9 +470,13 @@ void StreamConnection::finishFrame() {
     // Only a mismatch is the peer's verdict on this call too; anything else
     // means the peer failed or left.
     const auto code = static_cast<ErrorCode>(header_.check);
+    // The reason is the peer's bytes: an empty one must still explain.
+    const bool said = !why.empty();
     Status s = code == ErrorCode::kInvalidUsage
-                   ? invalidUsage(why)
-                   : remoteError(strCat("rank ", peer_, " ended the connection: ", why));
+                   ? invalidUsage(
+                         said ? why : strCat("rank ", peer_, " found that the calls do not match"))
+                   : remoteError(strCat("rank ", peer_,
+                                        " ended the connection: ", said ? why : "no reason given"));
     if (code != ErrorCode::kOk && !peerFailed_) {
       peerFailure_ = s;
       peerFailed_ = true;

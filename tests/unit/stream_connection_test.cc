@@ -277,6 +277,19 @@ TEST_P(Connection, AbortFailsPendingAndLaterRequests) {
   EXPECT_EQ(later->error().code(), ErrorCode::kInvalidUsage);
 }
 
+// A goodbye's reason comes from the peer and may be empty; the error it
+// becomes must still say something (found by fuzzing).
+TEST_P(Connection, PeerMismatchWithoutAReasonStillExplains) {
+  Pair p(GetParam());
+  int y = 0;
+  RequestPtr r = p.b->postRecv(&y, 4, tag(1));
+  p.a->abort(invalidUsage(""));
+  p.drive({r});
+  ASSERT_EQ(r->state(), Request::State::kFailed);
+  EXPECT_EQ(r->error().code(), ErrorCode::kInvalidUsage);
+  EXPECT_NE(r->error().message().find("rank 0"), std::string::npos) << r->error().message();
+}
+
 TEST_P(Connection, MessageThatArrivedBeforeThePeerClosedIsDelivered) {
   Pair p(GetParam());
   int x = 42, y = 0;
