@@ -1,5 +1,8 @@
 #include "src/bootstrap.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -73,6 +76,66 @@ Arrival greet(tcp::Fd fd, const Secret& secret, Deadline step) {
   return a;
 }
 
+// The threads that greet new connections. Each is joined as soon as it is
+// done, not when the rendezvous ends: one stranger that keeps its connection
+// silent must not leave the others' finished threads waiting (and unjoined,
+// should the process exit meanwhile). A connection still being greeted when
+// the rendezvous ends never became a rank: its socket is shut down, so its
+// thread ends at once instead of when its handshake step runs out.
+class Greeters {
+ public:
+  // What a greeting thread is told and tells back.
+  class Handle {
+   public:
+    // The thread no longer reads the socket: it may hand the connection on.
+    void finishedReading() const { done_->store(true); }
+    // The rendezvous ended while this connection was still being greeted.
+    bool cutOff() const { return cutOff_->load(); }
+
+   private:
+    friend class Greeters;
+    std::shared_ptr<std::atomic<bool>> done_ = std::make_shared<std::atomic<bool>>(false);
+    std::shared_ptr<std::atomic<bool>> cutOff_;
+  };
+
+  Greeters() = default;
+  Greeters(const Greeters&) = delete;
+  Greeters& operator=(const Greeters&) = delete;
+  ~Greeters() {
+    cutOff_->store(true);
+    for (Greeter& g : greeters_) {
+      if (!g.handle.done_->load() && g.socket.valid()) ::shutdown(g.socket.get(), SHUT_RDWR);
+    }
+    // Destroying the jthreads joins them.
+  }
+
+  // Runs greet(connection, handle) on a thread of its own.
+  template <typename Greet>
+  void start(tcp::Fd fd, Greet greet) {
+    Greeter g;
+    g.handle.cutOff_ = cutOff_;
+    // A duplicate the thread never closes: shutting it down cannot hit a
+    // descriptor number the thread closed and the process reused.
+    g.socket = tcp::Fd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+    g.thread = std::jthread([greet = std::move(greet), fd = std::move(fd),
+                             handle = g.handle]() mutable { greet(std::move(fd), handle); });
+    greeters_.push_back(std::move(g));
+  }
+
+  void joinFinished() {
+    std::erase_if(greeters_, [](const Greeter& g) { return g.handle.done_->load(); });
+  }
+
+ private:
+  struct Greeter {
+    Handle handle;
+    tcp::Fd socket;
+    std::jthread thread;
+  };
+  std::shared_ptr<std::atomic<bool>> cutOff_ = std::make_shared<std::atomic<bool>>(false);
+  std::vector<Greeter> greeters_;
+};
+
 // Collects one join request per rank, then answers everyone with the table.
 void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
   Deadline deadline = Deadline::after(timeoutSeconds);
@@ -81,15 +144,7 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
   std::mutex mutex;
   std::condition_variable arrived;
   std::deque<Arrival> arrivals;
-  // Each greeter is joined as soon as it is done, not when this function
-  // returns: one stranger that keeps its connection silent must not leave
-  // the others' finished threads waiting (and unjoined, should the process
-  // exit meanwhile).
-  struct Greeter {
-    std::shared_ptr<std::atomic<bool>> done;
-    std::jthread thread;
-  };
-  std::vector<Greeter> greeters;
+  Greeters greeters;  // after what the greeters use, so it is destroyed first
   while (!roster.complete()) {
     if (deadline.expired()) {
       BRAID_WARN("rendezvous: ", joined.size(), " of ", roster.nranks(),
@@ -100,24 +155,24 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
     auto fd = tcp::acceptFrom(listener.get(), Deadline::after(0.02));
     if (fd.isOk()) {
       Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
-      auto done = std::make_shared<std::atomic<bool>>(false);
-      greeters.push_back({done, std::jthread([&, fd = std::move(*fd), step, done]() mutable {
-                            Arrival a = greet(std::move(fd), secret, step);
-                            // Logged here, not by the loop: a stranger refused
-                            // after the last rank joined is logged too.
-                            if (!a.request.isOk()) {
-                              BRAID_WARN("rendezvous: refused a connection: ",
-                                         a.request.status().message());
-                              done->store(true);
-                              return;
-                            }
-                            std::lock_guard lock(mutex);
-                            arrivals.push_back(std::move(a));
-                            arrived.notify_one();
-                            done->store(true);
-                          })});
+      greeters.start(std::move(*fd), [&, step](tcp::Fd connection, const Greeters::Handle& self) {
+        Arrival a = greet(std::move(connection), secret, step);
+        self.finishedReading();
+        // Logged here, not by the loop: a stranger refused after the last
+        // rank joined is logged too.
+        if (!a.request.isOk()) {
+          if (self.cutOff())
+            BRAID_INFO("rendezvous: cut off a connection that was still silent at the end");
+          else
+            BRAID_WARN("rendezvous: refused a connection: ", a.request.status().message());
+          return;
+        }
+        std::lock_guard lock(mutex);
+        arrivals.push_back(std::move(a));
+        arrived.notify_one();
+      });
     }
-    std::erase_if(greeters, [](const Greeter& g) { return g.done->load(); });
+    greeters.joinFinished();
     std::deque<Arrival> ready;
     {
       std::unique_lock lock(mutex);

@@ -80,8 +80,11 @@ std::vector<RankReport> runRanks(int n, const char* timeout,
   braidUniqueId id;
   const bool haveId = read(idUp[0], &id, sizeof(id)) == sizeof(id);
   EXPECT_TRUE(haveId) << "rank 0 could not create a unique id";
-  for (int r = 1; r < n; ++r)
-    if (haveId) EXPECT_EQ(write(idDown[r], &id, sizeof(id)), static_cast<ssize_t>(sizeof(id)));
+  for (int r = 1; r < n; ++r) {
+    if (haveId) {
+      EXPECT_EQ(write(idDown[r], &id, sizeof(id)), static_cast<ssize_t>(sizeof(id)));
+    }
+  }
   for (int fd : idDown) close(fd);
   close(idUp[0]);
   std::vector<RankReport> reports(n);
