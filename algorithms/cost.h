@@ -13,18 +13,36 @@ struct LinkModel {
   double alpha = 20e-6;       // seconds per message: latency plus software overhead
   double beta = 1.0 / 1.5e9;  // seconds per byte sent
   double gamma = 1.0 / 6e9;   // seconds per byte reduced (also: per byte of a local copy pass)
-  // Contention. alpha, beta and gamma are measured with two ranks busy;
-  // when more ranks of one host are busy at once than it has cores, they
-  // share the cores and every round stretches by that ratio (moving bytes
-  // between processes of a host is CPU work: copies, wake-ups). 0 = never.
+  // Contention. When more ranks of one host are busy at once than it has
+  // cores, they share the cores and every round stretches (moving bytes
+  // between processes of a host is CPU work: copies, wake-ups). alpha, beta
+  // and gamma were measured with `busyWhenMeasured` ranks of a host busy,
+  // so that much sharing is in them already; `contention` is how much
+  // longer a round took then than with two ranks busy (1 = not measured).
+  // coresPerHost 0 = never.
   int coresPerHost = 0;
   int ranksPerHost = 1;
+  int busyWhenMeasured = 2;
+  double contention = 1.0;
 
-  // How much longer a round takes with `active` of `nranks` ranks busy.
+  // How much longer a round takes with `active` of `nranks` ranks busy than
+  // it did when measured.
   double stretch(int active, int nranks) const {
     if (coresPerHost <= 0 || nranks <= 0) return 1.0;
     const double onHost = std::ceil(static_cast<double>(active) * ranksPerHost / nranks);
-    return std::max(1.0, onHost / coresPerHost);
+    return slowdown(onHost) / slowdown(busyWhenMeasured);
+  }
+
+  // A round's time with `busy` ranks of a host busy, against two. Without a
+  // measured figure, the cores are shared evenly. With one, the slowdown
+  // grows in a line from none at `coresPerHost` busy ranks to the measured
+  // one: on a 2-core host, 3 busy ranks made a round 2.5 times as long, not
+  // the 1.5 an even share predicts (a waiting rank holds a core too).
+  double slowdown(double busy) const {
+    const double cores = coresPerHost;
+    if (busy <= cores) return 1.0;
+    if (contention <= 1.0 || busyWhenMeasured <= cores) return busy / cores;
+    return 1.0 + (contention - 1.0) * (busy - cores) / (busyWhenMeasured - cores);
   }
 };
 

@@ -32,7 +32,7 @@ def launch(args, ranks, path):
     env.pop("BRAID_ALGO", None)
     subprocess.run(
         [f"{args.build}/tools/braidrun", "-n", str(ranks), f"{args.build}/perf/tuner_sweep", "-b", args.min,
-         "-e", args.max, "-f", str(args.factor), "-n", str(args.iters), "-r", str(args.reps), "-J", path],
+         "-e", args.max, "-f", str(args.factor), "-n", str(args.iters), "-r", str(args.reps), "-T", str(args.min_time_us), "-J", path],
         stdout=subprocess.DEVNULL, env=env, timeout=1800, check=True)
     with open(path) as f:
         return json.load(f)["rows"]
@@ -45,6 +45,8 @@ def main():
     p.add_argument("--launches", type=int, default=5)
     p.add_argument("--reps", type=int, default=5, help="interleaved timings per size in one launch")
     p.add_argument("--iters", type=int, default=20, help="calls per timing")
+    p.add_argument("--min-time-us", type=float, default=2000,
+                   help="more calls per timing where --iters calls would take less than this")
     p.add_argument("--min", default="8")
     p.add_argument("--max", default="64M")
     p.add_argument("--factor", type=int, default=2)
@@ -62,7 +64,7 @@ def main():
                     entry["picked"].add(row["picked"])
                     entry["ratio"].append(row["ratio"])
             print(f"# {ranks} ranks, {args.launches} launches of {args.reps} interleaved timings of "
-                  f"{args.iters} calls: median us per call, median over launches of the ratio")
+                  f"{args.iters} calls or {args.min_time_us:g} us or more: median us per call, median over launches of the ratio")
             print(f"{'size':>10} " + " ".join(f"{a:>10}" for a in ALGORITHMS) +
                   f" {'tuner':>10} {'picked':>16} {'ratio':>6}")
             for size in sorted(per_size):

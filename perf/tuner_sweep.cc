@@ -8,10 +8,14 @@
 // per forced algorithm, each made with its own BRAID_ALGO), and each
 // repetition times them all back to back, in an order shuffled the same way
 // on every rank. perf/tuner_check.py runs this over several launches.
+// With -T, a timing holds enough calls to last that long: on this machine a
+// timing of ten 8 KiB calls at 4 ranks on 2 cores took three times as long
+// per call as one of a hundred.
 //
-//   braidrun -n 3 build/perf/tuner_sweep -b 8 -e 64M -f 2 -n 20 -r 5 --json out.json
+//   braidrun -n 3 build/perf/tuner_sweep -b 8 -e 64M -f 2 -n 20 -r 5 -T 2000 --json out.json
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cxxopts.hpp>
@@ -90,12 +94,15 @@ int run(int argc, char** argv) {
                      cxxopts::value<std::string>()->default_value("8"))(
       "e,maxbytes", "largest size", cxxopts::value<std::string>()->default_value("64M"))(
       "f,stepfactor", "size factor", cxxopts::value<int>()->default_value("2"))(
-      "n,iters", "calls per timing", cxxopts::value<int>()->default_value("20"))(
-      "w,warmup_iters", "untimed calls per configuration and size",
-      cxxopts::value<int>()->default_value("3"))("r,reps",
-                                                 "timings per configuration and size, interleaved",
-                                                 cxxopts::value<int>()->default_value("5"))(
-      "J,json", "write the medians to this file", cxxopts::value<std::string>()->default_value(""))(
+      "n,iters", "calls per timing, at least", cxxopts::value<int>()->default_value("20"))(
+      "T,min_time_us",
+      "more calls per timing where the warm-up shows that -n calls would take less than this",
+      cxxopts::value<double>()->default_value("0"))("w,warmup_iters",
+                                                    "untimed calls per configuration and size",
+                                                    cxxopts::value<int>()->default_value("3"))(
+      "r,reps", "timings per configuration and size, interleaved",
+      cxxopts::value<int>()->default_value("5"))("J,json", "write the medians to this file",
+                                                 cxxopts::value<std::string>()->default_value(""))(
       "h,help", "this help");
   cxxopts::ParseResult args = spec.parse(argc, argv);
   if (args.count("help")) {
@@ -108,9 +115,12 @@ int run(int argc, char** argv) {
   const int iterations = args["iters"].as<int>();
   const int warmup = args["warmup_iters"].as<int>();
   const int reps = args["reps"].as<int>();
+  const double minTimeUs = args["min_time_us"].as<double>();
   if (minBytes < 4 || maxBytes < minBytes || factor < 2 || iterations < 1 || warmup < 0 ||
-      reps < 1) {
-    std::fprintf(stderr, "tuner_sweep: need 4 <= -b <= -e, -f >= 2, -n >= 1, -w >= 0, -r >= 1\n");
+      reps < 1 || !(minTimeUs >= 0) || (minTimeUs > 0 && warmup < 1)) {
+    std::fprintf(stderr,
+                 "tuner_sweep: need 4 <= -b <= -e, -f >= 2, -n >= 1, -w >= 0, -r >= 1, -T >= 0 "
+                 "(and -w >= 1 with -T)\n");
     return 2;
   }
 
@@ -129,8 +139,8 @@ int run(int argc, char** argv) {
   std::mt19937 shuffle(12345);  // the same order on every rank
   nlohmann::json record = {{"nranks", nranks}, {"iters", iterations}, {"reps", reps}, {"rows", {}}};
   if (rank == 0) {
-    std::printf("# %d ranks; median us per call over %d interleaved timings of %d calls\n", nranks,
-                reps, iterations);
+    std::printf("# %d ranks; median us per call over %d interleaved timings of %d calls or more\n",
+                nranks, reps, iterations);
     std::printf("%10s", "size");
     for (const Configuration& c : configurations) std::printf(" %10s", c.name.c_str());
     std::printf(" %10s %6s\n", "picked", "ratio");
@@ -138,12 +148,20 @@ int run(int argc, char** argv) {
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= factor) {
     const size_t count = bytes / sizeof(float);
     std::vector<std::vector<double>> times(configurations.size());
-    for (Configuration& c : configurations)
-      for (int i = 0; i < warmup; ++i)
-        if (!check(braidAllReduce(send.data(), recv.data(), count, braidFloat32, braidSum, c.comm,
-                                  nullptr),
-                   c.comm, "warm-up allreduce"))
-          return 1;
+    // The warm-up also says how long a call takes: with ranks outnumbering
+    // cores, a timing of a few short calls mostly measures how staggered the
+    // ranks left the barrier, so short calls are timed in longer runs.
+    double slowestWarmUp = 0;
+    for (Configuration& c : configurations) {
+      double perCall = 0;
+      if (warmup > 0 && !timeCalls(base, c.comm, send.data(), recv.data(), count, warmup, &perCall))
+        return 1;
+      slowestWarmUp = std::max(slowestWarmUp, perCall);
+    }
+    int callsPerTiming = iterations;
+    if (minTimeUs > 0 && slowestWarmUp > 0)
+      callsPerTiming = std::max<int>(
+          iterations, static_cast<int>(std::min(1e5, std::ceil(minTimeUs * 1e-6 / slowestWarmUp))));
     std::vector<size_t> order(configurations.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     for (int rep = 0; rep < reps; ++rep) {
@@ -151,7 +169,7 @@ int run(int argc, char** argv) {
       for (size_t index : order) {
         double seconds = 0;
         if (!timeCalls(base, configurations[index].comm, send.data(), recv.data(), count,
-                       iterations, &seconds))
+                       callsPerTiming, &seconds))
           return 1;
         times[index].push_back(seconds * 1e6);
       }
@@ -159,7 +177,8 @@ int run(int argc, char** argv) {
     const char* picked = "";
     braidCommGetLastAlgorithm(configurations[0].comm, "allreduce", &picked);
     double fastest = 0, pickedTime = 0;
-    nlohmann::json row = {{"bytes", bytes}, {"picked", picked}};
+    nlohmann::json row = {
+        {"bytes", bytes}, {"picked", picked}, {"calls_per_timing", callsPerTiming}};
     for (size_t i = 0; i < configurations.size(); ++i) {
       const double us = median(times[i]);
       row["us"][configurations[i].name] = us;

@@ -143,8 +143,9 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
                comm->tcp_->localAddress(), ", rendezvous ", rendezvous.root.toString());
     if (rank == 0) {
       BRAID_INFO("cost model: alpha ", link.alpha * 1e6, " us, link ", 1e-9 / link.beta,
-                 " GB/s, reduce ", 1e-9 / link.gamma, " GB/s, ", link.ranksPerHost, " ranks on ",
-                 link.coresPerHost, " cores per host");
+                 " GB/s, reduce ", 1e-9 / link.gamma, " GB/s (", link.busyWhenMeasured,
+                 " ranks busy, ", link.contention, "x as slow as 2), ", link.ranksPerHost,
+                 " ranks on ", link.coresPerHost, " cores per host");
       BRAID_INFO("algorithms at ", nranks,
                  " ranks: ", comm->selector_.describe(nranks, comm->config_.chunkBytes));
       std::string table;

@@ -21,38 +21,48 @@ using algo::Schedule;
 using algo::Slice;
 using algo::StepIndex;
 
-// Probe schedules between ranks 0 and 1, run through the progress engine
-// like any algorithm, so each figure is what a round inside a collective
-// costs, not what a whole call costs. A call also pays a fixed price
-// (posting, the first wake-up) that every algorithm pays once; counting it
-// per round (as an exchange per call did) made a round look 2-8 times
-// dearer than it is and moved every crossover towards the algorithms with
-// fewer rounds.
+// Probe schedules, run through the progress engine like any algorithm, so
+// each figure is what a round inside a collective costs, not what a whole
+// call costs. A call also pays a fixed price (posting, the first wake-up)
+// that every algorithm pays once; counting it per round (as an exchange per
+// call did) made a round look 2-8 times dearer than it is and moved every
+// crossover towards the algorithms with fewer rounds.
+//
+// The ranks args.root names (0 to root-1) form a ring: each sends to the
+// next and receives from the one before, as in a round of a collective.
+// With every rank of a host in it, the figures hold what sharing its cores
+// costs; timed on two ranks while the others wait, they swung fivefold
+// from launch to launch on a host with fewer cores than ranks, as the
+// waiting ranks happened to sleep or to spin.
+int nextInRing(const algo::CollectiveArgs& args) {
+  return (args.rank + 1) % args.root;
+}
+int previousInRing(const algo::CollectiveArgs& args) {
+  return (args.rank + args.root - 1) % args.root;
+}
 
-// kRounds dependent exchanges: each rank sends once the previous round's
+// kRounds dependent rounds: each rank sends once the previous round's
 // message has arrived.
 template <int kRounds>
 Schedule planExchangeRounds(const algo::CollectiveArgs& args) {
   Schedule plan;
-  const int peer = 1 - args.rank;
   const Slice out{BufferId::kSend, 0, args.bytes()};
   const Slice in{BufferId::kRecv, 0, args.bytes()};
   StepIndex arrived = algo::kNoStep;
   for (int i = 0; i < kRounds; ++i) {
-    plan.send(peer, out, arrived);
-    arrived = plan.recv(peer, in, arrived);
+    plan.send(nextInRing(args), out, arrived);
+    arrived = plan.recv(previousInRing(args), in, arrived);
   }
   return plan;
 }
 
-// One exchange whose incoming bytes are reduced into the output, as in a
+// One round whose incoming bytes are reduced into the output, as in a
 // reduce-scatter round.
 Schedule planReducingExchange(const algo::CollectiveArgs& args) {
   Schedule plan;
-  const int peer = 1 - args.rank;
   const Slice out{BufferId::kSend, 0, args.bytes()};
-  plan.send(peer, out);
-  plan.recvReduce(peer, Slice{BufferId::kRecv, 0, args.bytes()}, out);
+  plan.send(nextInRing(args), out);
+  plan.recvReduce(previousInRing(args), Slice{BufferId::kRecv, 0, args.bytes()}, out);
   return plan;
 }
 
@@ -67,12 +77,16 @@ const algo::Algorithm kFourRounds{algo::CollectiveKind::kAllReduce, "probe: 4 ro
 const algo::Algorithm kReducingRound{algo::CollectiveKind::kAllReduce, "probe: reducing round",
                                      planReducingExchange, noEstimate};
 
-// Seconds per call of `algorithm` over `bytes` on ranks 0 and 1: the best
-// of 4 timed batches after one untimed one (page faults, cold caches, the
-// first wake-ups); the least disturbed batch is the link's own figure.
-Result<double> timeProbe(Communicator& comm, const algo::Algorithm& algorithm,
-                         std::vector<float>& out, std::vector<float>& in, size_t bytes, int iters) {
+// Seconds per call of `algorithm` over `bytes` on a ring of the first
+// `ringSize` ranks: the best of 8 timed batches after one untimed one (page
+// faults, cold caches, the first wake-ups); the least disturbed batch is
+// the link's own figure. With ranks outnumbering cores, 4 batches were too
+// few: a 256 KiB round sometimes took 2-3 times its usual time in all of
+// them.
+Operation probeOperation(int ringSize, const algo::Algorithm& algorithm, std::vector<float>& out,
+                         std::vector<float>& in, size_t bytes) {
   Operation op;
+  op.args.root = ringSize;
   op.args.kind = algo::CollectiveKind::kAllReduce;
   op.args.count = bytes / sizeof(float);
   op.args.dtype = DataType::kFloat32;
@@ -81,15 +95,50 @@ Result<double> timeProbe(Communicator& comm, const algo::Algorithm& algorithm,
   op.recv = in.data();
   op.algorithm = &algorithm;
   op.name = "link probe";
+  return op;
+}
+
+// Seconds per call over a batch of `iters` calls.
+Result<double> timeBatch(Communicator& comm, const Operation& op, int iters) {
+  auto start = Clock::now();
+  for (int i = 0; i < iters; ++i)
+    BRAID_RETURN_IF_ERROR(comm.run({&op, 1}, Communicator::kProbeStream));
+  return std::chrono::duration<double>(Clock::now() - start).count() / iters;
+}
+
+constexpr int kBatches = 8;
+
+Result<double> timeProbe(Communicator& comm, int ringSize, const algo::Algorithm& algorithm,
+                         std::vector<float>& out, std::vector<float>& in, size_t bytes, int iters) {
+  const Operation op = probeOperation(ringSize, algorithm, out, in, bytes);
+  BRAID_RETURN_IF_ERROR(timeBatch(comm, op, iters).status());
   double best = 1e30;
-  for (int batch = 0; batch < 5; ++batch) {
-    auto start = Clock::now();
-    for (int i = 0; i < iters; ++i)
-      BRAID_RETURN_IF_ERROR(comm.run({&op, 1}, Communicator::kProbeStream));
-    if (batch == 0) continue;
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count() / iters);
+  for (int batch = 0; batch < kBatches; ++batch) {
+    BRAID_ASSIGN_OR_RETURN(double seconds, timeBatch(comm, op, iters));
+    best = std::min(best, seconds);
   }
   return best;
+}
+
+// What reducing the received bytes adds to a round of `bytes`: the median,
+// over batches, of a reducing batch's time less that of a plain one run
+// just before it. Each figure alone is a best of batches; their difference
+// was often a fifth or five times the truth, as one or the other happened
+// to catch its undisturbed batch.
+Result<double> timeReduction(Communicator& comm, int ringSize, std::vector<float>& out,
+                             std::vector<float>& in, size_t bytes, int iters) {
+  const Operation plain = probeOperation(ringSize, kOneRound, out, in, bytes);
+  const Operation reducing = probeOperation(ringSize, kReducingRound, out, in, bytes);
+  BRAID_RETURN_IF_ERROR(timeBatch(comm, plain, iters).status());
+  BRAID_RETURN_IF_ERROR(timeBatch(comm, reducing, iters).status());
+  std::vector<double> extra;
+  for (int batch = 0; batch < kBatches; ++batch) {
+    BRAID_ASSIGN_OR_RETURN(double without, timeBatch(comm, plain, iters));
+    BRAID_ASSIGN_OR_RETURN(double with, timeBatch(comm, reducing, iters));
+    extra.push_back(with - without);
+  }
+  std::nth_element(extra.begin(), extra.begin() + kBatches / 2, extra.end());
+  return extra[kBatches / 2];
 }
 
 // Seconds per byte of an in-place float32 sum over a cache-resident 1 MiB:
@@ -108,22 +157,30 @@ double localReduceSecondsPerByte() {
 
 struct Figures {
   double alpha, beta, gamma;
+  double largeRound;  // seconds of a 1 MiB round
 };
 
-Result<Figures> measure(Communicator& comm) {
-  constexpr size_t kSmall = 8, kMedium = 256 << 10, kLarge = 1 << 20;
+constexpr size_t kLargeProbeBytes = 1 << 20;
+
+Result<double> timeLargeRound(Communicator& comm, int ringSize) {
+  std::vector<float> out(kLargeProbeBytes / sizeof(float), 1.0f), in(out.size(), 0.0f);
+  return timeProbe(comm, ringSize, kOneRound, out, in, kLargeProbeBytes, 5);
+}
+
+Result<Figures> measure(Communicator& comm, int ringSize) {
+  constexpr size_t kSmall = 8, kMedium = 256 << 10, kLarge = kLargeProbeBytes;
   std::vector<float> out(kLarge / sizeof(float), 1.0f), in(kLarge / sizeof(float), 0.0f);
-  BRAID_ASSIGN_OR_RETURN(double one, timeProbe(comm, kOneRound, out, in, kSmall, 50));
-  BRAID_ASSIGN_OR_RETURN(double four, timeProbe(comm, kFourRounds, out, in, kSmall, 50));
-  BRAID_ASSIGN_OR_RETURN(double large, timeProbe(comm, kOneRound, out, in, kLarge, 3));
-  BRAID_ASSIGN_OR_RETURN(double plain, timeProbe(comm, kOneRound, out, in, kMedium, 5));
-  BRAID_ASSIGN_OR_RETURN(double reducing, timeProbe(comm, kReducingRound, out, in, kMedium, 5));
+  BRAID_ASSIGN_OR_RETURN(double one, timeProbe(comm, ringSize, kOneRound, out, in, kSmall, 50));
+  BRAID_ASSIGN_OR_RETURN(double four, timeProbe(comm, ringSize, kFourRounds, out, in, kSmall, 50));
+  BRAID_ASSIGN_OR_RETURN(double large, timeLargeRound(comm, ringSize));
+  BRAID_ASSIGN_OR_RETURN(double reduction, timeReduction(comm, ringSize, out, in, kMedium, 10));
   Figures f;
   f.alpha = std::max(1e-8, (four - one) / 3);
   f.beta = std::max(1e-12, (large - one) / kLarge);
-  f.gamma = std::max(localReduceSecondsPerByte(), (reducing - plain) / kMedium);
+  f.gamma = std::max(localReduceSecondsPerByte(), reduction / kMedium);
+  f.largeRound = large;
   BRAID_INFO("link probe: 1 round ", one * 1e6, " us, 4 rounds ", four * 1e6, " us, 1 MiB ",
-             large * 1e6, " us, 256 KiB ", plain * 1e6, " us, reduced ", reducing * 1e6, " us");
+             large * 1e6, " us, reducing 256 KiB adds ", reduction * 1e6, " us");
   return f;
 }
 
@@ -143,14 +200,29 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
   const bool given = config.linkAlphaMicroseconds > 0 && config.linkGigabytesPerSecond > 0 &&
                      config.reduceGigabytesPerSecond > 0;
   if (comm.size() > 1) {
-    // Measured on rank 0 (and 1) and shared, so that every rank chooses
-    // alike: {alpha, beta, gamma, cores per host, ranks per host}.
-    std::vector<double> figures = {model.alpha, model.beta, model.gamma, 0, 1};
-    if (comm.rank() <= 1 && !given) {
-      BRAID_ASSIGN_OR_RETURN(Figures f, measure(comm));
+    // Every rank when they share one host, so that the figures hold the
+    // contention for its cores; else ranks 0 and 1 (what sharing a host
+    // costs is then left to LinkModel::stretch).
+    const bool oneHost = comm.ranksOnHostOf(0) == comm.size();
+    const int ringSize = oneHost ? comm.size() : 2;
+    // Measured and shared by rank 0, so that every rank chooses alike:
+    // {alpha, beta, gamma, cores per host, ranks per host, busy ranks,
+    //  contention}.
+    std::vector<double> figures = {
+        model.alpha, model.beta, model.gamma, 0, 1, static_cast<double>(ringSize), 1};
+    if (comm.rank() < ringSize && !given) {
+      BRAID_ASSIGN_OR_RETURN(Figures f, measure(comm, ringSize));
       figures[0] = f.alpha;
       figures[1] = f.beta;
       figures[2] = f.gamma;
+      // The same round with two ranks busy, the others waiting: how much
+      // the host's sharing stretched it (LinkModel::slowdown).
+      if (ringSize > 2 && comm.rank() < 2) {
+        BRAID_ASSIGN_OR_RETURN(double pair, timeLargeRound(comm, 2));
+        figures[6] = std::max(1.0, f.largeRound / pair);
+        BRAID_INFO("link probe: 1 MiB ", pair * 1e6, " us with 2 ranks busy, ", f.largeRound * 1e6,
+                   " us with ", ringSize);
+      }
     }
     if (comm.rank() == 0) {
       figures[3] = comm.coresOnHostOf(0) > 0 ? comm.coresOnHostOf(0) : usableCores();
@@ -171,6 +243,8 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
     model.gamma = figures[2];
     model.coresPerHost = static_cast<int>(figures[3]);
     model.ranksPerHost = static_cast<int>(figures[4]);
+    model.busyWhenMeasured = given ? 2 : static_cast<int>(figures[5]);
+    model.contention = given ? 1.0 : figures[6];
   }
   if (config.linkAlphaMicroseconds > 0) model.alpha = config.linkAlphaMicroseconds * 1e-6;
   if (config.linkGigabytesPerSecond > 0) model.beta = 1.0 / (config.linkGigabytesPerSecond * 1e9);

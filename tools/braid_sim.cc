@@ -88,9 +88,13 @@ int main(int argc, char** argv) {
       "reduce-gbps", "reduction speed, GB/s", cxxopts::value<double>()->default_value("6"))(
       "chunk-bytes", "pipelining unit", cxxopts::value<size_t>()->default_value("524288"))(
       "cores", "cores per host, for the contention term (0: ranks never outnumber cores)",
-      cxxopts::value<int>()->default_value("0"))(
-      "ranks-per-host", "ranks on each host (default: all of them on one)",
-      cxxopts::value<int>()->default_value("0"))(
+      cxxopts::value<int>()->default_value("0"))("ranks-per-host",
+                                                 "ranks on each host (default: all of them on one)",
+                                                 cxxopts::value<int>()->default_value("0"))(
+      "contention",
+      "the figures were measured with every rank of a host busy, this many times as slow as "
+      "with two (the INFO line 'cost model' of a communicator; 0: measured with two)",
+      cxxopts::value<double>()->default_value("0"))(
       "plan", "also build rank 0's schedule and count its messages and bytes")("h,help",
                                                                                "this text");
   cxxopts::ParseResult args;
@@ -110,6 +114,11 @@ int main(int argc, char** argv) {
   link.gamma = 1.0 / (args["reduce-gbps"].as<double>() * 1e9);
   link.coresPerHost = args["cores"].as<int>();
   const int ranksPerHost = args["ranks-per-host"].as<int>();
+  const double contention = args["contention"].as<double>();
+  if (contention != 0 && contention < 1) {
+    std::fprintf(stderr, "braid-sim: --contention must be 0 or at least 1\n");
+    return 2;
+  }
   std::vector<CollectiveKind> kinds;
   for (const std::string& name : split(args["collective"].as<std::string>())) {
     if (name == "all") {
@@ -146,6 +155,10 @@ int main(int argc, char** argv) {
           a.chunkBytes = args["chunk-bytes"].as<size_t>();
           if (a.nranks < 1) throw std::invalid_argument("world size must be >= 1");
           link.ranksPerHost = ranksPerHost > 0 ? std::min(ranksPerHost, a.nranks) : a.nranks;
+          if (contention > 0) {
+            link.busyWhenMeasured = link.ranksPerHost;
+            link.contention = contention;
+          }
           const braid::Selector selector({}, link);
           const auto& chosen = selector.choose(a);
           for (const auto& algorithm : braid::algo::allAlgorithms()) {

@@ -1,6 +1,7 @@
 // Runs the real braidrun executable on small shell commands and checks what
 // the ranks saw and what braidrun printed and returned.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -159,6 +160,50 @@ TEST(Braidrun, SetsRankVariables) {
   EXPECT_EQ(secrets.size(), 1u) << "ranks disagree on BRAID_SECRET";
 }
 
+// The CPUs this test may run on, as the kernel lists them ("0-3,6").
+std::string allowedCpus() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("Cpus_allowed_list:"))
+      return line.substr(line.find_first_not_of(" \t", 18));
+  return "";
+}
+
+int countAllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
+TEST(Braidrun, BindsEachRankToOneCpuRoundRobin) {
+  const int cpus = countAllowedCpus();
+  ASSERT_GT(cpus, 0);
+  const int numRanks = cpus + 1;  // one more rank than CPUs: the first CPU is used twice
+  Outcome run = runShell(numRanks, "grep Cpus_allowed_list /proc/self/status | cut -f2");
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  std::vector<std::string> lines = splitLines(run.out);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(numRanks)) << run.out;
+  std::map<int, std::string> cpuOf;
+  for (const std::string& line : lines) {
+    std::smatch match;
+    ASSERT_TRUE(std::regex_match(line, match, std::regex(R"(\[(\d+)\] (\d+))"))) << line;
+    cpuOf[std::stoi(match[1])] = match[2];
+  }
+  std::set<std::string> distinct;
+  for (int r = 0; r < cpus; ++r) distinct.insert(cpuOf[r]);
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(cpus)) << run.out;
+  EXPECT_EQ(cpuOf[cpus], cpuOf[0]) << run.out;
+}
+
+TEST(Braidrun, BindNoneKeepsEveryCpu) {
+  Outcome run = runLauncher({"-n", "2", "--bind", "none", "sh", "-c",
+                             "grep Cpus_allowed_list /proc/self/status | cut -f2"});
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  std::vector<std::string> lines = splitLines(run.out);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"[0] " + allowedCpus(), "[1] " + allowedCpus()}));
+}
+
 TEST(Braidrun, SecretDiffersBetweenRuns) {
   Outcome first = runShell(1, "echo $BRAID_SECRET");
   Outcome second = runShell(1, "echo $BRAID_SECRET");
@@ -280,6 +325,8 @@ TEST(Braidrun, BadUsageExitsTwo) {
       {"-n", "2", "--"},
       {"-n", "2", "--port", "70000", "true"},
       {"-n", "2", "--bogus", "true"},
+      {"-n", "2", "--bind", "socket", "true"},
+      {"-n", "2", "--bind"},
       {"-n", "2", "no-such-command-braidrun-test"},
       {"-n", "2", "/no/such/dir/cmd"},
   };
