@@ -58,8 +58,13 @@ Schedule planAllReduceDbtree(const CollectiveArgs& args) {
   for (int t = 0; t < 2; ++t) {
     tree[t] = dbtreeLinks(P, t, args.rank);
     slotBase[t] = plan.scratchBytes;
-    // Two slots per child: chunk c arrives while chunk c-1 is reduced.
-    plan.scratchBytes += 2 * tree[t].childCount() * slotBytes;
+    // The first child's chunks are reduced as they arrive, straight into
+    // the output, so every receive from it is posted at once: a leaf sends
+    // all its chunks without waiting, and one that finds no receive posted
+    // is spilled and copied again. The second child's chunk c must wait
+    // for the first's (the order of the reduction is fixed), so it lands in
+    // one of two slots: chunk c arrives while chunk c-1 is reduced.
+    plan.scratchBytes += 2 * (tree[t].childCount() > 1) * slotBytes;
   }
   // reduced[t][i][c]: the reduction that consumed child i's chunk c.
   // upDone[t][c]: chunk c has left for the parent (at the root: is final).
@@ -71,9 +76,13 @@ Schedule planAllReduceDbtree(const CollectiveArgs& args) {
     Slice own = chunk(BufferId::kSend, t, c), acc = chunk(BufferId::kRecv, t, c);
     StepIndex last = kNoStep;
     for (int i = 0; i < links.childCount(); ++i) {
-      Slice slot{BufferId::kScratch, slotBase[t] + (2 * i + c % 2) * slotBytes, acc.bytes};
+      if (i == 0) {
+        last = reduced[t][i][c] = plan.recvReduce(links.children[i], acc, own);
+        continue;
+      }
+      Slice slot{BufferId::kScratch, slotBase[t] + (c % 2) * slotBytes, acc.bytes};
       StepIndex got = plan.recv(links.children[i], slot, c >= 2 ? reduced[t][i][c - 2] : kNoStep);
-      last = reduced[t][i][c] = plan.reduce(acc, i == 0 ? own : acc, slot, got, last);
+      last = reduced[t][i][c] = plan.reduce(acc, acc, slot, got, last);
     }
     if (links.parent >= 0) {
       upDone[t][c] = plan.send(links.parent, links.childCount() ? acc : own, last);
