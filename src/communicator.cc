@@ -180,23 +180,25 @@ ErrorCode Communicator::asyncError() const {
 }
 
 std::string_view Communicator::lastAlgorithm(algo::CollectiveKind kind) const {
-  std::lock_guard lock(lastAlgorithmMutex_);
-  auto it = lastAlgorithm_.find(kind);
-  return it == lastAlgorithm_.end() ? "" : it->second;
+  const auto index = static_cast<size_t>(kind);
+  if (index >= lastAlgorithm_.size()) return "";
+  const algo::Algorithm* algorithm = lastAlgorithm_[index].load(std::memory_order_relaxed);
+  return algorithm ? algorithm->name : "";
 }
 
 const Communicator::CachedPlan& Communicator::planFor(StreamState& st,
                                                       const algo::CollectiveArgs& args,
-                                                      const algo::Algorithm* algorithm) {
+                                                      const algo::Algorithm* requested) {
   for (auto it = st.plans.begin(); it != st.plans.end(); ++it)
-    if (it->args == args && it->algorithm == algorithm) {
+    if (it->args == args && it->requested == requested) {
       std::rotate(it, it + 1, st.plans.end());  // most recent last
       return st.plans.back();
     }
   if (st.plans.size() == kCachedPlans) st.plans.erase(st.plans.begin());
   CachedPlan plan;
   plan.args = args;
-  plan.algorithm = algorithm;
+  plan.requested = requested;
+  plan.algorithm = requested ? requested : &selector_.choose(args);
   struct Planned {
     algo::Schedule schedule;
     ScheduleIndex index;
@@ -255,8 +257,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       args.rank = rank_;
       args.nranks = nranks_;
       args.chunkBytes = config_.chunkBytes;
-      const CachedPlan& plan =
-          planFor(st, args, op.algorithm ? op.algorithm : &selector_.choose(args));
+      const CachedPlan& plan = planFor(st, args, op.algorithm);
       const algo::Algorithm* algorithm = plan.algorithm;
       schedule = plan.schedule;
       job.index = plan.index;
@@ -271,10 +272,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       job.callName = op.name + " #" + std::to_string(sequence);
       job.tagsBelow = base + (uint64_t{1} << 24);
       job.serialKey = &st;
-      {
-        std::lock_guard lock(lastAlgorithmMutex_);
-        lastAlgorithm_[op.args.kind] = algorithm->name;
-      }
+      lastAlgorithm_[static_cast<size_t>(op.args.kind)].store(algorithm, std::memory_order_relaxed);
       BRAID_TRACE("rank ", rank_, ": ", job.callName, " ", signature.describe(), " algorithm ",
                   algorithm->name, " stream ", streamIndex, " steps ", schedule->steps.size());
       if (schedule->scratchBytes > 0) {

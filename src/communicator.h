@@ -6,6 +6,7 @@
 
 #include <sys/eventfd.h>
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -94,6 +95,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // planning costs more than a small message's transfer.
   struct CachedPlan {
     algo::CollectiveArgs args;
+    // What the call asked for: an algorithm, or null for the model's choice
+    // (looked up without consulting the model again, which costs more
+    // than the rest of a small call's bookkeeping).
+    const algo::Algorithm* requested = nullptr;
     const algo::Algorithm* algorithm = nullptr;
     // Shares ownership of the index: a call keeps both alive even if the
     // cache drops the plan meanwhile.
@@ -110,9 +115,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     std::vector<CachedPlan> plans;  // at most kCachedPlans, most recent last
   };
   StreamState& stream(int index);
-  // The algorithm and fused schedule for `args`, from the stream's cache or new.
+  // The algorithm and fused schedule for `args`, from the stream's cache or
+  // new: `requested`, or the selector's choice when it is null.
   const CachedPlan& planFor(StreamState& st, const algo::CollectiveArgs& args,
-                            const algo::Algorithm* algorithm);
+                            const algo::Algorithm* requested);
   // One call without a group: timed when the online tuner is trying
   // algorithms for its size (measureAlgorithms_).
   Status runTuned(const Operation& op, int stream);
@@ -145,8 +151,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::map<int, std::unique_ptr<StreamState>> streams_;
   int nextStream_ = 1;
   std::atomic<int> asyncError_{0};
-  mutable std::mutex lastAlgorithmMutex_;
-  std::map<algo::CollectiveKind, std::string_view> lastAlgorithm_;
+  // By CollectiveKind; written on every call, so no lock.
+  std::array<std::atomic<const algo::Algorithm*>,
+             static_cast<size_t>(algo::CollectiveKind::kSendRecv)>
+      lastAlgorithm_{};
 };
 
 }  // namespace braid
