@@ -20,6 +20,7 @@
 #include "src/common/strcat.h"
 #include "topology/topology.h"
 #include "topology/topology_json.h"
+#include "transports/ib/rdma_probe.h"
 
 namespace {
 
@@ -86,6 +87,24 @@ std::string setText(const topo::TransportSet& set) {
   return out;
 }
 
+// The verbs devices and ports this process sees, or why it sees none.
+json rdmaJson(const braid::ib::RdmaProbe& probe) {
+  json devices = json::array();
+  for (const auto& d : probe.devices) {
+    json ports = json::array();
+    for (const auto& p : d.ports)
+      ports.push_back({{"port", p.number},
+                       {"state", p.state},
+                       {"link_layer", p.linkLayer},
+                       {"lid", p.lid},
+                       {"gids", p.gidCount}});
+    devices.push_back({{"name", d.name}, {"ports", std::move(ports)}});
+  }
+  json out = {{"available", probe.available()}, {"devices", std::move(devices)}};
+  if (!probe.available()) out["reason"] = probe.unavailable;
+  return out;
+}
+
 // Prints everything; returns the exit status (1 when no matrix exists).
 int report(const Options& options, const std::vector<topo::RankTopology>& ranks,
            std::string_view source) {
@@ -100,6 +119,7 @@ int report(const Options& options, const std::vector<topo::RankTopology>& ranks,
     }
     doc["ranks"] = std::move(list);
     doc["available"] = topo::toJsonValue(options.available);
+    doc["rdma"] = rdmaJson(braid::ib::probeRdma());
     doc["forced"] = options.forced;
     if (matrix.isOk()) {
       doc["matrix"] = topo::toJsonValue(matrix.value());
@@ -114,7 +134,9 @@ int report(const Options& options, const std::vector<topo::RankTopology>& ranks,
     for (size_t i = 0; i < ranks.size(); ++i)
       out += braid::strCat("rank ", i, ": ", ranks[i].summary(), '\n', describeDevices(ranks[i]));
     out += braid::strCat("transports available: ", setText(options.available),
-                         "; forced: ", options.forced.empty() ? "no" : options.forced, "\n\n");
+                         "; forced: ", options.forced.empty() ? "no" : options.forced, "\n");
+    out +=
+        braid::strCat("rdma (this process): ", braid::ib::describe(braid::ib::probeRdma()), "\n\n");
     if (matrix.isOk()) out += matrix->toText();
     std::fputs(out.c_str(), stdout);
   }

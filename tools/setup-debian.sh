@@ -7,7 +7,7 @@
 set -eu
 packages="build-essential meson ninja-build pkg-config python3 libssl-dev libhwloc-dev
   libgtest-dev libbenchmark-dev libcxxopts-dev nlohmann-json3-dev openmpi-bin
-  gnuplot-nox zlib1g-dev libopenblas-dev dataset-fashion-mnist iproute2
+  gnuplot-nox zlib1g-dev libopenblas-dev dataset-fashion-mnist iproute2 libibverbs-dev
   python3-torch libtorch-dev pybind11-dev python3-dev"
 if [ "${1:-}" = "--fuzz" ]; then packages="$packages clang libclang-rt-14-dev"; fi
 if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi

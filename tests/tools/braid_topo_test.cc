@@ -171,6 +171,12 @@ TEST(BraidTopo, Standalone) {
   ASSERT_EQ(doc["ranks"].size(), 1u);
   EXPECT_EQ(doc["ranks"][0]["hostname"], hostname());
   EXPECT_EQ(doc["matrix"]["transport"][0][0], "self");
+  // What this process sees of RDMA: devices, or the reason there are none.
+  ASSERT_TRUE(doc["rdma"].is_object()) << self.out;
+  if (!doc["rdma"]["available"].get<bool>())
+    EXPECT_FALSE(doc["rdma"]["reason"].get<std::string>().empty());
+  else
+    EXPECT_FALSE(doc["rdma"]["devices"].empty());
 
   TopoFile file(kTwoHosts);
   Outcome fromFile = run(topo() + " --json --available shm --file " + quote(file.path()));
