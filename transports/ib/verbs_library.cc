@@ -39,6 +39,7 @@ Result<std::unique_ptr<VerbsLibrary>> VerbsLibrary::open(const std::string& sona
   resolve(lib->destroyQp, "ibv_destroy_qp");
   resolve(lib->modifyQp, "ibv_modify_qp");
   resolve(lib->wcStatusStr, "ibv_wc_status_str");
+  lib->queryQp = reinterpret_cast<decltype(lib->queryQp)>(dlsym(handle, "ibv_query_qp"));
   if (!missing.empty())
     return notSupported(
         strCat(soname, " lacks ", missing, " (rdma-core too old, or not libibverbs)"));

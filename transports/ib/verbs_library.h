@@ -44,6 +44,8 @@ class VerbsLibrary {
   decltype(&::ibv_destroy_qp) destroyQp = nullptr;
   decltype(&::ibv_modify_qp) modifyQp = nullptr;
   decltype(&::ibv_wc_status_str) wcStatusStr = nullptr;
+  // Optional (null when absent): only reports the state of a queue pair.
+  decltype(&::ibv_query_qp) queryQp = nullptr;
 
   // The exported ibv_query_port fills the leading, long-stable part of
   // ibv_port_attr (state, MTU, LID, GID table length, link layer); the
