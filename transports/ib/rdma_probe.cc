@@ -74,8 +74,7 @@ RdmaProbe probeRdma(const std::string& library) {
   const VerbsLibrary& verbs = **lib;
   int count = 0;
   errno = 0;
-  auto freer = [&verbs](ibv_device** l) { verbs.freeDeviceList(l); };
-  std::unique_ptr<ibv_device*, decltype(freer)> list(verbs.getDeviceList(&count), freer);
+  VerbsLibrary::DeviceList list = verbs.deviceList(&count);
   if (!list) {
     const int err = errno;
     probe.unavailable =

@@ -408,8 +408,7 @@ Result<std::unique_ptr<Device>> openVerbsDevice(std::shared_ptr<const VerbsLibra
   const VerbsLibrary& lib = *library;
   int count = 0;
   errno = 0;
-  auto freer = [&lib](ibv_device** l) { lib.freeDeviceList(l); };
-  std::unique_ptr<ibv_device*, decltype(freer)> list(lib.getDeviceList(&count), freer);
+  VerbsLibrary::DeviceList list = lib.deviceList(&count);
   if (!list) {
     const int err = errno;
     return failedCall("ibv_get_device_list", err);

@@ -47,6 +47,17 @@ class VerbsLibrary {
   // Optional (null when absent): only reports the state of a queue pair.
   decltype(&::ibv_query_qp) queryQp = nullptr;
 
+  // ibv_get_device_list's array, handed back to the library when dropped;
+  // null (errno set) when the call fails.
+  struct DeviceListFree {
+    const VerbsLibrary* library;
+    void operator()(ibv_device** list) const { library->freeDeviceList(list); }
+  };
+  using DeviceList = std::unique_ptr<ibv_device*, DeviceListFree>;
+  DeviceList deviceList(int* count) const {
+    return DeviceList(getDeviceList(count), DeviceListFree{this});
+  }
+
   // The exported ibv_query_port fills the leading, long-stable part of
   // ibv_port_attr (state, MTU, LID, GID table length, link layer); the
   // rest is left zero.
