@@ -26,6 +26,8 @@
 
 namespace braid {
 
+class BoardCollectives;
+
 // One operation of a call or a group: a collective, or one Send or Recv.
 struct Operation {
   algo::CollectiveArgs args;  // kind kSendRecv for point to point
@@ -123,6 +125,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // algorithms for its size (measureAlgorithms_).
   Status runTuned(const Operation& op, int stream);
   Status runPlain(std::span<const Operation> ops, int stream);
+  // Sets up board_ when every rank shares this host over shared memory
+  // (a few collectives of its own; every rank reaches the same verdict).
+  Status setUpBoard();
+  Status runOnBoard(const Operation& op);
 
   // Builds the jobs of `ops` (caller holds the stream's order lock).
   Status prepare(std::span<const Operation> ops, int streamIndex, std::vector<Job>* jobs,
@@ -144,6 +150,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   double spinSeconds_ = 0;
   double pureSpinSeconds_ = 0;  // set once the ranks per host are known
   Selector selector_;
+  // Tiny AllReduce and Barrier on stream 0 when all ranks share a host.
+  std::unique_ptr<BoardCollectives> board_;
+  StreamState* boardStream_ = nullptr;  // stream 0, whose order the board keeps
   std::atomic<bool> aborted_{false};
   std::atomic<double> timeoutSeconds_{300};
   int abortFd_ = -1;

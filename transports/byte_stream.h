@@ -38,6 +38,9 @@ class ByteStream {
     return true;
   }
 
+  // False only when surely no byte waits to be read (any thread, cheap).
+  virtual bool mayHaveInput() const { return true; }
+
   // Whether readPeer() works: the peer is a process of this host whose
   // memory this one may read, which lets a large message cross in one copy
   // instead of two (into the stream, out of it).

@@ -158,6 +158,7 @@ RequestPtr StreamConnection::postRecvReduce(void* dst, const void* local, size_t
         posted_[tag.value] = posted;
         pulls_.push_back(tag.value);
         unexpected_.erase(it);
+        unexpectedCount_.store(unexpected_.size(), std::memory_order_relaxed);
         return request;
       }
       // The sender may have its buffer back: nobody will copy it now.
@@ -174,6 +175,7 @@ RequestPtr StreamConnection::postRecvReduce(void* dst, const void* local, size_t
       request->complete();
     }
     unexpected_.erase(it);
+    unexpectedCount_.store(unexpected_.size(), std::memory_order_relaxed);
     return request;
   }
   if (!dead_.isOk()) {
@@ -327,6 +329,7 @@ void StreamConnection::descriptorArrived() {
     queueAck(header_.tag, old->second.remote, nullptr);
   }
   unexpected_[header_.tag] = std::move(u);
+  unexpectedCount_.store(unexpected_.size(), std::memory_order_relaxed);
 }
 
 void StreamConnection::queueAck(uint64_t tag, uint64_t remote, RequestPtr request) {
@@ -503,6 +506,7 @@ void StreamConnection::finishFrame() {
       posted_.erase(it);
     } else {
       unexpected_[header_.tag] = {header_.check, header_.bytes, std::move(spill_)};
+      unexpectedCount_.store(unexpected_.size(), std::memory_order_relaxed);
     }
     spill_ = {};
   }
@@ -581,6 +585,7 @@ void StreamConnection::failAll(const Status& reason) {
   pulls_.clear();
   // Copied from a buffer the peer may have taken back before saying so.
   for (uint64_t tag : unconfirmed_) unexpected_.erase(tag);
+  unexpectedCount_.store(unexpected_.size(), std::memory_order_relaxed);
   unconfirmed_.clear();
 }
 

@@ -63,6 +63,9 @@ class StreamConnection final : public Connection {
   int peer() const override { return peer_; }
   Status peerFailure() const override;
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override;
+  bool mayHaveUnclaimed() const override {
+    return unexpectedCount_.load(std::memory_order_relaxed) > 0 || stream_->mayHaveInput();
+  }
 
  private:
   struct FrameHeader {
@@ -156,6 +159,7 @@ class StreamConnection final : public Connection {
   std::deque<PendingSend> awaitingAck_;  // descriptors written, payload not yet copied
   std::map<uint64_t, PostedRecv> posted_;
   std::map<uint64_t, Unexpected> unexpected_;
+  std::atomic<size_t> unexpectedCount_{0};  // unexpected_.size(), read without the lock
   size_t unexpectedDescriptors_ = 0;
   std::deque<uint64_t> pulls_;  // posted_ keys matched to descriptors, in arrival order
   // Payloads copied out of the peer's memory since the stream last proved

@@ -115,6 +115,11 @@ class Connection {
   // not make. Its tag carries the peer's check.
   virtual std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) = 0;
 
+  // False only when surely no message waits, unread or unclaimed: lets a
+  // caller skip progress() and unclaimed() on a quiet connection. Any
+  // thread, cheap.
+  virtual bool mayHaveUnclaimed() const { return true; }
+
   // The rank at the other end, for messages.
   virtual int peer() const = 0;
 };

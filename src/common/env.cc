@@ -40,6 +40,10 @@ constexpr EnvParam kParams[] = {
      "Messages of at least this many bytes between ranks of one host are copied once, straight "
      "from the sender's buffer (process_vm_readv), where the ranks may read each other's memory; "
      "auto: those larger than a ring (BRAID_SHM_BYTES); 0 turns this off."},
+    {"BRAID_SHM_BOARD", "1",
+     "1: when every rank shares one host, AllReduce of up to 48 bytes and Barrier run through one "
+     "shared board of cache lines (unless BRAID_ALGO forces their algorithm); 0: through the "
+     "algorithms like any call."},
     {"BRAID_HOSTID", "",
      "Host identity: ranks with equal values share memory (shm). Any string up to 256 bytes; "
      "default: hostname and boot id."},
@@ -210,6 +214,11 @@ Result<Config> loadConfig() {
     // A message that fits a ring is sent at once through it; only larger
     // ones, which would wait for the receiver anyway, wait for its copy.
     config.shmCmaBytes = config.shmRingBytes + 1;
+  }
+  if (std::string b = envString("BRAID_SHM_BOARD"); !b.empty()) {
+    if (b != "0" && b != "1")
+      return invalidArgument(strCat("BRAID_SHM_BOARD='", b, "' is neither 0 nor 1"));
+    config.shmBoard = b == "1";
   }
   if (std::string v = envString("BRAID_LINK_ALPHA_US"); !v.empty())
     BRAID_RETURN_IF_ERROR(

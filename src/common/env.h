@@ -54,6 +54,7 @@ struct Config {
   size_t shmRingBytes = 1 << 20;            // BRAID_SHM_BYTES: each shared-memory ring
   size_t shmCmaBytes = (1 << 20) + 1;       // BRAID_SHM_CMA_BYTES: single copy (0 = off)
   double spinMicroseconds = -1;             // BRAID_SPIN_US (-1 = automatic)
+  bool shmBoard = true;  // BRAID_SHM_BOARD: tiny AllReduce and Barrier through one board
   // Cost model figures; 0 = measured at init.
   double linkAlphaMicroseconds = 0;     // BRAID_LINK_ALPHA_US
   double linkGigabytesPerSecond = 0;    // BRAID_LINK_GBPS

@@ -121,6 +121,7 @@ class FaultyConnection final : public Connection {
   bool prepareToSleep() override;
   void abort(const Status& reason) override;
   Status peerFailure() const override { return inner_->peerFailure(); }
+  bool mayHaveUnclaimed() const override { return inner_->mayHaveUnclaimed(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
     return inner_->unclaimed(channel, below);
   }

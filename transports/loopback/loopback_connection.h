@@ -25,6 +25,7 @@ class LoopbackConnection final : public Connection {
   int peer() const override { return rank_; }
   Status peerFailure() const override { return Status::ok(); }
   std::optional<Tag> unclaimed(uint8_t, uint64_t) override { return std::nullopt; }
+  bool mayHaveUnclaimed() const override { return false; }
 
  private:
   struct Side {

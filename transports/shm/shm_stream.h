@@ -57,6 +57,10 @@ class ShmStream final : public transport::ByteStream {
   int pollFd() const override { return doorbell_.get(); }
   bool pollForWrite(bool) const override { return false; }
   bool prepareToSleep(bool sendsPending) override;
+  bool mayHaveInput() const override {
+    return in_.control->head.load(std::memory_order_acquire) !=
+           in_.control->tail.load(std::memory_order_relaxed);
+  }
 
   // From now on readPeer() reads process `peerPid`, which both ends proved
   // they may read (negotiateReadPeer).

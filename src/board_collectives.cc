@@ -1,0 +1,184 @@
+#include "src/board_collectives.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "src/common/reduce.h"
+#include "src/common/strcat.h"
+#include "src/progress.h"
+
+namespace braid {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// How often a waiting rank asks the peer's connection whether it is alive.
+constexpr double kLivenessSeconds = 1e-3;
+// How long one sleep on the board lasts before the checks run again.
+constexpr int kSleepMs = 5;
+
+}  // namespace
+
+bool BoardCollectives::serves(const algo::CollectiveArgs& args) {
+  if (args.kind == algo::CollectiveKind::kBarrier) return true;
+  return args.kind == algo::CollectiveKind::kAllReduce && args.count > 0 &&
+         args.bytes() <= shm::BoardSlot::kPayloadBytes;
+}
+
+Status BoardCollectives::run(const Operation& op, uint32_t callIndex, const BoardWait& wait) {
+  const uint32_t sequence = ++sequence_;
+  const algo::CollectiveArgs& args = op.args;
+  const bool isBarrier = args.kind == algo::CollectiveKind::kBarrier;
+  const CallSignature signature{static_cast<uint8_t>(args.kind), args.dtype, args.op, -1,
+                                isBarrier ? 0 : args.count};
+  const uint64_t check = signature.pack();
+  const size_t bytes = isBarrier ? 0 : args.bytes();
+  board_.announce(rank_, callIndex, check);
+  board_.publish(rank_, sequence, check, op.send, bytes);
+  const Waiting waiting{sequence, callIndex, check};
+  alignas(16) uint8_t sum[shm::BoardSlot::kPayloadBytes];
+  for (int r = 0; r < nranks_; ++r) {
+    const shm::BoardSlot* slot = board_.published(r, sequence);
+    if (!slot) {
+      BRAID_ASSIGN_OR_RETURN(slot, await(r, waiting, wait, op.name));
+    }
+    if (slot->check != check)
+      return invalidUsage(strCat("mismatched calls: ", op.name, " on rank ", rank_, ": rank ", r,
+                                 " called ", CallSignature::unpack(slot->check).describe(),
+                                 ", this rank ", signature.describe(),
+                                 " (every rank must make the same calls)"));
+    if (isBarrier) continue;
+    // In rank order on every rank, so that all compute the same bits.
+    if (r == 0)
+      std::memcpy(sum, slot->payload, bytes);
+    else
+      reduceElements(sum, sum, slot->payload, args.count, args.dtype, args.op);
+  }
+  BRAID_RETURN_IF_ERROR(checkStrays(waiting, wait, op.name));
+  if (isBarrier) return Status::ok();
+  if (args.op == RedOp::kAvg) applyAverage(sum, args.count, args.dtype, nranks_);
+  std::memcpy(op.recv, sum, bytes);
+  return Status::ok();
+}
+
+Status BoardCollectives::checkConnections(const BoardWait& wait, const std::string& name) const {
+  // A peer that failed a call says so on its connection; one that died
+  // closes its end of the connection's socket, which poll(2) shows.
+  std::vector<pollfd> fds;
+  std::vector<transport::Connection*> polled;
+  for (transport::Connection* c : wait.connections) {
+    Status failed = c->peerFailure();
+    if (!failed.isOk())
+      return Status(failed.code(), strCat(name, " on rank ", rank_, ": ", failed.message()));
+    if (c->pollFd() < 0) continue;
+    // As before the engine sleeps: the connection then reads its socket,
+    // and sees it closed, on its next progress().
+    if (!c->prepareToSleep()) {
+      Result<bool> moved = c->progress();
+      if (!moved.isOk())
+        return Status(moved.status().code(),
+                      strCat(name, " on rank ", rank_, ": ", moved.status().message()));
+    }
+    fds.push_back({c->pollFd(), POLLIN, 0});
+    polled.push_back(c);
+  }
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return Status::ok();
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    Result<bool> moved = polled[i]->progress();
+    if (!moved.isOk())
+      return Status(moved.status().code(),
+                    strCat(name, " on rank ", rank_, ": ", moved.status().message()));
+  }
+  return Status::ok();
+}
+
+Status BoardCollectives::checkStrays(const Waiting& call, const BoardWait& wait,
+                                     const std::string& name) const {
+  // The stream's collectives are channel 0; call k's tags are k << 24 and up.
+  const uint64_t below = (uint64_t{call.callIndex} + 1) << 24;
+  for (transport::Connection* c : wait.connections) {
+    if (!c->mayHaveUnclaimed()) continue;
+    // A peer that closed after its part of this call failed nothing here;
+    // the next call hears of it.
+    (void)c->progress();
+    if (auto stray = c->unclaimed(0, below))
+      return invalidUsage(strCat("mismatched calls: rank ", rank_, " called ", name, " ",
+                                 CallSignature::unpack(call.check).describe(), " but rank ",
+                                 c->peer(), " sent it a message of ",
+                                 CallSignature::unpack(stray->check).describe()));
+  }
+  return Status::ok();
+}
+
+Status BoardCollectives::checkAnnouncement(int peer, const Waiting& call,
+                                           const std::string& name) const {
+  const shm::Announcement seen = board_.announced(peer);
+  const uint32_t mine = call.callIndex + 1;
+  if (seen.call < mine || (seen.call == mine && seen.check == call.check)) return Status::ok();
+  // The peer announces a call only after it finished the one before, which
+  // on the board means after it published: look once more.
+  if (board_.published(peer, call.sequence)) return Status::ok();
+  const std::string ours = strCat(", this rank ", CallSignature::unpack(call.check).describe(),
+                                  " (every rank must make the same calls)");
+  if (seen.call == mine)
+    return invalidUsage(strCat("mismatched calls: ", name, " on rank ", rank_, ": rank ", peer,
+                               " called ", CallSignature::unpack(seen.check).describe(), ours));
+  return invalidUsage(strCat("mismatched calls: ", name, " on rank ", rank_, ": rank ", peer,
+                             " went past this call without it (its call ", seen.call - 1, " is ",
+                             CallSignature::unpack(seen.check).describe(), ")", ours));
+}
+
+Result<const shm::BoardSlot*> BoardCollectives::await(int peer, const Waiting& call,
+                                                      const BoardWait& wait,
+                                                      const std::string& name) {
+  const uint32_t sequence = call.sequence;
+  const auto start = Clock::now();
+  double lastLiveness = 0;
+  for (;;) {
+    // A few passes between clock reads keep a peer on another core's
+    // answer within a few hundred nanoseconds.
+    for (int i = 0; i < 64; ++i) {
+      if (const shm::BoardSlot* slot = board_.published(peer, sequence)) return slot;
+      cpuRelax();
+    }
+    const double idle = std::chrono::duration<double>(Clock::now() - start).count();
+    if (idle < wait.pureSpinSeconds) continue;
+    if (wait.aborted && wait.aborted->load(std::memory_order_relaxed))
+      return invalidUsage(strCat(name, ": communicator aborted"));
+    if (idle - lastLiveness >= kLivenessSeconds) {
+      lastLiveness = idle;
+      Status s = checkAnnouncement(peer, call, name);
+      if (s.isOk()) s = checkConnections(wait, name);
+      if (!s.isOk()) {
+        // A peer that published and then left (or failed later) did its part.
+        if (const shm::BoardSlot* slot = board_.published(peer, sequence)) return slot;
+        return s;
+      }
+    }
+    if (idle >= wait.timeoutSeconds)
+      return timeoutError(strCat(name, " on rank ", rank_, ": no progress for ",
+                                 wait.timeoutSeconds, " s (BRAID_TIMEOUT); waiting for rank ", peer,
+                                 "'s contribution to call ", call.callIndex,
+                                 " on the shared-memory board"));
+    if (idle < wait.spinSeconds)
+      sched_yield();
+    else
+      board_.sleepUntilPublished(peer, sequence, kSleepMs);
+  }
+}
+
+}  // namespace braid

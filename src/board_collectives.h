@@ -1,0 +1,67 @@
+// AllReduce and Barrier of a few bytes when every rank of the communicator
+// shares one host: each rank publishes its contribution on a shm::Board and
+// reduces everyone's in rank order, in place, so a call is one write and
+// nranks - 1 reads of a cache line, with nothing planned, framed or
+// allocated. Every rank computes the same result bit for bit.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "src/common/status.h"
+#include "src/communicator.h"
+#include "transports/shm/shm_board.h"
+#include "transports/transport.h"
+
+namespace braid {
+
+// How a board call waits for a peer, from the communicator's settings.
+struct BoardWait {
+  double pureSpinSeconds = 0;   // on the CPU alone
+  double spinSeconds = 0;       // then yielding the core on every pass
+  double timeoutSeconds = 300;  // then sleeping, until BRAID_TIMEOUT
+  const std::atomic<bool>* aborted = nullptr;
+  // Looked at while waiting: a peer that died or failed a call says so here.
+  std::span<transport::Connection* const> connections;
+};
+
+class BoardCollectives {
+ public:
+  BoardCollectives(shm::Board board, int rank, int nranks)
+      : board_(std::move(board)), rank_(rank), nranks_(nranks) {}
+
+  // Whether a call can run on the board (the caller checks that no
+  // algorithm was asked for): an AllReduce of at most a slot's payload, or
+  // a Barrier.
+  static bool serves(const algo::CollectiveArgs& args);
+  // Runs `op` as call `callIndex` of the stream the board serves (the
+  // communicator's count of that stream's collectives, board or not).
+  Status run(const Operation& op, uint32_t callIndex, const BoardWait& wait);
+  // Tells the peers that this rank makes call `callIndex`, of signature
+  // `check`, through the algorithms.
+  void announce(uint32_t callIndex, uint64_t check) { board_.announce(rank_, callIndex, check); }
+
+ private:
+  struct Waiting {
+    uint32_t sequence;   // the board call
+    uint32_t callIndex;  // the stream's call
+    uint64_t check;
+  };
+  Result<const shm::BoardSlot*> await(int peer, const Waiting& call, const BoardWait& wait,
+                                      const std::string& name);
+  // Non-ok when a peer failed a call or its connection closed.
+  Status checkConnections(const BoardWait& wait, const std::string& name) const;
+  // After a call: a message of an earlier call nobody received means a
+  // peer made a call this rank did not (as the engine checks after its calls).
+  Status checkStrays(const Waiting& call, const BoardWait& wait, const std::string& name) const;
+  // Non-ok when `peer`'s announcement shows it made another call than this.
+  Status checkAnnouncement(int peer, const Waiting& call, const std::string& name) const;
+
+  shm::Board board_;
+  const int rank_, nranks_;
+  uint32_t sequence_ = 0;  // board calls so far, the same count on every rank
+};
+
+}  // namespace braid

@@ -1,0 +1,107 @@
+// The shared-memory board on its own: what a reader sees of a slot, the
+// two slots per rank, announcements, and a sleeping reader woken by the
+// publisher (threads of one process map the board twice, as ranks would).
+#include "transports/shm/shm_board.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace braid::shm {
+namespace {
+
+struct TwoMappings {
+  Board creator, opener;
+};
+
+TwoMappings mapTwice(int nranks) {
+  auto created = Board::create(nranks);
+  EXPECT_TRUE(created.isOk()) << created.status().message();
+  auto opened = Board::open(created->name(), nranks);
+  EXPECT_TRUE(opened.isOk()) << opened.status().message();
+  TwoMappings m{std::move(*created), std::move(*opened)};
+  m.creator.unlink();
+  return m;
+}
+
+TEST(ShmBoard, ASlotShowsOnceItsSequenceIsPublished) {
+  TwoMappings m = mapTwice(3);
+  EXPECT_EQ(m.opener.published(2, 1), nullptr);
+  const double value = 2.5;
+  m.creator.publish(2, 1, 0xabc, &value, sizeof value);
+  const BoardSlot* slot = m.opener.published(2, 1);
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(slot->check, 0xabcu);
+  double seen = 0;
+  std::memcpy(&seen, slot->payload, sizeof seen);
+  EXPECT_EQ(seen, 2.5);
+  // Another rank's slots and the next call's are untouched.
+  EXPECT_EQ(m.opener.published(1, 1), nullptr);
+  EXPECT_EQ(m.opener.published(2, 2), nullptr);
+}
+
+TEST(ShmBoard, CallsAlternateBetweenTwoSlotsPerRank) {
+  TwoMappings m = mapTwice(2);
+  const int32_t a = 1, b = 2, c = 3;
+  m.creator.publish(0, 1, 1, &a, sizeof a);
+  m.creator.publish(0, 2, 2, &b, sizeof b);
+  // Call 2 left call 1's slot alone; call 3 takes it over.
+  ASSERT_NE(m.opener.published(0, 1), nullptr);
+  ASSERT_NE(m.opener.published(0, 2), nullptr);
+  m.creator.publish(0, 3, 3, &c, sizeof c);
+  EXPECT_EQ(m.opener.published(0, 1), nullptr);
+  ASSERT_NE(m.opener.published(0, 3), nullptr);
+  EXPECT_EQ(m.opener.published(0, 3)->check, 3u);
+  EXPECT_EQ(m.opener.published(0, 2)->check, 2u);
+}
+
+TEST(ShmBoard, AnnouncementsCarryTheLatestCall) {
+  TwoMappings m = mapTwice(2);
+  EXPECT_EQ(m.opener.announced(1).call, 0u);  // nothing called yet
+  m.creator.announce(1, 0, 77);
+  m.creator.announce(1, 5, 99);
+  const Announcement seen = m.opener.announced(1);
+  EXPECT_EQ(seen.call, 6u);
+  EXPECT_EQ(seen.check, 99u);
+  EXPECT_EQ(m.opener.announced(0).call, 0u);
+}
+
+TEST(ShmBoard, ASleepingReaderWakesWhenThePeerPublishes) {
+  TwoMappings m = mapTwice(2);
+  std::thread publisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const uint8_t byte = 9;
+    m.creator.publish(1, 1, 5, &byte, 1);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  // One long sleep: it returns well before its timeout only if woken.
+  m.opener.sleepUntilPublished(1, 1, 10000);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  publisher.join();
+  EXPECT_NE(m.opener.published(1, 1), nullptr);
+  EXPECT_LT(seconds, 5.0);
+}
+
+TEST(ShmBoard, ASleepEndsAtItsTimeoutWhenNothingIsPublished) {
+  TwoMappings m = mapTwice(2);
+  const auto start = std::chrono::steady_clock::now();
+  m.opener.sleepUntilPublished(0, 1, 20);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(m.opener.published(0, 1), nullptr);
+  EXPECT_GE(seconds, 0.015);
+}
+
+TEST(ShmBoard, OpeningWithAnotherWorldSizeFails) {
+  auto created = Board::create(2);
+  ASSERT_TRUE(created.isOk());
+  auto opened = Board::open(created->name(), 200);
+  EXPECT_FALSE(opened.isOk());
+  EXPECT_FALSE(Board::open("/braid-no-such-board", 2).isOk());
+}
+
+}  // namespace
+}  // namespace braid::shm

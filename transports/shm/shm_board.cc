@@ -1,0 +1,91 @@
+#include "transports/shm/shm_board.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+namespace braid::shm {
+
+static_assert(sizeof(Board::AnnouncementLine) == sizeof(BoardSlot));
+
+namespace {
+
+size_t boardBytes(int nranks) {
+  const size_t bytes = 3 * static_cast<size_t>(nranks) * sizeof(BoardSlot);
+  const size_t page = 4096;
+  return (bytes + page - 1) / page * page;
+}
+
+// Not FUTEX_PRIVATE_FLAG: the word is shared between processes.
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+Result<Board> Board::create(int nranks) {
+  Board board;
+  BRAID_ASSIGN_OR_RETURN(board.segment_, Segment::create(boardBytes(nranks)));
+  board.slots_ = static_cast<BoardSlot*>(board.segment_.base());
+  board.announcements_ = reinterpret_cast<AnnouncementLine*>(board.slots_ + 2 * nranks);
+  return board;
+}
+
+Result<Board> Board::open(const std::string& name, int nranks) {
+  Board board;
+  BRAID_ASSIGN_OR_RETURN(board.segment_, Segment::open(name, boardBytes(nranks)));
+  board.slots_ = static_cast<BoardSlot*>(board.segment_.base());
+  board.announcements_ = reinterpret_cast<AnnouncementLine*>(board.slots_ + 2 * nranks);
+  return board;
+}
+
+void Board::publish(int rank, uint32_t sequence, uint64_t check, const void* data, size_t bytes) {
+  BoardSlot& s = slot(rank, sequence);
+  if (bytes) std::memcpy(s.payload, data, bytes);
+  s.check = check;
+  // Sequentially consistent with the sleeper's increment of `sleepers`: either
+  // it sees the new sequence before sleeping, or this sees it asleep.
+  s.sequence.store(sequence, std::memory_order_seq_cst);
+  if (s.sleepers.load(std::memory_order_seq_cst) != 0)
+    futex(&s.sequence, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+void Board::sleepUntilPublished(int rank, uint32_t sequence, int timeoutMs) {
+  BoardSlot& s = slot(rank, sequence);
+  s.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  const uint32_t seen = s.sequence.load(std::memory_order_seq_cst);
+  if (seen != sequence) {
+    timespec timeout{timeoutMs / 1000, (timeoutMs % 1000) * 1000000L};
+    // EAGAIN (it changed meanwhile), EINTR and ETIMEDOUT all return to the
+    // caller, which looks again.
+    (void)futex(&s.sequence, FUTEX_WAIT, seen, &timeout);
+  }
+  s.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Board::announce(int rank, uint32_t callIndex, uint64_t check) {
+  AnnouncementLine& a = announcements_[rank];
+  const uint32_t version = a.version.load(std::memory_order_relaxed);
+  a.version.store(version + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  a.call.store(callIndex + 1, std::memory_order_relaxed);
+  a.check.store(check, std::memory_order_relaxed);
+  a.version.store(version + 2, std::memory_order_release);
+}
+
+Announcement Board::announced(int rank) const {
+  const AnnouncementLine& a = announcements_[rank];
+  for (;;) {
+    const uint32_t before = a.version.load(std::memory_order_acquire);
+    Announcement seen{a.call.load(std::memory_order_relaxed),
+                      a.check.load(std::memory_order_relaxed)};
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if ((before & 1) == 0 && a.version.load(std::memory_order_relaxed) == before) return seen;
+  }
+}
+
+}  // namespace braid::shm

@@ -1,0 +1,87 @@
+// A board for the tiny collectives of ranks that all share one host: one
+// segment mapped by every rank, two cache-line slots per rank. A rank
+// publishes its contribution to a call by writing its slot and then the
+// slot's sequence number; the others read it in place once the number
+// shows. No frames, no rings, no system call while the ranks are awake.
+//
+// Two slots per rank suffice: a rank writes the slot of call s + 2 only
+// after it read every rank's contribution to call s + 1, which each rank
+// publishes only after it finished reading call s.
+//
+// Each rank also announces every call it makes on the stream the board
+// serves, board or not, so that a rank waiting for a contribution that
+// will never come can tell that its peer made another call instead.
+//
+// A reader that has waited long sleeps on the sequence word (a futex in
+// the shared mapping); a publisher wakes it only when it says it sleeps.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "src/common/status.h"
+#include "transports/shm/shm_segment.h"
+
+namespace braid::shm {
+
+struct alignas(64) BoardSlot {
+  static constexpr size_t kPayloadBytes = 48;
+  std::atomic<uint32_t> sequence;  // the call whose contribution the slot holds
+  std::atomic<uint32_t> sleepers;  // readers asleep on `sequence`
+  uint64_t check;                  // what the publisher called, to compare
+  alignas(16) uint8_t payload[kPayloadBytes];
+};
+static_assert(sizeof(BoardSlot) == 64);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// What a rank announced: the index of its latest call and what it called.
+struct Announcement {
+  uint32_t call = 0;  // 1 + the call's index; 0 before any call
+  uint64_t check = 0;
+};
+
+class Board {
+ public:
+  Board() = default;
+  // Rank 0 creates the board; the others open it by name, then every rank
+  // calls unlink() once all have (so nothing stays in /dev/shm).
+  static Result<Board> create(int nranks);
+  static Result<Board> open(const std::string& name, int nranks);
+  const std::string& name() const { return segment_.name(); }
+  void unlink() { segment_.unlink(); }
+
+  // Writes `rank`'s contribution to call `sequence` (bytes <= kPayloadBytes)
+  // and wakes the readers that sleep on it.
+  void publish(int rank, uint32_t sequence, uint64_t check, const void* data, size_t bytes);
+  // `rank`'s slot for call `sequence` once it is published, else null.
+  const BoardSlot* published(int rank, uint32_t sequence) const {
+    const BoardSlot& s = slot(rank, sequence);
+    return s.sequence.load(std::memory_order_acquire) == sequence ? &s : nullptr;
+  }
+  // Sleeps until `rank` publishes call `sequence`, at most `timeoutMs`.
+  void sleepUntilPublished(int rank, uint32_t sequence, int timeoutMs);
+
+  // `rank` starts call `callIndex`, of signature `check`. One writer per rank.
+  void announce(int rank, uint32_t callIndex, uint64_t check);
+  Announcement announced(int rank) const;
+
+  // A seqlock: `version` is odd while its owner rewrites the rest.
+  struct alignas(64) AnnouncementLine {
+    std::atomic<uint32_t> version;
+    std::atomic<uint32_t> call;
+    std::atomic<uint64_t> check;
+  };
+
+ private:
+  BoardSlot& slot(int rank, uint32_t sequence) const {
+    return slots_[2 * static_cast<size_t>(rank) + (sequence & 1)];
+  }
+
+  Segment segment_;
+  BoardSlot* slots_ = nullptr;                 // 2 per rank
+  AnnouncementLine* announcements_ = nullptr;  // 1 per rank, after the slots
+};
+
+}  // namespace braid::shm
