@@ -68,6 +68,24 @@ TEST(ShmBoard, AnnouncementsCarryTheLatestCall) {
   EXPECT_EQ(m.opener.announced(0).call, 0u);
 }
 
+TEST(ShmBoard, AReaderNeverSeesHalfAnAnnouncement) {
+  TwoMappings m = mapTwice(2);
+  constexpr uint32_t kCalls = 200000;
+  std::thread writer([&] {
+    for (uint32_t i = 0; i < kCalls; ++i) m.creator.announce(0, i, uint64_t{i} * 7 + 1);
+  });
+  uint32_t last = 0, torn = 0;
+  while (last < kCalls) {
+    const Announcement seen = m.opener.announced(0);
+    if (seen.call == 0) continue;
+    if (seen.check != uint64_t{seen.call - 1} * 7 + 1) ++torn;
+    EXPECT_GE(seen.call, last);  // never back in time
+    last = seen.call;
+  }
+  writer.join();
+  EXPECT_EQ(torn, 0u);
+}
+
 TEST(ShmBoard, ASleepingReaderWakesWhenThePeerPublishes) {
   TwoMappings m = mapTwice(2);
   std::thread publisher([&] {
