@@ -11,7 +11,10 @@ differ. Per size and launch:
             / time of the fastest forced algorithm
 
 and the verdict takes the median of that ratio over the launches (pass:
-<= 1 + tolerance). The tuner's own communicator is shown as well.
+<= 1 + tolerance). The tuner's own communicator is shown as well; where it
+picked the shared-memory board (AllReduce of up to 48 bytes, all ranks on
+one host), which no algorithm can be forced to, its own time is the
+numerator.
 
   perf/tuner_check.py --build build -P 2,3,4 --launches 5
 Exits 1 if any size fails.
