@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "src/common/cpu_relax.h"
 #include "src/common/reduce.h"
 #include "src/common/strcat.h"
 #include "src/progress.h"
@@ -16,14 +17,6 @@ namespace braid {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // How often a waiting rank asks the peer's connection whether it is alive.
 constexpr double kLivenessSeconds = 1e-3;

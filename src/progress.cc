@@ -13,6 +13,7 @@
 #include <set>
 
 #include "algorithms/collective.h"
+#include "src/common/cpu_relax.h"
 #include "src/common/log.h"
 #include "src/common/reduce.h"
 #include "src/common/strcat.h"
@@ -58,14 +59,6 @@ std::string CallSignature::describe() const {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // The Combiner of a RecvReduce step: the job's datatype and op.
 void combineInto(void* dst, const void* local, const void* incoming, size_t units,

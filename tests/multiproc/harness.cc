@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -157,6 +158,16 @@ RankContext& currentRank() {
     std::abort();
   }
   return *gCurrent;
+}
+
+bool mentions(std::string text, std::string word) {
+  for (auto* s : {&text, &word})
+    for (char& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text.find(word) != std::string::npos;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 std::string describeResult(braidResult_t r, const std::string& call) {

@@ -128,6 +128,11 @@ std::string describeNotEqual(const A& a, const B& b, const char* ta, const char*
 
 std::string describeResult(braidResult_t r, const std::string& call);
 
+// Whether `text` contains `word`, ignoring case (for error messages).
+bool mentions(std::string text, std::string word);
+// Seconds from `start` to now.
+double secondsSince(std::chrono::steady_clock::time_point start);
+
 }  // namespace braidtest
 
 // switch (0) case 0: default: makes each macro one statement, safe in an

@@ -275,16 +275,6 @@ TEST(Trace, EverythingWorksWithDebugTrace) {
 
 // ---- Failures between real processes ---------------------------------------
 
-bool mentions(std::string text, std::string word) {
-  for (auto* s : {&text, &word})
-    for (char& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text.find(word) != std::string::npos;
-}
-
-double secondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 // Rank 0 calls call(ctx, true), the others call(ctx, false). Every rank
 // must see braidInvalidUsage, with a message that mentions every one of
 // `words`: from the mismatched call itself, or at the latest from one of
