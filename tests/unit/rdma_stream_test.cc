@@ -1,0 +1,242 @@
+// The RDMA byte stream (transports/ib/rdma_stream.h) on the software model
+// of the verbs: the connection handshake over a socket, bytes through
+// rings smaller than the data, credits that hold a sender to the space and
+// the writes the receiver allows, the end of the stream, a peer that is
+// gone, and StreamConnection's tagged messages over it.
+#include "transports/ib/rdma_stream.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <future>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transports/ib/model_verbs.h"
+#include "transports/stream_connection.h"
+
+namespace braid::ib {
+namespace {
+
+constexpr int kRoceGidIndex = 1;
+
+struct StreamPair {
+  std::unique_ptr<RdmaStream> a, b;
+};
+
+// Two ends on the model's two devices, connected over a socketpair.
+Result<StreamPair> connectPair(RdmaStreamOptions aOptions, RdmaStreamOptions bOptions = {},
+                               bool sameOptions = true) {
+  if (sameOptions) bOptions = aOptions;
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return errnoStatus("socketpair", errno);
+  tcp::Fd fa(fds[0]), fb(fds[1]);
+  auto da = openModelDevice("model0");
+  auto db = openModelDevice("model1");
+  if (!da.isOk()) return da.status();
+  if (!db.isOk()) return db.status();
+  auto otherEnd = std::async(std::launch::async, [&] {
+    tcp::SocketWire wire(fb.get(), Deadline::after(10));
+    return RdmaStream::connect(**db, wire, bOptions, 0);
+  });
+  tcp::SocketWire wire(fa.get(), Deadline::after(10));
+  auto a = RdmaStream::connect(**da, wire, aOptions, 1);
+  auto b = otherEnd.get();
+  if (!a.isOk()) return a.status();
+  if (!b.isOk()) return b.status();
+  return StreamPair{std::move(*a), std::move(*b)};
+}
+
+RdmaStreamOptions smallRings() {
+  RdmaStreamOptions o;
+  o.ringBytes = 4096;
+  o.maxWriteBytes = 1024;
+  o.window = 8;
+  o.gidIndex = kRoceGidIndex;
+  return o;
+}
+
+size_t write(RdmaStream& s, const void* data, size_t bytes) {
+  iovec v{const_cast<void*>(data), bytes};
+  auto n = s.writeSome(&v, 1);
+  EXPECT_TRUE(n.isOk()) << n.status().message();
+  return n.isOk() ? *n : 0;
+}
+
+size_t read(RdmaStream& s, void* into, size_t room) {
+  auto n = s.readSome(into, room);
+  EXPECT_TRUE(n.isOk()) << n.status().message();
+  return n.isOk() ? *n : 0;
+}
+
+TEST(RdmaStreamCard, RoundTripsAndRefusesWhatIsNotACard) {
+  RdmaStreamCard c;
+  c.address.qpn = 0x123456;
+  c.address.psn = 0xabcdef;
+  c.address.lid = 7;
+  c.address.gid.raw[15] = 9;
+  c.address.gidIndex = 3;
+  c.ringAddr = 0x7fff00001000;
+  c.ringRkey = 42;
+  c.ringBytes = 1 << 20;
+  c.window = 64;
+  c.mtu = Mtu::k4096;
+  auto wire = c.encode();
+  ASSERT_EQ(wire.size(), RdmaStreamCard::kWireBytes);
+  auto back = RdmaStreamCard::decode(wire);
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back->address.qpn, c.address.qpn);
+  EXPECT_EQ(back->address.psn, c.address.psn);
+  EXPECT_EQ(back->address.lid, 7);
+  EXPECT_EQ(back->address.gid, c.address.gid);
+  EXPECT_EQ(back->address.gidIndex, 3);
+  EXPECT_EQ(back->ringAddr, c.ringAddr);
+  EXPECT_EQ(back->ringRkey, 42u);
+  EXPECT_EQ(back->ringBytes, c.ringBytes);
+  EXPECT_EQ(back->window, 64u);
+  EXPECT_EQ(back->mtu, Mtu::k4096);
+
+  auto bad = wire;
+  bad[0] ^= 1;
+  EXPECT_FALSE(RdmaStreamCard::decode(bad).isOk());
+  EXPECT_FALSE(RdmaStreamCard::decode({wire.begin(), wire.end() - 1}).isOk());
+  bad = wire;
+  bad.back() = 9;  // no such MTU
+  EXPECT_FALSE(RdmaStreamCard::decode(bad).isOk());
+}
+
+TEST(RdmaStream, BytesCrossBothWaysThroughRingsSmallerThanTheData) {
+  auto pair = connectPair(smallRings());
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  std::vector<uint8_t> data(100000);
+  std::iota(data.begin(), data.end(), 0);
+  for (auto [from, to] :
+       {std::pair{pair->a.get(), pair->b.get()}, {pair->b.get(), pair->a.get()}}) {
+    std::vector<uint8_t> got(data.size());
+    size_t sent = 0, received = 0;
+    for (int pass = 0; pass < 100000 && received < data.size(); ++pass) {
+      sent += write(*from, data.data() + sent, std::min<size_t>(3000, data.size() - sent));
+      received += read(*to, got.data() + received, std::min<size_t>(1700, got.size() - received));
+    }
+    EXPECT_EQ(sent, data.size());
+    EXPECT_EQ(got, data);
+  }
+}
+
+TEST(RdmaStream, ASenderStopsAtTheRingTheReceiverHasNotRead) {
+  auto pair = connectPair(smallRings());
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  std::vector<uint8_t> data(10000, 5);
+  EXPECT_EQ(write(*pair->a, data.data(), data.size()), 4096u);
+  EXPECT_EQ(write(*pair->a, data.data(), data.size()), 0u);
+  EXPECT_EQ(pair->a->bytesInFlight(), 4096u);
+  // Reading returns the credits, and with them the room.
+  std::vector<uint8_t> got(4096);
+  EXPECT_EQ(read(*pair->b, got.data(), got.size()), 4096u);
+  EXPECT_EQ(write(*pair->a, data.data(), 1000), 1000u);
+  EXPECT_EQ(pair->a->bytesInFlight(), 1000u);
+}
+
+TEST(RdmaStream, ASenderStopsAtTheWindowOfWrites) {
+  auto pair = connectPair(smallRings());
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  const uint8_t byte = 1;
+  size_t accepted = 0;
+  for (int i = 0; i < 20; ++i) accepted += write(*pair->a, &byte, 1);
+  EXPECT_EQ(accepted, 8u);  // the window
+  EXPECT_EQ(pair->a->writesInFlight(), 8u);
+  uint8_t got[8];
+  EXPECT_EQ(read(*pair->b, got, sizeof got), 8u);
+  EXPECT_EQ(write(*pair->a, &byte, 1), 1u);
+}
+
+TEST(RdmaStream, TheReaderSeesEveryByteThenTheEnd) {
+  auto pair = connectPair(smallRings());
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  const char text[] = "last words";
+  iovec v{const_cast<char*>(text), sizeof text};
+  pair->a->writeLast(&v, 1);
+  pair->a->close();
+  char got[sizeof text] = {};
+  EXPECT_EQ(read(*pair->b, got, sizeof got), sizeof text);
+  EXPECT_STREQ(got, text);
+  auto end = pair->b->readSome(got, sizeof got);
+  ASSERT_FALSE(end.isOk());
+  EXPECT_EQ(end.status().code(), ErrorCode::kRemoteError);
+  EXPECT_NE(end.status().message().find("closed"), std::string::npos) << end.status().message();
+}
+
+TEST(RdmaStream, APeerThatIsGoneIsARemoteErrorWithTheStatusSpelledOut) {
+  auto pair = connectPair(smallRings());
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  pair->b.reset();
+  const uint8_t byte = 1;
+  iovec v{const_cast<uint8_t*>(&byte), 1};
+  Result<size_t> first = pair->a->writeSome(&v, 1);
+  Result<size_t> after = first.isOk() ? pair->a->writeSome(&v, 1) : first;
+  ASSERT_FALSE(after.isOk());
+  const std::string message = after.status().message();
+  EXPECT_EQ(after.status().code(), ErrorCode::kRemoteError) << message;
+  EXPECT_NE(message.find("status 12"), std::string::npos) << message;
+  EXPECT_NE(message.find("retry"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 1"), std::string::npos) << message;
+}
+
+TEST(RdmaStream, EndsWithDifferentRingsRefuseToConnect) {
+  RdmaStreamOptions other = smallRings();
+  other.ringBytes = 8192;
+  auto pair = connectPair(smallRings(), other, false);
+  ASSERT_FALSE(pair.isOk());
+  EXPECT_EQ(pair.status().code(), ErrorCode::kInvalidUsage) << pair.status().message();
+}
+
+TEST(RdmaStream, BadOptionsAreRefusedBeforeAnythingIsMade) {
+  auto device = openModelDevice("model0");
+  ASSERT_TRUE(device.isOk());
+  tcp::Fd none;
+  tcp::SocketWire wire(none.get(), Deadline::after(1));
+  RdmaStreamOptions o = smallRings();
+  o.ringBytes = 5000;
+  EXPECT_EQ(RdmaStream::connect(**device, wire, o, 1).status().code(), ErrorCode::kInvalidArgument);
+  o = smallRings();
+  o.maxWriteBytes = 8192;
+  EXPECT_EQ(RdmaStream::connect(**device, wire, o, 1).status().code(), ErrorCode::kInvalidArgument);
+  o = smallRings();
+  o.window = 0;
+  EXPECT_EQ(RdmaStream::connect(**device, wire, o, 1).status().code(), ErrorCode::kInvalidArgument);
+}
+
+// The framing layer over RDMA, as it runs over TCP and shared memory:
+// messages matched by tag, one larger than the ring, out of order posts.
+TEST(RdmaStream, CarriesStreamConnectionMessages) {
+  auto pair = connectPair(smallRings());
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  transport::StreamConnection a(std::move(pair->a), 1), b(std::move(pair->b), 0);
+  std::vector<uint8_t> big(50000), small(100, 7), gotBig(big.size()), gotSmall(small.size());
+  std::iota(big.begin(), big.end(), 3);
+  auto s1 = a.postSend(big.data(), big.size(), {1, 11});
+  auto s2 = a.postSend(small.data(), small.size(), {2, 22});
+  // Posted in the other order: the small one is kept until asked for.
+  auto r2 = b.postRecv(gotSmall.data(), gotSmall.size(), {2, 22});
+  auto r1 = b.postRecv(gotBig.data(), gotBig.size(), {1, 11});
+  for (int i = 0; i < 100000; ++i) {
+    ASSERT_TRUE(a.progress().isOk());
+    ASSERT_TRUE(b.progress().isOk());
+    bool done = true;
+    for (auto* r : {s1.get(), s2.get(), r1.get(), r2.get()}) {
+      ASSERT_NE(r->state(), transport::Request::State::kFailed) << r->error().message();
+      done = done && r->state() == transport::Request::State::kDone;
+    }
+    if (done) break;
+  }
+  EXPECT_EQ(r1->state(), transport::Request::State::kDone);
+  EXPECT_EQ(r2->state(), transport::Request::State::kDone);
+  EXPECT_EQ(gotBig, big);
+  EXPECT_EQ(gotSmall, small);
+}
+
+}  // namespace
+}  // namespace braid::ib

@@ -1,0 +1,122 @@
+// A ByteStream over one reliable-connected queue pair, so that the framing,
+// matching and failure reports of StreamConnection carry over RDMA as they
+// do over TCP and shared memory.
+//
+// Each end owns a receive ring in registered memory; its peer writes into
+// it with RDMA write with immediate, the immediate telling how many bytes
+// landed. A sender stages bytes at the same offset of a local registered
+// ring that they take in the remote one, so every write is one contiguous
+// piece (split where the ring wraps, and at `maxWriteBytes`).
+//
+// Flow control is by credits, returned as zero-byte writes with immediate:
+// the receiver counts the messages it has read to the end and hands the
+// count back, in batches, and at once when it has read everything that
+// arrived. A credit frees the ring space of the oldest messages in flight
+// and their receive work requests, so a sender never writes past the
+// space the receiver has read, nor more messages than it keeps receives
+// posted for: no receiver-not-ready wait in the normal course.
+//
+// Immediate values: bit 31 set = credits (bits 0..30: messages); bit 30 set
+// = the end of the stream; else the byte count of a data write.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transports/byte_stream.h"
+#include "transports/ib/verbs.h"
+#include "transports/tcp/socket.h"
+
+namespace braid::ib {
+
+struct RdmaStreamOptions {
+  size_t ringBytes = 1 << 20;        // each direction; a power of two
+  uint32_t maxWriteBytes = 1 << 16;  // the largest single RDMA write
+  uint32_t window = 64;              // data writes in flight, at most
+  uint8_t port = 1;
+  int gidIndex = 0;        // RoCE: the local GID the path is sent from
+  uint8_t timeout = 14;    // BRAID_IB_TIMEOUT: 4.096 us * 2^timeout per attempt
+  uint8_t retryCount = 7;  // BRAID_IB_RETRY_CNT
+};
+
+// What one end tells the other to connect: its queue pair's address and
+// where its receive ring is. Fixed layout on the wire (little endian).
+struct RdmaStreamCard {
+  QueuePairAddress address;
+  uint64_t ringAddr = 0;
+  uint32_t ringRkey = 0;
+  uint64_t ringBytes = 0;
+  uint32_t window = 0;
+  Mtu mtu = Mtu::k1024;  // the sender's port's active MTU; the path takes the smaller
+
+  static constexpr size_t kWireBytes = 4 + 4 + 4 + 2 + 16 + 4 + 8 + 4 + 8 + 4 + 1;  // magic first
+  std::vector<uint8_t> encode() const;
+  static Result<RdmaStreamCard> decode(const std::vector<uint8_t>& bytes);
+};
+
+// A completion error as braid reports it: the status spelled out, a hint,
+// and the code (kRemoteError where the peer or the path is the cause).
+Status completionError(const Completion& completion, int peer, const char* what);
+
+class RdmaStream final : public transport::ByteStream {
+ public:
+  // Both ends call it, each with its end of `wire` (the pair's bootstrap
+  // socket): sets up the queue pair and rings on `device`, swaps cards,
+  // and brings the queue pair to RTS.
+  static Result<std::unique_ptr<RdmaStream>> connect(Device& device, tcp::Wire& wire,
+                                                     const RdmaStreamOptions& options, int peer);
+  ~RdmaStream() override;
+
+  Result<size_t> writeSome(const iovec* iov, int count) override;
+  Result<size_t> readSome(void* into, size_t room) override;
+  void writeLast(const iovec* iov, int count) override;
+  void close() override;
+  int pollFd() const override { return -1; }
+  bool pollForWrite(bool) const override { return false; }
+
+  // For tests: data writes in flight and the ring bytes they hold.
+  size_t writesInFlight() const { return inFlight_.size(); }
+  uint64_t bytesInFlight() const { return head_ - creditedTail_; }
+
+ private:
+  RdmaStream(const RdmaStreamOptions& options, int peer);
+  // Polls both completion queues: send errors, arrived data, credits.
+  Status pump();
+  // Writes [head_, head_ + bytes) of the staging ring; the caller made room.
+  Status postData(uint64_t bytes);
+  // A zero-byte write with immediate; false when no send slot is free now.
+  Result<bool> postControl(uint32_t imm);
+  Status returnCredits(bool force);
+
+  const RdmaStreamOptions options_;
+  const int peer_;
+  std::unique_ptr<ProtectionDomain> pd_;
+  std::unique_ptr<CompletionQueue> sendCq_, recvCq_;
+  std::unique_ptr<QueuePair> qp_;
+  std::vector<uint8_t> recvRing_, sendRing_;
+  std::unique_ptr<MemoryRegion> recvMr_, sendMr_;
+  RemoteBuffer peerRing_;
+  uint32_t peerWindow_ = 0;
+
+  // Sending.
+  uint64_t head_ = 0;              // bytes ever staged and written
+  uint64_t creditedTail_ = 0;      // bytes the peer has read
+  std::deque<uint32_t> inFlight_;  // sizes of data writes not yet credited
+  uint64_t nextWrId_ = 1;
+  uint32_t sendsOutstanding_ = 0;  // posted, completion not yet polled
+  uint32_t maxSends_ = 0;
+  // Receiving.
+  uint64_t arrived_ = 0;               // bytes ever landed in recvRing_
+  uint64_t tail_ = 0;                  // bytes ever read out
+  std::deque<uint32_t> arrivedSizes_;  // data writes not wholly read
+  uint64_t readOfFront_ = 0;           // bytes read of arrivedSizes_.front()
+  uint32_t creditsOwed_ = 0;           // messages read, not yet credited
+  bool peerClosed_ = false;
+  bool closed_ = false;
+  Status dead_;
+};
+
+}  // namespace braid::ib
