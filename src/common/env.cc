@@ -44,6 +44,15 @@ constexpr EnvParam kParams[] = {
      "1: when every rank shares one host, AllReduce of up to 48 bytes and Barrier run through one "
      "shared board of cache lines (unless BRAID_ALGO forces their algorithm); 0: through the "
      "algorithms like any call."},
+    {"BRAID_IB_HCA", "",
+     "RDMA devices and ports to use: mlx5_0:1,mlx5_1 (names are prefixes unless they start with "
+     "=), or ^mlx5_2 to leave some out; default: the first active port."},
+    {"BRAID_IB_GID_INDEX", "auto",
+     "RoCE: the GID index traffic leaves from (0 .. 255); auto: the first IPv4-mapped GID."},
+    {"BRAID_IB_TIMEOUT", "18",
+     "RDMA: each attempt waits 4.096 us * 2^value for the peer's acknowledgement (1 .. 31)."},
+    {"BRAID_IB_RETRY_CNT", "7",
+     "RDMA: attempts after the first before a write fails and the peer counts as gone (0 .. 7)."},
     {"BRAID_HOSTID", "",
      "Host identity: ranks with equal values share memory (shm). Any string up to 256 bytes; "
      "default: hostname and boot id."},
@@ -215,6 +224,22 @@ Result<Config> loadConfig() {
     // ones, which would wait for the receiver anyway, wait for its copy.
     config.shmCmaBytes = config.shmRingBytes + 1;
   }
+  config.ibHca = envString("BRAID_IB_HCA");
+  auto parseSmallInt = [](const char* name, const std::string& text, int lo, int hi,
+                          int* out) -> Status {
+    double v = 0;
+    BRAID_RETURN_IF_ERROR(parseDouble(name, text, lo, hi, &v));
+    if (v != static_cast<int>(v))
+      return invalidArgument(strCat(name, "='", text, "' is not a whole number"));
+    *out = static_cast<int>(v);
+    return Status::ok();
+  };
+  if (std::string v = envString("BRAID_IB_GID_INDEX"); !v.empty() && v != "auto")
+    BRAID_RETURN_IF_ERROR(parseSmallInt("BRAID_IB_GID_INDEX", v, 0, 255, &config.ibGidIndex));
+  if (std::string v = envString("BRAID_IB_TIMEOUT"); !v.empty())
+    BRAID_RETURN_IF_ERROR(parseSmallInt("BRAID_IB_TIMEOUT", v, 1, 31, &config.ibTimeout));
+  if (std::string v = envString("BRAID_IB_RETRY_CNT"); !v.empty())
+    BRAID_RETURN_IF_ERROR(parseSmallInt("BRAID_IB_RETRY_CNT", v, 0, 7, &config.ibRetryCount));
   if (std::string b = envString("BRAID_SHM_BOARD"); !b.empty()) {
     if (b != "0" && b != "1")
       return invalidArgument(strCat("BRAID_SHM_BOARD='", b, "' is neither 0 nor 1"));

@@ -54,6 +54,11 @@ struct Config {
   size_t shmRingBytes = 1 << 20;            // BRAID_SHM_BYTES: each shared-memory ring
   size_t shmCmaBytes = (1 << 20) + 1;       // BRAID_SHM_CMA_BYTES: single copy (0 = off)
   double spinMicroseconds = -1;             // BRAID_SPIN_US (-1 = automatic)
+  // InfiniBand/RoCE (docs/ENVIRONMENT.md); checked when the transport starts.
+  std::string ibHca;     // BRAID_IB_HCA ("" = every device)
+  int ibGidIndex = -1;   // BRAID_IB_GID_INDEX (-1 = chosen)
+  int ibTimeout = 18;    // BRAID_IB_TIMEOUT: 4.096 us * 2^value per attempt
+  int ibRetryCount = 7;  // BRAID_IB_RETRY_CNT
   bool shmBoard = true;  // BRAID_SHM_BOARD: tiny AllReduce and Barrier through one board
   // Cost model figures; 0 = measured at init.
   double linkAlphaMicroseconds = 0;     // BRAID_LINK_ALPHA_US

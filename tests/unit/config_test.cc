@@ -49,7 +49,12 @@ TEST(Config, MalformedValuesAreErrors) {
                                                         {"BRAID_DEBUG", "LOUD"},
                                                         {"BRAID_TRANSPORT", "carrier-pigeon"},
                                                         {"BRAID_ALGO", "allreduce"},
-                                                        {"BRAID_CHUNK_BYTES", "12"}}) {
+                                                        {"BRAID_CHUNK_BYTES", "12"},
+                                                        {"BRAID_IB_TIMEOUT", "0"},
+                                                        {"BRAID_IB_TIMEOUT", "14.5"},
+                                                        {"BRAID_IB_RETRY_CNT", "8"},
+                                                        {"BRAID_IB_GID_INDEX", "-1"},
+                                                        {"BRAID_SHM_BOARD", "yes"}}) {
     ScopedEnv e(name, value);
     auto c = loadConfig();
     ASSERT_FALSE(c.isOk()) << name << "=" << value;
@@ -66,6 +71,26 @@ TEST(Config, ParsesGoodValues) {
   EXPECT_EQ(c->timeoutSeconds, 2.5);
   EXPECT_EQ(c->algo.at("allreduce"), "ring");
   EXPECT_EQ(c->algo.at("broadcast"), "tree");
+}
+
+TEST(Config, ParsesTheRdmaSettings) {
+  {
+    auto c = loadConfig();
+    ASSERT_TRUE(c.isOk());
+    EXPECT_EQ(c->ibGidIndex, -1);
+    EXPECT_EQ(c->ibTimeout, 18);
+    EXPECT_EQ(c->ibRetryCount, 7);
+  }
+  ScopedEnv h("BRAID_IB_HCA", "^mlx5_2");
+  ScopedEnv g("BRAID_IB_GID_INDEX", "3");
+  ScopedEnv t("BRAID_IB_TIMEOUT", "14");
+  ScopedEnv r("BRAID_IB_RETRY_CNT", "0");
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->ibHca, "^mlx5_2");
+  EXPECT_EQ(c->ibGidIndex, 3);
+  EXPECT_EQ(c->ibTimeout, 14);
+  EXPECT_EQ(c->ibRetryCount, 0);
 }
 
 TEST(Config, TuneIsTheModelUnlessSetToMeasure) {
