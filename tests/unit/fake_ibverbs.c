@@ -5,6 +5,8 @@
  *   down     one device, "fake0", whose only port is down
  *   roce     "fake0": port 1 active over Ethernet (RoCE), port 2 down over InfiniBand
  */
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <stdlib.h>
@@ -97,6 +99,26 @@ struct ibv_cq* ibv_create_cq(struct ibv_context* c, int cqe, void* user,
                              struct ibv_comp_channel* ch, int vector) {
   (void)c, (void)cqe, (void)user, (void)ch, (void)vector;
   return NULL;
+}
+/* A channel that works, so that queue creation fails where the tests expect. */
+struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* c) {
+  struct ibv_comp_channel* channel = calloc(1, sizeof(*channel));
+  if (!channel) return NULL;
+  channel->context = c;
+  channel->fd = eventfd(0, EFD_CLOEXEC);
+  return channel;
+}
+int ibv_destroy_comp_channel(struct ibv_comp_channel* channel) {
+  close(channel->fd);
+  free(channel);
+  return 0;
+}
+int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq** cq, void** context) {
+  (void)channel, (void)cq, (void)context;
+  return -1;
+}
+void ibv_ack_cq_events(struct ibv_cq* cq, unsigned int nevents) {
+  (void)cq, (void)nevents;
 }
 int ibv_destroy_cq(struct ibv_cq* cq) {
   (void)cq;

@@ -6,6 +6,7 @@
 #include "transports/ib/rdma_stream.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cstring>
@@ -151,6 +152,39 @@ TEST(RdmaStream, ASenderStopsAtTheWindowOfWrites) {
   uint8_t got[8];
   EXPECT_EQ(read(*pair->b, got, sizeof got), 8u);
   EXPECT_EQ(write(*pair->a, &byte, 1), 1u);
+}
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
+TEST(RdmaStream, ASleepingReaderIsWokenByItsCompletionQueue) {
+  auto pair = connectPair(smallRings());
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  RdmaStream& b = *pair->b;
+  ASSERT_GE(b.pollFd(), 0);
+  EXPECT_TRUE(b.prepareToSleep(false));
+  EXPECT_FALSE(readable(b.pollFd()));
+  const uint8_t byte = 7;
+  EXPECT_EQ(write(*pair->a, &byte, 1), 1u);
+  EXPECT_TRUE(readable(b.pollFd()));
+  uint8_t got = 0;
+  EXPECT_EQ(read(b, &got, 1), 1u);
+  EXPECT_EQ(got, 7);
+  // Bytes that came before the queue was armed forbid the sleep.
+  EXPECT_EQ(write(*pair->a, &byte, 1), 1u);
+  EXPECT_FALSE(b.prepareToSleep(false));
+  EXPECT_EQ(read(b, &got, 1), 1u);
+  // A sender out of room sleeps until the credits come back.
+  std::vector<uint8_t> data(4096, 1);
+  EXPECT_EQ(write(*pair->a, data.data(), data.size()), 4096u);
+  // The first look takes its own writes' completions, which forbid a sleep.
+  (void)pair->a->prepareToSleep(true);
+  EXPECT_TRUE(pair->a->prepareToSleep(true));
+  std::vector<uint8_t> sink(4096);
+  EXPECT_EQ(read(b, sink.data(), sink.size()), 4096u);
+  EXPECT_TRUE(readable(pair->a->pollFd()));
 }
 
 TEST(RdmaStream, TheReaderSeesEveryByteThenTheEnd) {

@@ -1,6 +1,10 @@
 #include "transports/ib/model_verbs.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -50,8 +54,13 @@ struct CompletionEntry {
 };
 
 struct CompletionQueueRecord {
+  ~CompletionQueueRecord() {
+    if (wakeFd >= 0) ::close(wakeFd);
+  }
   size_t deviceIndex = 0;
   int capacity = 0;
+  int wakeFd = -1;  // an eventfd, written when a completion comes while armed
+  bool armed = false;
   std::deque<CompletionEntry> entries;
   std::string overrun;            // why the queue is lost; empty while usable
   std::vector<uint32_t> sendQps;  // whose RNR retries its polls count
@@ -174,6 +183,11 @@ class Fabric {
       return;
     }
     cq.entries.push_back(entry);
+    if (cq.armed && cq.wakeFd >= 0) {
+      cq.armed = false;
+      const uint64_t one = 1;
+      (void)!::write(cq.wakeFd, &one, sizeof one);
+    }
   }
 
   // Errors always complete; successes only when signaled, as in verbs.
@@ -387,6 +401,16 @@ class ModelCompletionQueue final : public CompletionQueue {
   }
 
   int capacity() const override { return record_->capacity; }
+  int wakeFd() const override { return record_->wakeFd; }
+  Status armWake() override {
+    std::lock_guard lock(Fabric::get().mu);
+    record_->armed = true;
+    return Status::ok();
+  }
+  void consumeWake() override {
+    uint64_t count = 0;
+    (void)!::read(record_->wakeFd, &count, sizeof count);
+  }
   const std::shared_ptr<CompletionQueueRecord>& record() const { return record_; }
 
  private:
@@ -608,6 +632,8 @@ class ModelDevice final : public Device {
     auto record = std::make_shared<CompletionQueueRecord>();
     record->deviceIndex = index_;
     record->capacity = entries;
+    record->wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (record->wakeFd < 0) return errnoStatus("eventfd for a completion queue", errno);
     return std::unique_ptr<CompletionQueue>(new ModelCompletionQueue(std::move(record)));
   }
 

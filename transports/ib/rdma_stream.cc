@@ -158,9 +158,8 @@ Result<std::unique_ptr<RdmaStream>> RdmaStream::connect(Device& device, tcp::Wir
   const uint32_t depth = 2 * options.window + 4;
   s->maxSends_ = depth;
   BRAID_ASSIGN_OR_RETURN(s->pd_, device.allocProtectionDomain());
-  BRAID_ASSIGN_OR_RETURN(s->sendCq_, device.createCompletionQueue(static_cast<int>(depth)));
-  BRAID_ASSIGN_OR_RETURN(s->recvCq_, device.createCompletionQueue(static_cast<int>(depth)));
-  BRAID_ASSIGN_OR_RETURN(s->qp_, s->pd_->createQueuePair(*s->sendCq_, *s->recvCq_, {depth, depth}));
+  BRAID_ASSIGN_OR_RETURN(s->cq_, device.createCompletionQueue(static_cast<int>(2 * depth)));
+  BRAID_ASSIGN_OR_RETURN(s->qp_, s->pd_->createQueuePair(*s->cq_, *s->cq_, {depth, depth}));
   s->recvRing_.assign(options.ringBytes, 0);
   s->sendRing_.assign(options.ringBytes, 0);
   BRAID_ASSIGN_OR_RETURN(s->recvMr_,
@@ -209,21 +208,21 @@ Result<std::unique_ptr<RdmaStream>> RdmaStream::connect(Device& device, tcp::Wir
   return s;
 }
 
+// Receives are posted with work request id 0 and sends with ids from 1, so
+// a completion is told apart by its id (the only field an error defines).
 Status RdmaStream::pump() {
   std::array<Completion, 16> batch;
   for (;;) {
-    BRAID_ASSIGN_OR_RETURN(int n, sendCq_->poll(batch));
-    for (int i = 0; i < n; ++i) {
-      --sendsOutstanding_;
-      if (!batch[i].ok()) return dead_ = completionError(batch[i], peer_, "write");
-    }
-    if (n < static_cast<int>(batch.size())) break;
-  }
-  for (;;) {
-    BRAID_ASSIGN_OR_RETURN(int n, recvCq_->poll(batch));
+    BRAID_ASSIGN_OR_RETURN(int n, cq_->poll(batch));
+    completions_ += n;
     for (int i = 0; i < n; ++i) {
       const Completion& c = batch[i];
-      if (!c.ok()) return dead_ = completionError(c, peer_, "receive");
+      const bool isReceive = c.wrId == 0;
+      if (!c.ok()) return dead_ = completionError(c, peer_, isReceive ? "receive" : "write");
+      if (!isReceive) {
+        --sendsOutstanding_;
+        continue;
+      }
       if (c.imm & kCreditFlag) {
         for (uint32_t k = c.imm & ~kCreditFlag; k > 0 && !inFlight_.empty(); --k) {
           creditedTail_ += inFlight_.front();
@@ -237,9 +236,18 @@ Status RdmaStream::pump() {
       }
       if (Status s = qp_->postRecv(0); !s.isOk()) return dead_ = s;
     }
-    if (n < static_cast<int>(batch.size())) break;
+    if (n < static_cast<int>(batch.size())) return Status::ok();
   }
-  return Status::ok();
+}
+
+bool RdmaStream::prepareToSleep(bool) {
+  if (!dead_.isOk()) return false;
+  cq_->consumeWake();
+  if (!cq_->armWake().isOk()) return false;
+  // What completed before the queue was armed does not wake it.
+  const uint64_t before = completions_;
+  if (!pump().isOk()) return false;
+  return completions_ == before && arrived_ == tail_ && !peerClosed_;
 }
 
 Status RdmaStream::postData(uint64_t bytes) {

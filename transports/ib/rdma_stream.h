@@ -74,8 +74,11 @@ class RdmaStream final : public transport::ByteStream {
   Result<size_t> readSome(void* into, size_t room) override;
   void writeLast(const iovec* iov, int count) override;
   void close() override;
-  int pollFd() const override { return -1; }
+  // The completion queue's wake-up fd: data, credits and errors all
+  // complete on the one queue, so a sleeper wakes for any of them.
+  int pollFd() const override { return cq_->wakeFd(); }
   bool pollForWrite(bool) const override { return false; }
+  bool prepareToSleep(bool sendsPending) override;
 
   // For tests: data writes in flight and the ring bytes they hold.
   size_t writesInFlight() const { return inFlight_.size(); }
@@ -94,7 +97,8 @@ class RdmaStream final : public transport::ByteStream {
   const RdmaStreamOptions options_;
   const int peer_;
   std::unique_ptr<ProtectionDomain> pd_;
-  std::unique_ptr<CompletionQueue> sendCq_, recvCq_;
+  std::unique_ptr<CompletionQueue> cq_;  // sends and receives both
+  uint64_t completions_ = 0;             // polled so far
   std::unique_ptr<QueuePair> qp_;
   std::vector<uint8_t> recvRing_, sendRing_;
   std::unique_ptr<MemoryRegion> recvMr_, sendMr_;

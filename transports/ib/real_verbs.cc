@@ -1,6 +1,7 @@
 #include "transports/ib/real_verbs.h"
 
 #include <endian.h>
+#include <fcntl.h>
 
 #include <algorithm>
 #include <array>
@@ -71,9 +72,34 @@ class VerbsMemoryRegion final : public MemoryRegion {
   ibv_mr* mr_;
 };
 
+// A completion queue with its own completion channel, whose fd is the
+// queue's wakeFd(). Events taken from the channel are acknowledged before
+// the queue is destroyed, as verbs requires.
 class VerbsCompletionQueue final : public CompletionQueue {
  public:
-  explicit VerbsCompletionQueue(std::shared_ptr<ibv_cq> cq) : cq_(std::move(cq)) {}
+  VerbsCompletionQueue(Library lib, std::shared_ptr<ibv_comp_channel> channel,
+                       std::shared_ptr<ibv_cq> cq)
+      : lib_(std::move(lib)), channel_(std::move(channel)), cq_(std::move(cq)) {}
+  ~VerbsCompletionQueue() override {
+    if (unacknowledged_ > 0) lib_->ackCqEvents(cq_.get(), unacknowledged_);
+  }
+
+  int wakeFd() const override { return channel_->fd; }
+  Status armWake() override {
+    if (int err = ibv_req_notify_cq(cq_.get(), 0); err != 0)
+      return systemError(strCat("ibv_req_notify_cq failed (", err, ")"));
+    return Status::ok();
+  }
+  void consumeWake() override {
+    ibv_cq* cq = nullptr;
+    void* context = nullptr;
+    // The channel's fd is nonblocking: this takes what has fired, no more.
+    while (lib_->getCqEvent(channel_.get(), &cq, &context) == 0) ++unacknowledged_;
+    if (unacknowledged_ >= 64) {
+      lib_->ackCqEvents(cq_.get(), unacknowledged_);
+      unacknowledged_ = 0;
+    }
+  }
 
   Result<int> poll(std::span<Completion> out) override {
     std::array<ibv_wc, kPollBatch> wcs;
@@ -104,7 +130,10 @@ class VerbsCompletionQueue final : public CompletionQueue {
   const std::shared_ptr<ibv_cq>& shared() const { return cq_; }
 
  private:
+  Library lib_;
+  std::shared_ptr<ibv_comp_channel> channel_;  // destroyed after the queue
   std::shared_ptr<ibv_cq> cq_;
+  unsigned int unacknowledged_ = 0;
 };
 
 class VerbsQueuePair final : public QueuePair {
@@ -384,14 +413,28 @@ class VerbsDevice final : public Device {
 
   Result<std::unique_ptr<CompletionQueue>> createCompletionQueue(int entries) override {
     errno = 0;
-    ibv_cq* cq = lib_->createCq(context_.get(), entries, nullptr, nullptr, 0);
+    ibv_comp_channel* channel = lib_->createCompChannel(context_.get());
+    if (!channel) {
+      const int err = errno;
+      return failedCall(strCat(name_, ": ibv_create_comp_channel"), err);
+    }
+    std::shared_ptr<ibv_comp_channel> sharedChannel(
+        channel,
+        [lib = lib_, context = context_](ibv_comp_channel* c) { lib->destroyCompChannel(c); });
+    const int flags = ::fcntl(channel->fd, F_GETFL);
+    if (flags < 0 || ::fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK) < 0)
+      return failedCall(strCat(name_, ": making the completion channel nonblocking"), errno);
+    errno = 0;
+    ibv_cq* cq = lib_->createCq(context_.get(), entries, nullptr, channel, 0);
     if (!cq) {
       const int err = errno;
       return failedCall(strCat(name_, ": ibv_create_cq of ", entries, " entries"), err);
     }
+    // The channel outlives the queue: the deleter holds it.
     std::shared_ptr<ibv_cq> shared(
-        cq, [lib = lib_, context = context_](ibv_cq* c) { lib->destroyCq(c); });
-    return std::unique_ptr<CompletionQueue>(new VerbsCompletionQueue(std::move(shared)));
+        cq, [lib = lib_, context = context_, sharedChannel](ibv_cq* c) { lib->destroyCq(c); });
+    return std::unique_ptr<CompletionQueue>(
+        new VerbsCompletionQueue(lib_, std::move(sharedChannel), std::move(shared)));
   }
 
  private:

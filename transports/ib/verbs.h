@@ -132,6 +132,15 @@ class CompletionQueue {
   // the queue itself failing (an overrun), after which it is unusable.
   virtual Result<int> poll(std::span<Completion> out) = 0;
   virtual int capacity() const = 0;
+
+  // Sleeping on the queue (a completion channel in verbs): after armWake(),
+  // wakeFd() becomes readable once a completion is added. A completion
+  // that came before armWake() does not wake it, so a caller arms, polls
+  // once more, and sleeps only if that found nothing; after a wake-up it
+  // calls consumeWake() before arming again.
+  virtual int wakeFd() const = 0;
+  virtual Status armWake() = 0;
+  virtual void consumeWake() = 0;
 };
 
 enum class QueuePairState : uint8_t {

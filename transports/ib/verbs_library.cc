@@ -39,6 +39,10 @@ Result<std::unique_ptr<VerbsLibrary>> VerbsLibrary::open(const std::string& sona
   resolve(lib->destroyQp, "ibv_destroy_qp");
   resolve(lib->modifyQp, "ibv_modify_qp");
   resolve(lib->wcStatusStr, "ibv_wc_status_str");
+  resolve(lib->createCompChannel, "ibv_create_comp_channel");
+  resolve(lib->destroyCompChannel, "ibv_destroy_comp_channel");
+  resolve(lib->getCqEvent, "ibv_get_cq_event");
+  resolve(lib->ackCqEvents, "ibv_ack_cq_events");
   lib->queryQp = reinterpret_cast<decltype(lib->queryQp)>(dlsym(handle, "ibv_query_qp"));
   if (!missing.empty())
     return notSupported(

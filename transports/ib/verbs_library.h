@@ -44,6 +44,10 @@ class VerbsLibrary {
   decltype(&::ibv_destroy_qp) destroyQp = nullptr;
   decltype(&::ibv_modify_qp) modifyQp = nullptr;
   decltype(&::ibv_wc_status_str) wcStatusStr = nullptr;
+  decltype(&::ibv_create_comp_channel) createCompChannel = nullptr;
+  decltype(&::ibv_destroy_comp_channel) destroyCompChannel = nullptr;
+  decltype(&::ibv_get_cq_event) getCqEvent = nullptr;
+  decltype(&::ibv_ack_cq_events) ackCqEvents = nullptr;
   // Optional (null when absent): only reports the state of a queue pair.
   decltype(&::ibv_query_qp) queryQp = nullptr;
 
