@@ -8,7 +8,8 @@ set -eu
 packages="build-essential meson ninja-build pkg-config python3 libssl-dev libhwloc-dev
   libgtest-dev libbenchmark-dev libcxxopts-dev nlohmann-json3-dev openmpi-bin
   gnuplot-nox zlib1g-dev libopenblas-dev dataset-fashion-mnist iproute2 libibverbs-dev
-  python3-torch libtorch-dev pybind11-dev python3-dev"
+  python3-torch libtorch-dev pybind11-dev python3-dev
+  qemu-system-x86 busybox-static ibverbs-utils rdma-core"
 if [ "${1:-}" = "--fuzz" ]; then packages="$packages clang libclang-rt-14-dev"; fi
 if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive

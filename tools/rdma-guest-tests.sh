@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Runs braid's RDMA suite (unit_rdma_stream) on real verbs: Soft-RoCE
+# (rdma_rxe) inside a QEMU guest that boots Debian's own kernel under
+# software emulation, so it needs neither RDMA hardware nor RDMA in the
+# host's kernel. The suite runs with IBV_DEV=rxe0: both ends of every
+# connection on the guest's one rxe device, over a veth pair.
+#
+#   tools/rdma-guest-tests.sh [BUILD_DIR]     # default: build
+#
+# Needs a build with the verbs headers (libibverbs-dev), and qemu-system-x86,
+# busybox-static, ibverbs-utils and rdma-core (installed here when missing
+# and run as root). Downloads the linux-image package once into
+# $BRAID_RDMA_VM_DIR (default /tmp/braid-rdma-vm). Takes about 20 s.
+# Prints the guest's output and exits with the suite's status.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+suite="$build/tests/unit/unit_rdma_stream"
+[ -x "$suite" ] || { echo "no $suite: build braid first (ninja -C $build)" >&2; exit 2; }
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+[ -x /bin/busybox ] || need+=(busybox-static)
+command -v ibv_devices >/dev/null || need+=(ibverbs-utils)
+command -v rdma >/dev/null || need+=(iproute2)
+ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so >/dev/null 2>&1 || need+=(rdma-core)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    # 77: meson's "skipped", with the reason.
+    echo "SKIP: missing packages ${need[*]} (apt-get install them, or run as root)" >&2
+    exit 77
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+work=${BRAID_RDMA_VM_DIR:-/tmp/braid-rdma-vm}
+mkdir -p "$work"
+# The kernel and the modules Soft-RoCE needs, from the package Debian
+# installs by default (fetched once).
+if [ ! -f "$work/vmlinuz" ]; then
+  package=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
+  (cd "$work" && apt-get download "$package" >/dev/null && rm -rf kernel &&
+    dpkg-deb -x "$package"_*.deb kernel && rm -f "$package"_*.deb)
+  cp "$work"/kernel/boot/vmlinuz-* "$work/vmlinuz"
+  mkdir -p "$work/modules"
+  for m in crypto/crc32_generic net/ipv4/udp_tunnel net/ipv6/ip6_udp_tunnel \
+    drivers/infiniband/core/ib_core drivers/infiniband/core/ib_uverbs \
+    drivers/infiniband/sw/rxe/rdma_rxe drivers/net/veth; do
+    cp "$work"/kernel/lib/modules/*/kernel/"$m".ko* "$work/modules/"
+  done
+  rm -rf "$work/kernel"
+fi
+
+# A throw-away root: busybox, the suite, iproute2's rdma and ip, the rxe
+# provider, and every library they load.
+root="$work/root"
+rm -rf "$root"
+mkdir -p "$root"/{bin,xbin,proc,sys,dev,tmp,etc/libibverbs.d,modules}
+cp /bin/busybox "$root/bin/"
+cp "$work"/modules/* "$root/modules/"
+binaries=("$(readlink -f "$(command -v ip)")" "$(command -v rdma)" "$suite")
+for b in "${binaries[@]}"; do cp "$b" "$root/xbin/"; done
+provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
+mkdir -p "$root/usr/lib/x86_64-linux-gnu/libibverbs"
+cp "${provider[@]}" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
+cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+# libibverbs itself is opened with dlopen by the suite: ldd does not list it.
+libs=$(for f in "${binaries[@]}" "${provider[@]}" /usr/lib/x86_64-linux-gnu/libibverbs.so.1; do
+  ldd "$f" | grep -o '/[^ ]*'
+done | sort -u)
+for lib in $libs /usr/lib/x86_64-linux-gnu/libibverbs.so.1; do
+  mkdir -p "$root$(dirname "$lib")"
+  cp -L "$lib" "$root$lib"
+done
+
+cat > "$root/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev; mount -t tmpfs tmp /tmp
+export PATH=/xbin:/bin
+# In this order: rdma_rxe needs crc32_generic, or 'rdma link add' fails with ENOENT.
+for m in crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe veth; do
+  insmod /modules/$m.ko 2>/dev/null
+done
+ip link set lo up
+# busybox's own ip cannot make a veth pair: iproute2's, by path.
+/xbin/ip link add veth0 type veth peer name veth1
+/xbin/ip addr add 169.254.77.1/24 dev veth0
+/xbin/ip link set veth0 up; /xbin/ip link set veth1 up
+rdma link add rxe0 type rxe netdev veth0
+# The port turns ACTIVE and its GIDs appear a moment after the link is added.
+i=0
+while ! rdma link show rxe0/1 | grep -q 'state ACTIVE' && [ $i -lt 50 ]; do sleep 0.2; i=$((i+1)); done
+sleep 1
+rdma link show rxe0/1
+IBV_DEV=rxe0 /xbin/unit_rdma_stream
+echo "RDMA-SUITE-EXIT $?"
+poweroff -f
+INIT
+chmod +x "$root/init"
+(cd "$root" && find . | /bin/busybox cpio -o -H newc 2>/dev/null | gzip -1 > "$work/initrd.gz")
+
+log="$work/guest.log"
+timeout 600 qemu-system-x86_64 -accel tcg -m 768 -smp 1 -nographic -no-reboot -nic none \
+  -kernel "$work/vmlinuz" -initrd "$work/initrd.gz" \
+  -append "console=ttyS0 panic=-1 quiet" > "$log" 2>&1 || true
+sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\r//g' "$log" |
+  grep -a -v -E '^\s*$|SeaBIOS|iPXE|Press Ctrl|Booting from|reboot: Power down'
+status=$(sed -n 's/.*RDMA-SUITE-EXIT \([0-9]*\).*/\1/p' "$log" | tail -1)
+if [ -z "$status" ]; then
+  echo "rdma-guest-tests: the suite did not finish in the guest (see $log)" >&2
+  exit 1
+fi
+exit "$status"
