@@ -203,9 +203,14 @@ std::vector<PciDevice> pciDevices() {
     if (PciDevice* d = owner(strCat("/sys/class/net/", name, "/device"), byBus))
       d->netNames.push_back(name);
   }
+  // A verbs device with no PCI function is a software one (Soft-RoCE's
+  // rxe, siw) over some network interface: kept as a device of its own.
+  std::vector<std::string> softwareVerbs;
   for (const std::string& name : listDir("/sys/class/infiniband")) {
     if (PciDevice* d = owner(strCat("/sys/class/infiniband/", name, "/device"), byBus))
       d->ibNames.push_back(name);
+    else
+      softwareVerbs.push_back(name);
   }
   // Unbound virtual functions belong to virtual machines, not to us, and a
   // NIC may expose dozens of them.
@@ -214,6 +219,13 @@ std::vector<PciDevice> pciDevices() {
     PciDevice& d = devices[i];
     if (virtualFunction[i] && d.kind != DeviceKind::kGpu && d.netNames.empty() && d.ibNames.empty())
       continue;
+    kept.push_back(std::move(d));
+  }
+  for (const std::string& name : softwareVerbs) {
+    PciDevice d;
+    d.kind = DeviceKind::kInfiniband;
+    d.busId = strCat("virtual/", name);  // no PCI address; '/' never is in one
+    d.ibNames.push_back(name);
     kept.push_back(std::move(d));
   }
   std::stable_sort(kept.begin(), kept.end(), [](const PciDevice& x, const PciDevice& y) {

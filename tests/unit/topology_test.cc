@@ -473,6 +473,20 @@ TEST(Transports, IbWhenBothHaveItAndItIsAvailable) {
   EXPECT_EQ(transportGrid(chooseTransports(twoByTwo({roce}), kAll).value())[0], "self shm ib ib");
 }
 
+TEST(Transports, SoftRoceCountsAsAVerbsDeviceAndTravelsBetweenRanks) {
+  // What detect() makes of Soft-RoCE's rxe0, which has no PCI function.
+  PciDevice rxe;
+  rxe.kind = DeviceKind::kInfiniband;
+  rxe.busId = "virtual/rxe0";
+  rxe.ibNames = {"rxe0"};
+  auto ranks = twoByTwo({rxe});
+  EXPECT_TRUE(ranks[0].hasIbDevice());
+  auto back = RankTopology::decode(ranks[0].encode());
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back->devices, ranks[0].devices);
+  EXPECT_EQ(transportGrid(chooseTransports(ranks, kAll).value())[0], "self shm ib ib");
+}
+
 TEST(Transports, CudaIpcNeedsNvidiaGpusOnOneHostAndCuda) {
   auto ranks = twoByTwo({gpu()});
   EXPECT_EQ(transportGrid(chooseTransports(ranks, kAll).value())[0], "self cuda_ipc tcp tcp");
