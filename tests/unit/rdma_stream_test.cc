@@ -274,6 +274,29 @@ TEST(RdmaStream, TheReaderSeesEveryByteThenTheEnd) {
   EXPECT_NE(end.status().message().find("closed"), std::string::npos) << end.status().message();
 }
 
+TEST(RdmaStream, AWatchedSocketThatClosesEndsTheStreamAfterItsBytes) {
+  auto pair = connectPair(smallRings());
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  tcp::Fd peerEnd(fds[1]);
+  ASSERT_TRUE(pair->b->watchPeerSocket(tcp::Fd(fds[0])).isOk());
+  EXPECT_TRUE(pair->b->prepareToSleep(false));
+  EXPECT_FALSE(readable(pair->b->pollFd(), 0));
+  const uint8_t byte = 3;
+  EXPECT_EQ(write(*pair->a, &byte, 1), 1u);
+  peerEnd = tcp::Fd();  // the peer's process is gone
+  EXPECT_TRUE(readable(pair->b->pollFd(), 5000));
+  uint8_t got = 0;
+  EXPECT_TRUE(readAll(*pair->b, &got, 1));  // what came before is still read
+  EXPECT_EQ(got, 3);
+  auto end = pair->b->readSome(&got, 1);
+  ASSERT_FALSE(end.isOk());
+  EXPECT_EQ(end.status().code(), ErrorCode::kRemoteError);
+  EXPECT_NE(end.status().message().find("exited or aborted"), std::string::npos)
+      << end.status().message();
+}
+
 TEST(RdmaStream, APeerThatIsGoneIsARemoteErrorWithTheStatusSpelledOut) {
   RdmaStreamOptions quick = smallRings();
   quick.timeout = 12;  // 17 ms per attempt

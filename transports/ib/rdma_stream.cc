@@ -1,5 +1,8 @@
 #include "transports/ib/rdma_stream.h"
 
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -240,6 +243,29 @@ Status RdmaStream::pump() {
   }
 }
 
+Status RdmaStream::watchPeerSocket(tcp::Fd socket) {
+  tcp::Fd epoll(::epoll_create1(EPOLL_CLOEXEC));
+  if (epoll.get() < 0) return errnoStatus("epoll_create1", errno);
+  for (int fd : {cq_->wakeFd(), socket.get()}) {
+    epoll_event e{};
+    e.events = EPOLLIN;
+    e.data.fd = fd;
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &e) != 0)
+      return errnoStatus("epoll_ctl", errno);
+  }
+  socket_ = std::move(socket);
+  epoll_ = std::move(epoll);
+  return Status::ok();
+}
+
+bool RdmaStream::peerSocketClosed() {
+  if (socket_.get() < 0) return false;
+  char byte;
+  // The peer never writes to it after the handshake: readable means closed.
+  const ssize_t n = ::recv(socket_.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 bool RdmaStream::prepareToSleep(bool) {
   if (!dead_.isOk()) return false;
   cq_->consumeWake();
@@ -247,7 +273,7 @@ bool RdmaStream::prepareToSleep(bool) {
   // What completed before the queue was armed does not wake it.
   const uint64_t before = completions_;
   if (!pump().isOk()) return false;
-  return completions_ == before && arrived_ == tail_ && !peerClosed_;
+  return completions_ == before && arrived_ == tail_ && !peerClosed_ && !peerSocketClosed();
 }
 
 Status RdmaStream::postData(uint64_t bytes) {
@@ -314,6 +340,9 @@ Result<size_t> RdmaStream::readSome(void* into, size_t room) {
   if (available == 0) {
     BRAID_RETURN_IF_ERROR(returnCredits(true));
     if (peerClosed_) return remoteError(strCat("rank ", peer_, " closed the RDMA connection"));
+    if (peerSocketClosed())
+      return dead_ = remoteError(
+                 strCat("rank ", peer_, " closed the connection (it exited or aborted)"));
     return size_t{0};
   }
   const size_t ring = options_.ringBytes;

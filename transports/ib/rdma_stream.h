@@ -74,9 +74,14 @@ class RdmaStream final : public transport::ByteStream {
   Result<size_t> readSome(void* into, size_t room) override;
   void writeLast(const iovec* iov, int count) override;
   void close() override;
-  // The completion queue's wake-up fd: data, credits and errors all
-  // complete on the one queue, so a sleeper wakes for any of them.
-  int pollFd() const override { return cq_->wakeFd(); }
+  // From now on the pair's bootstrap socket tells of a peer that died: its
+  // end closes with its process, as for shared memory. Bytes that arrived
+  // before are still read.
+  Status watchPeerSocket(tcp::Fd socket);
+
+  // The completion queue's wake-up fd (data, credits and errors all
+  // complete on the one queue), joined with the peer's socket once watched.
+  int pollFd() const override { return epoll_.get() >= 0 ? epoll_.get() : cq_->wakeFd(); }
   bool pollForWrite(bool) const override { return false; }
   bool prepareToSleep(bool sendsPending) override;
 
@@ -92,6 +97,8 @@ class RdmaStream final : public transport::ByteStream {
   Status postData(uint64_t bytes);
   // A zero-byte write with immediate; false when no send slot is free now.
   Result<bool> postControl(uint32_t imm);
+  // True once the watched socket shows the peer's end closed.
+  bool peerSocketClosed();
   Status returnCredits(bool force);
 
   const RdmaStreamOptions options_;
@@ -119,6 +126,7 @@ class RdmaStream final : public transport::ByteStream {
   uint64_t readOfFront_ = 0;           // bytes read of arrivedSizes_.front()
   uint32_t creditsOwed_ = 0;           // messages read, not yet credited
   bool peerClosed_ = false;
+  tcp::Fd socket_, epoll_;
   bool closed_ = false;
   Status dead_;
 };
