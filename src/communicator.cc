@@ -26,7 +26,7 @@ topo::TransportSet builtTransports() {
   topo::TransportSet set;
   set.cudaIpc = false;
   set.shm = true;
-  set.ib = false;
+  set.ib = ib::verbsBuilt();
   return set;
 }
 
@@ -95,6 +95,25 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   BRAID_ASSIGN_OR_RETURN(topo::RankTopology local,
                          topo::localTopology(comm->config_, rank, nranks));
   local.transports = builtTransports();
+  // RDMA: this rank publishes ib only with a device and port it can use.
+  BRAID_RETURN_IF_ERROR(ib::checkHcaSetting(comm->config_.ibHca));
+  std::unique_ptr<ib::IbEndpoint> rdma;
+  const std::string& forcedTransport = comm->config_.transport;
+  if (local.transports.ib && (forcedTransport.empty() || forcedTransport == "ib")) {
+    auto opened = ib::IbEndpoint::open({comm->config_.ibHca, comm->config_.ibGidIndex,
+                                        comm->config_.ibTimeout, comm->config_.ibRetryCount});
+    if (opened.isOk()) {
+      rdma = std::move(*opened);
+      BRAID_INFO("rank ", rank, ": RDMA through ", rdma->description());
+    } else {
+      BRAID_INFO("rank ", rank, ": no RDMA: ", opened.status().message());
+      if (forcedTransport == "ib")
+        return Status(ErrorCode::kSystemError,
+                      strCat("BRAID_TRANSPORT=ib, but rank ", rank,
+                             " cannot use RDMA: ", opened.status().message()));
+    }
+  }
+  local.transports.ib = rdma != nullptr;
   BRAID_ASSIGN_OR_RETURN(
       std::vector<std::string> published,
       client.exchange(nranks, encodePublished(comm->tcp_->localAddress(), local), deadline));
@@ -122,8 +141,8 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   for (int p = 0; p < nranks; ++p)
     if (p != rank) peers.push_back(p);
   BRAID_ASSIGN_OR_RETURN(auto sockets, comm->tcp_->connectPeers(rank, peers, addresses, deadline));
-  BRAID_ASSIGN_OR_RETURN(auto links,
-                         linkPeers(rank, std::move(sockets), transportTo, comm->config_, deadline));
+  BRAID_ASSIGN_OR_RETURN(auto links, linkPeers(rank, std::move(sockets), transportTo, comm->config_,
+                                               rdma.get(), deadline));
   comm->connections_.assign(nranks, nullptr);
   comm->transportNames_.assign(nranks, "self");
   std::string linkTable;

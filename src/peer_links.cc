@@ -100,11 +100,29 @@ Result<std::unique_ptr<transport::ByteStream>> acceptSegment(int rank, int peer,
                     singleCopyWith);
 }
 
+// Both ends say whether they can connect over RDMA (one byte each way);
+// if both can, the queue pair is set up through the socket, which the
+// stream then keeps. Null when either cannot: the pair keeps its socket.
+Result<std::unique_ptr<transport::ByteStream>> connectIb(int rank, int peer, tcp::Fd& fd,
+                                                         ib::IbEndpoint* ib, Deadline deadline) {
+  const uint8_t mine = ib ? 1 : 0;
+  uint8_t theirs = 0;
+  BRAID_RETURN_IF_ERROR(sendAll(fd.get(), {&mine, 1}, deadline));
+  BRAID_RETURN_IF_ERROR(recvAll(fd.get(), {&theirs, 1}, deadline));
+  if (!mine || theirs != 1) {
+    BRAID_WARN("rank ", rank, ": no RDMA with rank ", peer, " (", mine ? "the peer" : "this rank",
+               " has none), using tcp");
+    return std::unique_ptr<transport::ByteStream>();
+  }
+  return ib->connect(std::move(fd), peer, deadline);
+}
+
 }  // namespace
 
 Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets,
                                         const std::map<int, topo::Transport>& transports,
-                                        const Config& config, Deadline deadline) {
+                                        const Config& config, ib::IbEndpoint* ib,
+                                        Deadline deadline) {
   std::vector<PeerLink> links;
   std::string singleCopyWith;
   for (auto& [peer, fd] : sockets) {  // std::map: increasing peer order
@@ -129,6 +147,15 @@ Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets
     PeerLink link;
     link.peer = peer;
     link.transport = stream ? "shm" : "tcp";
+    if (chosen->second == topo::Transport::kIb) {
+      BRAID_ASSIGN_OR_RETURN(stream, connectIb(rank, peer, fd, ib, deadline));
+      if (!stream && config.transport == "ib")
+        return Status(
+            ErrorCode::kSystemError,
+            strCat("BRAID_TRANSPORT=ib, but ranks ", std::min(rank, peer), " and ",
+                   std::max(rank, peer), " could not connect over RDMA (see the warning)"));
+      link.transport = stream ? "ib" : "tcp";
+    }
     if (!stream) stream = std::make_unique<tcp::SocketStream>(std::move(fd), peer);
     transport::StreamConnection::Options options;
     options.readPeerBytes = config.shmCmaBytes;

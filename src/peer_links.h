@@ -13,6 +13,7 @@
 #include "src/common/env.h"
 #include "src/common/status.h"
 #include "topology/topology.h"
+#include "transports/ib/ib_endpoint.h"
 #include "transports/tcp/socket.h"
 #include "transports/transport.h"
 
@@ -20,7 +21,7 @@ namespace braid {
 
 struct PeerLink {
   int peer = -1;
-  const char* transport = "";  // "shm", "tcp" (static)
+  const char* transport = "";  // "shm", "ib", "tcp" (static)
   std::unique_ptr<transport::Connection> connection;
 };
 
@@ -31,9 +32,12 @@ struct PeerLink {
 // once, straight from the sender's buffer, where both ranks may read each
 // other's memory (probed here; BRAID_SHM_CMA_BYTES). Pairs are set up in
 // increasing order of (lower rank, higher rank) on every rank, so the
-// blocking handshakes cannot wait on each other in a cycle.
+// blocking handshakes cannot wait on each other in a cycle. A pair chosen
+// for ib connects a queue pair through its socket with `ib` (null when this
+// rank has no RDMA; the pair then uses the socket).
 Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets,
                                         const std::map<int, topo::Transport>& transports,
-                                        const Config& config, Deadline deadline);
+                                        const Config& config, ib::IbEndpoint* ib,
+                                        Deadline deadline);
 
 }  // namespace braid
