@@ -22,7 +22,8 @@ constexpr EnvParam kParams[] = {
     {"BRAID_TIMEOUT", "300",
      "Seconds a call may make no progress before it returns braidTimeout (also bounds init)."},
     {"BRAID_TRANSPORT", "",
-     "Force one transport for every pair of ranks: shm (ranks on one host only) or tcp."},
+     "Force one transport for every pair of ranks: shm (ranks on one host only), ib (RDMA: "
+     "InfiniBand or RoCE) or tcp."},
     {"BRAID_TUNE", "model",
      "How the algorithm of a collective is chosen where BRAID_ALGO does not force it: model (the "
      "cost model) or measure (the model's choice first, then each algorithm timed on the first "
@@ -185,9 +186,10 @@ Result<Config> loadConfig() {
   if (std::string t = envString("BRAID_TIMEOUT"); !t.empty())
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_TIMEOUT", t, 0.001, 1e7, &config.timeoutSeconds));
   config.transport = envString("BRAID_TRANSPORT");
-  if (!config.transport.empty() && config.transport != "tcp" && config.transport != "shm")
-    return invalidArgument(strCat("BRAID_TRANSPORT='", config.transport,
-                                  "' is not a transport of this build (shm, tcp)"));
+  if (!config.transport.empty() && config.transport != "tcp" && config.transport != "shm" &&
+      config.transport != "ib")
+    return invalidArgument(
+        strCat("BRAID_TRANSPORT='", config.transport, "' is not a transport (shm, ib, tcp)"));
   BRAID_RETURN_IF_ERROR(parseAlgo(envString("BRAID_ALGO"), &config.algo));
   if (std::string t = envString("BRAID_TUNE"); !t.empty()) {
     if (t == "model")
