@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs braid's RDMA suite (unit_rdma_stream) on real verbs: Soft-RoCE
-# (rdma_rxe) inside a QEMU guest that boots Debian's own kernel under
-# software emulation, so it needs neither RDMA hardware nor RDMA in the
-# host's kernel. The suite runs with IBV_DEV=rxe0: both ends of every
-# connection on the guest's one rxe device, over a veth pair.
+# Runs braid's RDMA tests on real verbs: Soft-RoCE (rdma_rxe) inside a
+# QEMU guest that boots Debian's own kernel under software emulation, so
+# it needs neither RDMA hardware nor RDMA in the host's kernel. In the
+# guest, over one rxe device on a veth pair:
+#   - unit_rdma_stream with IBV_DEV=rxe0 (both ends of every connection
+#     on the device): the suite that also runs on the verbs model;
+#   - the collectives matrix on 2 ranks with BRAID_TRANSPORT=ib.
 #
 #   tools/rdma-guest-tests.sh [BUILD_DIR]     # default: build
 #
@@ -16,7 +18,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 suite="$build/tests/unit/unit_rdma_stream"
-[ -x "$suite" ] || { echo "no $suite: build braid first (ninja -C $build)" >&2; exit 2; }
+collectives="$build/tests/multiproc/collectives_test"
+for b in "$suite" "$collectives"; do
+  [ -x "$b" ] || { echo "no $b: build braid first (ninja -C $build)" >&2; exit 2; }
+done
 
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
@@ -58,7 +63,7 @@ rm -rf "$root"
 mkdir -p "$root"/{bin,xbin,proc,sys,dev,tmp,etc/libibverbs.d,modules}
 cp /bin/busybox "$root/bin/"
 cp "$work"/modules/* "$root/modules/"
-binaries=("$(readlink -f "$(command -v ip)")" "$(command -v rdma)" "$suite")
+binaries=("$(readlink -f "$(command -v ip)")" "$(command -v rdma)" "$suite" "$collectives")
 for b in "${binaries[@]}"; do cp "$b" "$root/xbin/"; done
 provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
 mkdir -p "$root/usr/lib/x86_64-linux-gnu/libibverbs"
@@ -73,11 +78,16 @@ for lib in $libs /usr/lib/x86_64-linux-gnu/libibverbs.so.1; do
   cp -L "$lib" "$root$lib"
 done
 
+# The test binaries find libbraid through their build tree's run path,
+# which the guest has not: it gets a directory of its own.
+mkdir -p "$root/braidlib"
+cp -L "$build/src/libbraid.so.0" "$root/braidlib/"
+
 cat > "$root/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev; mount -t tmpfs tmp /tmp
-export PATH=/xbin:/bin
+export PATH=/xbin:/bin LD_LIBRARY_PATH=/braidlib
 # In this order: rdma_rxe needs crc32_generic, or 'rdma link add' fails with ENOENT.
 for m in crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe veth; do
   insmod /modules/$m.ko 2>/dev/null
@@ -95,6 +105,12 @@ sleep 1
 rdma link show rxe0/1
 IBV_DEV=rxe0 /xbin/unit_rdma_stream
 echo "RDMA-SUITE-EXIT $?"
+mkdir -p /dev/shm
+BRAID_TRANSPORT=ib BRAID_DEBUG=INFO /xbin/collectives_test \
+  --gtest_filter='WorldSize/Collectives.Matrix/n2' > /tmp/collectives.log 2>&1
+rc=$?
+grep -E 'RDMA|transports:|OK|FAIL|rror' /tmp/collectives.log
+echo "RDMA-COLLECTIVES-EXIT $rc"
 poweroff -f
 INIT
 chmod +x "$root/init"
@@ -106,9 +122,15 @@ timeout 600 qemu-system-x86_64 -accel tcg -m 768 -smp 1 -nographic -no-reboot -n
   -append "console=ttyS0 panic=-1 quiet" > "$log" 2>&1 || true
 sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\r//g' "$log" |
   grep -a -v -E '^\s*$|SeaBIOS|iPXE|Press Ctrl|Booting from|reboot: Power down'
-status=$(sed -n 's/.*RDMA-SUITE-EXIT \([0-9]*\).*/\1/p' "$log" | tail -1)
-if [ -z "$status" ]; then
-  echo "rdma-guest-tests: the suite did not finish in the guest (see $log)" >&2
-  exit 1
-fi
-exit "$status"
+status=0
+for part in SUITE COLLECTIVES; do
+  code=$(sed -n "s/.*RDMA-$part-EXIT \([0-9]*\).*/\1/p" "$log" | tail -1)
+  if [ -z "$code" ]; then
+    echo "rdma-guest-tests: $part did not finish in the guest (see $log)" >&2
+    status=1
+  elif [ "$code" != 0 ]; then
+    echo "rdma-guest-tests: $part failed in the guest (exit $code)" >&2
+    status=1
+  fi
+done
+exit $status
