@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
 # Runs braid's RDMA tests on real verbs: Soft-RoCE (rdma_rxe) inside a
 # QEMU guest that boots Debian's own kernel under software emulation, so
-# it needs neither RDMA hardware nor RDMA in the host's kernel. In the
-# guest, over one rxe device on a veth pair:
+# it needs neither RDMA hardware nor RDMA in the host's kernel.
+#   One guest, one rxe device on a veth pair:
 #   - unit_rdma_stream with IBV_DEV=rxe0 (both ends of every connection
 #     on the device): the suite that also runs on the verbs model;
 #   - the collectives matrix on 2 ranks with BRAID_TRANSPORT=ib.
+#   Two guests, each an rxe device on a virtio NIC, joined by a virtual
+#   wire (QEMU's socket network on 127.0.0.1), so RoCE v2 crosses between
+#   two kernels: one rank in each, bootstrapped from the launcher
+#   variables across the wire, with nothing forced; all_reduce_perf and
+#   all_gather_perf check every result (-c 1).
 #
 #   tools/rdma-guest-tests.sh [BUILD_DIR]     # default: build
 #
 # Needs a build with the verbs headers (libibverbs-dev), and qemu-system-x86,
 # busybox-static, ibverbs-utils and rdma-core (installed here when missing
 # and run as root). Downloads the linux-image package once into
-# $BRAID_RDMA_VM_DIR (default /tmp/braid-rdma-vm). Takes about 20 s.
+# $BRAID_RDMA_VM_DIR (default /tmp/braid-rdma-vm). Takes about a minute.
 # Prints the guest's output and exits with the suite's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 suite="$build/tests/unit/unit_rdma_stream"
 collectives="$build/tests/multiproc/collectives_test"
-for b in "$suite" "$collectives"; do
+perf=("$build/perf/all_reduce_perf" "$build/perf/all_gather_perf")
+for b in "$suite" "$collectives" "${perf[@]}"; do
   [ -x "$b" ] || { echo "no $b: build braid first (ninja -C $build)" >&2; exit 2; }
 done
 
@@ -42,7 +48,7 @@ work=${BRAID_RDMA_VM_DIR:-/tmp/braid-rdma-vm}
 mkdir -p "$work"
 # The kernel and the modules Soft-RoCE needs, from the package Debian
 # installs by default (fetched once).
-if [ ! -f "$work/vmlinuz" ]; then
+if [ ! -f "$work/vmlinuz" ] || ! ls "$work"/modules/virtio_net.ko* >/dev/null 2>&1; then
   package=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
   (cd "$work" && apt-get download "$package" >/dev/null && rm -rf kernel &&
     dpkg-deb -x "$package"_*.deb kernel && rm -f "$package"_*.deb)
@@ -50,7 +56,10 @@ if [ ! -f "$work/vmlinuz" ]; then
   mkdir -p "$work/modules"
   for m in crypto/crc32_generic net/ipv4/udp_tunnel net/ipv6/ip6_udp_tunnel \
     drivers/infiniband/core/ib_core drivers/infiniband/core/ib_uverbs \
-    drivers/infiniband/sw/rxe/rdma_rxe drivers/net/veth; do
+    drivers/infiniband/sw/rxe/rdma_rxe drivers/net/veth drivers/virtio/virtio_ring \
+    drivers/virtio/virtio drivers/virtio/virtio_pci_modern_dev \
+    drivers/virtio/virtio_pci_legacy_dev drivers/virtio/virtio_pci net/core/failover \
+    drivers/net/net_failover drivers/net/virtio_net; do
     cp "$work"/kernel/lib/modules/*/kernel/"$m".ko* "$work/modules/"
   done
   rm -rf "$work/kernel"
@@ -63,7 +72,8 @@ rm -rf "$root"
 mkdir -p "$root"/{bin,xbin,proc,sys,dev,tmp,etc/libibverbs.d,modules}
 cp /bin/busybox "$root/bin/"
 cp "$work"/modules/* "$root/modules/"
-binaries=("$(readlink -f "$(command -v ip)")" "$(command -v rdma)" "$suite" "$collectives")
+binaries=("$(readlink -f "$(command -v ip)")" "$(command -v rdma)" "$suite" "$collectives"
+  "${perf[@]}")
 for b in "${binaries[@]}"; do cp "$b" "$root/xbin/"; done
 provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
 mkdir -p "$root/usr/lib/x86_64-linux-gnu/libibverbs"
@@ -89,48 +99,93 @@ cat > "$root/init" <<'INIT'
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev; mount -t tmpfs tmp /tmp
 export PATH=/xbin:/bin LD_LIBRARY_PATH=/braidlib
 # In this order: rdma_rxe needs crc32_generic, or 'rdma link add' fails with ENOENT.
-for m in crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe veth; do
+for m in crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe veth virtio_ring \
+  virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net; do
   insmod /modules/$m.ko 2>/dev/null
 done
 ip link set lo up
-# busybox's own ip cannot make a veth pair: iproute2's, by path.
-/xbin/ip link add veth0 type veth peer name veth1
-/xbin/ip addr add 169.254.77.1/24 dev veth0
-/xbin/ip link set veth0 up; /xbin/ip link set veth1 up
-rdma link add rxe0 type rxe netdev veth0
-# The port turns ACTIVE and its GIDs appear a moment after the link is added.
-i=0
-while ! rdma link show rxe0/1 | grep -q 'state ACTIVE' && [ $i -lt 50 ]; do sleep 0.2; i=$((i+1)); done
-sleep 1
-rdma link show rxe0/1
-IBV_DEV=rxe0 /xbin/unit_rdma_stream
-echo "RDMA-SUITE-EXIT $?"
 mkdir -p /dev/shm
-BRAID_TRANSPORT=ib BRAID_DEBUG=INFO /xbin/collectives_test \
-  --gtest_filter='WorldSize/Collectives.Matrix/n2' > /tmp/collectives.log 2>&1
-rc=$?
-grep -E 'RDMA|transports:|OK|FAIL|rror' /tmp/collectives.log
-echo "RDMA-COLLECTIVES-EXIT $rc"
+# The port turns ACTIVE and its GIDs appear a moment after the link is added.
+waitport() {
+  i=0
+  while ! rdma link show rxe0/1 | grep -q 'state ACTIVE' && [ $i -lt 50 ]; do sleep 0.2; i=$((i+1)); done
+  sleep 1
+  rdma link show rxe0/1
+}
+role=$(sed -n 's/.* role=\([a-z]*\).*/\1/p' /proc/cmdline)
+if [ "$role" = single ]; then
+  # busybox's own ip cannot make a veth pair: iproute2's, by path.
+  /xbin/ip link add veth0 type veth peer name veth1
+  /xbin/ip addr add 169.254.77.1/24 dev veth0
+  /xbin/ip link set veth0 up; /xbin/ip link set veth1 up
+  rdma link add rxe0 type rxe netdev veth0
+  waitport
+  IBV_DEV=rxe0 /xbin/unit_rdma_stream
+  echo "RDMA-SUITE-EXIT $?"
+  BRAID_TRANSPORT=ib BRAID_DEBUG=INFO /xbin/collectives_test \
+    --gtest_filter='WorldSize/Collectives.Matrix/n2' > /tmp/collectives.log 2>&1
+  rc=$?
+  grep -E 'RDMA|transports:|OK|FAIL|rror' /tmp/collectives.log
+  echo "RDMA-COLLECTIVES-EXIT $rc"
+else
+  rank=0; address=169.254.77.1
+  [ "$role" = second ] && rank=1 && address=169.254.77.2
+  /xbin/ip addr add $address/24 dev eth0; /xbin/ip link set eth0 up
+  rdma link add rxe0 type rxe netdev eth0
+  waitport
+  export BRAID_RANK=$rank BRAID_WORLD_SIZE=2 BRAID_ADDR=169.254.77.1:29500 BRAID_SOCKET_IFNAME=eth0
+  export BRAID_SECRET=$(sed -n 's/.* secret=\([0-9a-f]*\).*/\1/p' /proc/cmdline) BRAID_TIMEOUT=120
+  rc=0
+  for p in all_reduce_perf all_gather_perf; do
+    BRAID_DEBUG=INFO /xbin/$p -b 8 -e 1M -f 16 -c 1 -n 3 -w 1 > /tmp/$p.log 2>&1 || rc=1
+    grep -E 'RDMA|transports:|float|wrong|Out of bounds|rror' /tmp/$p.log
+  done
+  echo "RDMA-PAIR-$rank-EXIT $rc"
+fi
 poweroff -f
 INIT
 chmod +x "$root/init"
 (cd "$root" && find . | /bin/busybox cpio -o -H newc 2>/dev/null | gzip -1 > "$work/initrd.gz")
 
-log="$work/guest.log"
-timeout 600 qemu-system-x86_64 -accel tcg -m 768 -smp 1 -nographic -no-reboot -nic none \
-  -kernel "$work/vmlinuz" -initrd "$work/initrd.gz" \
-  -append "console=ttyS0 panic=-1 quiet" > "$log" 2>&1 || true
-sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\r//g' "$log" |
-  grep -a -v -E '^\s*$|SeaBIOS|iPXE|Press Ctrl|Booting from|reboot: Power down'
+clean() { sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\r//g' "$1" |
+  grep -a -v -E '^\s*$|SeaBIOS|iPXE|Press Ctrl|Booting from|reboot: Power down'; }
+qemu=(timeout 600 qemu-system-x86_64 -accel tcg -m 768 -smp 1 -nographic -no-reboot
+  -kernel "$work/vmlinuz" -initrd "$work/initrd.gz")
+
+echo "## one guest, 2 ranks on rxe0"
+"${qemu[@]}" -nic none -append "console=ttyS0 panic=-1 quiet role=single" \
+  > "$work/single.log" 2>&1 || true
+clean "$work/single.log"
+
+echo "## two guests joined by a virtual wire, a rank in each"
+secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"${qemu[@]}" -netdev socket,id=n0,listen=127.0.0.1:$port \
+  -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01 \
+  -append "console=ttyS0 panic=-1 quiet role=first secret=$secret" > "$work/first.log" 2>&1 &
+first=$!
+sleep 1
+"${qemu[@]}" -netdev socket,id=n0,connect=127.0.0.1:$port \
+  -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:02 \
+  -append "console=ttyS0 panic=-1 quiet role=second secret=$secret" > "$work/second.log" 2>&1 || true
+wait $first || true
+echo "# rank 0's guest"; clean "$work/first.log"
+echo "# rank 1's guest"; clean "$work/second.log"
+
 status=0
-for part in SUITE COLLECTIVES; do
-  code=$(sed -n "s/.*RDMA-$part-EXIT \([0-9]*\).*/\1/p" "$log" | tail -1)
+check() {  # log, marker
+  code=$(sed -n "s/.*$2-EXIT \([0-9]*\).*/\1/p" "$1" | tail -1)
   if [ -z "$code" ]; then
-    echo "rdma-guest-tests: $part did not finish in the guest (see $log)" >&2
+    echo "rdma-guest-tests: $2 did not finish (see $1)" >&2
     status=1
   elif [ "$code" != 0 ]; then
-    echo "rdma-guest-tests: $part failed in the guest (exit $code)" >&2
+    echo "rdma-guest-tests: $2 failed (exit $code)" >&2
     status=1
   fi
-done
+}
+check "$work/single.log" RDMA-SUITE
+check "$work/single.log" RDMA-COLLECTIVES
+check "$work/first.log" RDMA-PAIR-0
+check "$work/second.log" RDMA-PAIR-1
+[ $status -eq 0 ] && echo "rdma-guest-tests: all passed"
 exit $status
