@@ -100,8 +100,17 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   std::unique_ptr<ib::IbEndpoint> rdma;
   const std::string& forcedTransport = comm->config_.transport;
   if (local.transports.ib && (forcedTransport.empty() || forcedTransport == "ib")) {
-    auto opened = ib::IbEndpoint::open({comm->config_.ibHca, comm->config_.ibGidIndex,
-                                        comm->config_.ibTimeout, comm->config_.ibRetryCount});
+    ib::IbSettings settings{comm->config_.ibHca,
+                            comm->config_.ibGidIndex,
+                            comm->config_.ibTimeout,
+                            comm->config_.ibRetryCount,
+                            {}};
+    // The NIC on this rank's NUMA node first, as NCCL and MPI do: its DMA
+    // then stays off the link between sockets.
+    for (const topo::PciDevice& d : local.devices)
+      if (d.numaNode >= 0 && d.numaNode == local.numaNode)
+        settings.nearFirst.insert(settings.nearFirst.end(), d.ibNames.begin(), d.ibNames.end());
+    auto opened = ib::IbEndpoint::open(settings);
     if (opened.isOk()) {
       rdma = std::move(*opened);
       BRAID_INFO("rank ", rank, ": RDMA through ", rdma->description());

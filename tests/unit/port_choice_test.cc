@@ -35,6 +35,21 @@ TEST(PortChoice, TheFirstActivePortTheFilterAllows) {
   EXPECT_EQ(chosen("=rxe0,mlx5_1:1").device, "mlx5_1");  // device order, not the list's
 }
 
+TEST(PortChoice, TheDeviceNearestTheRankComesFirst) {
+  auto filter = parseHcaFilter("");
+  ASSERT_TRUE(filter.isOk());
+  auto near = choosePort(twoDevices(), *filter, {"rxe0"});
+  ASSERT_TRUE(near.isOk());
+  EXPECT_EQ(near->device, "rxe0");
+  // A near device with no active port, or one the filter leaves out, is passed over.
+  auto down = choosePort(twoDevices(), *parseHcaFilter("^rxe0"), {"rxe0", "mlx5_1"});
+  ASSERT_TRUE(down.isOk());
+  EXPECT_EQ(down->device, "mlx5_1");
+  auto unknown = choosePort(twoDevices(), *filter, {"mlx9"});
+  ASSERT_TRUE(unknown.isOk());
+  EXPECT_EQ(unknown->device, "mlx5_0");
+}
+
 TEST(PortChoice, NothingAllowedSaysWhatWasSeen) {
   auto filter = parseHcaFilter("mlx5_0:1");
   ASSERT_TRUE(filter.isOk());

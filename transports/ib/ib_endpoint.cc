@@ -52,7 +52,7 @@ Result<std::unique_ptr<IbEndpoint>> IbEndpoint::open(const IbSettings& settings)
   BRAID_ASSIGN_OR_RETURN(HcaFilter filter, parseHcaFilter(settings.hca));
   const RdmaProbe probe = probeRdma();
   if (!probe.available()) return notSupported(probe.unavailable);
-  BRAID_ASSIGN_OR_RETURN(PortChoice choice, choosePort(probe, filter));
+  BRAID_ASSIGN_OR_RETURN(PortChoice choice, choosePort(probe, filter, settings.nearFirst));
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<VerbsLibrary> library, VerbsLibrary::open(kVerbsLibrary));
   BRAID_ASSIGN_OR_RETURN(
       std::unique_ptr<Device> device,

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "src/common/deadline.h"
 #include "src/common/status.h"
@@ -18,6 +19,8 @@ struct IbSettings {
   int gidIndex = -1;   // BRAID_IB_GID_INDEX (-1: chosen)
   int timeout = 18;    // BRAID_IB_TIMEOUT
   int retryCount = 7;  // BRAID_IB_RETRY_CNT
+  // Verbs devices on the rank's NUMA node, preferred in this order.
+  std::vector<std::string> nearFirst;
 };
 
 // Whether this build can use RDMA at all (it has the verbs headers).

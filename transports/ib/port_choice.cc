@@ -63,7 +63,13 @@ Result<HcaFilter> parseHcaFilter(const std::string& text) {
   return filter;
 }
 
-Result<PortChoice> choosePort(const RdmaProbe& probe, const HcaFilter& filter) {
+Result<PortChoice> choosePort(const RdmaProbe& probe, const HcaFilter& filter,
+                              const std::vector<std::string>& nearFirst) {
+  for (const std::string& near : nearFirst)
+    for (const RdmaDevice& d : probe.devices)
+      if (d.name == near)
+        for (const RdmaPort& p : d.ports)
+          if (p.active() && filter.allows(d.name, p.number)) return PortChoice{d.name, p.number};
   std::string seen;
   for (const RdmaDevice& d : probe.devices)
     for (const RdmaPort& p : d.ports) {

@@ -33,9 +33,12 @@ struct PortChoice {
   int port = 0;
 };
 
-// The first active port the filter allows, devices in the probe's order;
-// or, naming every device and port seen, why there is none.
-Result<PortChoice> choosePort(const RdmaProbe& probe, const HcaFilter& filter);
+// An active port the filter allows: on the first device of `nearFirst`
+// that has one (the devices closest to the rank's NUMA node), else the
+// first in the probe's order; or, naming every device and port seen, why
+// there is none.
+Result<PortChoice> choosePort(const RdmaProbe& probe, const HcaFilter& filter,
+                              const std::vector<std::string>& nearFirst = {});
 
 // The GID index RoCE traffic leaves from: `forced` when >= 0 (it must name
 // a non-zero entry), else the first IPv4-mapped GID (RoCE v2 over IPv4
