@@ -9,8 +9,9 @@
 #   Two guests, each an rxe device on a virtio NIC, joined by a virtual
 #   wire (QEMU's socket network on 127.0.0.1), so RoCE v2 crosses between
 #   two kernels: one rank in each, bootstrapped from the launcher
-#   variables across the wire, with nothing forced; all_reduce_perf and
-#   all_gather_perf check every result (-c 1).
+#   variables across the wire, with nothing forced; the perf binaries of
+#   AllReduce, AllGather, Broadcast, ReduceScatter, AllToAll and
+#   Send/Recv check every result (-c 1).
 #
 #   tools/rdma-guest-tests.sh [BUILD_DIR]     # default: build
 #
@@ -24,7 +25,10 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 suite="$build/tests/unit/unit_rdma_stream"
 collectives="$build/tests/multiproc/collectives_test"
-perf=("$build/perf/all_reduce_perf" "$build/perf/all_gather_perf")
+perf=()
+for p in all_reduce all_gather broadcast reduce_scatter alltoall sendrecv; do
+  perf+=("$build/perf/${p}_perf")
+done
 for b in "$suite" "$collectives" "${perf[@]}"; do
   [ -x "$b" ] || { echo "no $b: build braid first (ninja -C $build)" >&2; exit 2; }
 done
@@ -136,7 +140,8 @@ else
   export BRAID_RANK=$rank BRAID_WORLD_SIZE=2 BRAID_ADDR=169.254.77.1:29500 BRAID_SOCKET_IFNAME=eth0
   export BRAID_SECRET=$(sed -n 's/.* secret=\([0-9a-f]*\).*/\1/p' /proc/cmdline) BRAID_TIMEOUT=120
   rc=0
-  for p in all_reduce_perf all_gather_perf; do
+  for p in all_reduce_perf all_gather_perf broadcast_perf reduce_scatter_perf alltoall_perf \
+    sendrecv_perf; do
     BRAID_DEBUG=INFO /xbin/$p -b 8 -e 1M -f 16 -c 1 -n 3 -w 1 > /tmp/$p.log 2>&1 || rc=1
     grep -E 'RDMA|transports:|float|wrong|Out of bounds|rror' /tmp/$p.log
   done
