@@ -54,7 +54,7 @@ mkdir -p "$work"
 # installs by default (fetched once).
 if [ ! -f "$work/vmlinuz" ] || ! ls "$work"/modules/virtio_net.ko* >/dev/null 2>&1; then
   package=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
-  (cd "$work" && apt-get download "$package" >/dev/null && rm -rf kernel &&
+  (cd "$work" && apt-get download -o APT::Sandbox::User=root "$package" >/dev/null && rm -rf kernel &&
     dpkg-deb -x "$package"_*.deb kernel && rm -f "$package"_*.deb)
   cp "$work"/kernel/boot/vmlinuz-* "$work/vmlinuz"
   mkdir -p "$work/modules"
