@@ -196,6 +196,38 @@ TEST(RdmaStream, BytesCrossBothWaysThroughRingsSmallerThanTheData) {
   }
 }
 
+TEST(RdmaStream, TwoThreadsStreamQuarterOfAMegabyteEachWay) {
+  auto pair = connectPair(smallRings());
+  ASSERT_TRUE(pair.isOk()) << pair.status().message();
+  std::vector<uint8_t> data(1 << 18);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+  // Each end on its own thread, writing and reading, as two ranks would.
+  auto run = [&](RdmaStream& s, std::vector<uint8_t>& got) {
+    size_t sent = 0, received = 0;
+    const auto deadline = Clock::now() + kPatience;
+    while ((sent < data.size() || received < got.size()) && Clock::now() < deadline) {
+      if (sent < data.size()) {
+        iovec v{data.data() + sent, std::min<size_t>(5000, data.size() - sent)};
+        auto n = s.writeSome(&v, 1);
+        if (!n.isOk()) return n.status();
+        sent += *n;
+      }
+      auto n = s.readSome(got.data() + received, got.size() - received);
+      if (!n.isOk()) return n.status();
+      received += *n;
+    }
+    return received == got.size() ? Status::ok() : timeoutError("stream stalled");
+  };
+  std::vector<uint8_t> gotA(data.size()), gotB(data.size());
+  auto b = std::async(std::launch::async, [&] { return run(*pair->b, gotB); });
+  Status a = run(*pair->a, gotA);
+  Status bStatus = b.get();
+  EXPECT_TRUE(a.isOk()) << a.message();
+  EXPECT_TRUE(bStatus.isOk()) << bStatus.message();
+  EXPECT_EQ(gotA, data);
+  EXPECT_EQ(gotB, data);
+}
+
 TEST(RdmaStream, ASenderStopsAtTheRingTheReceiverHasNotRead) {
   auto pair = connectPair(smallRings());
   ASSERT_TRUE(pair.isOk()) << pair.status().message();
