@@ -2,6 +2,7 @@
 // InfiniBand transport relies on, and the failures hardware would give.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -47,6 +48,7 @@ struct Endpoint {
   std::unique_ptr<MemoryRegion> mr;
   uint8_t port = kRocePort;
   uint32_t psn = 0;
+  AccessFlags qpAccess = kWritable;
 
   QueuePairAddress address() const {
     QueuePairAddress a;
@@ -72,6 +74,7 @@ struct EndpointOptions {
   int cqEntries = 64;
   QueuePairCapacity capacity{64, 64};
   AccessFlags mrAccess = kWritable;
+  AccessFlags qpAccess = kWritable;
   size_t bytes = 4096;
   uint32_t psn = 100;
 };
@@ -86,11 +89,12 @@ Endpoint makeEndpoint(const EndpointOptions& options = {}) {
   e.buffer.assign(options.bytes, 0);
   e.mr = take(e.pd->registerMemory(e.buffer.data(), e.buffer.size(), options.mrAccess));
   e.psn = options.psn;
+  e.qpAccess = options.qpAccess;
   return e;
 }
 
 void bringUp(Endpoint& self, const QueuePairAddress& peer, uint8_t rnrRetry) {
-  ASSERT_TRUE(self.qp->toInit(self.port, kWritable).isOk());
+  ASSERT_TRUE(self.qp->toInit(self.port, self.qpAccess).isOk());
   ASSERT_TRUE(self.qp->toReadyToReceive(peer, Mtu::k1024).isOk());
   Status rts = self.qp->toReadyToSend(self.psn, kTimeout, kRetryCount, rnrRetry);
   ASSERT_TRUE(rts.isOk()) << rts.message();
@@ -375,6 +379,55 @@ TEST(VerbsModelAccess, WrongLkeyIsALocalProtectionError) {
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].status, CompletionStatus::kLocalProtectionError);
   EXPECT_EQ(p.a.qp->state(), QueuePairState::kError);
+}
+
+constexpr AccessFlags kReadable{.localWrite = true, .remoteWrite = true, .remoteRead = true};
+
+Pair readablePair(AccessFlags aRegion = kReadable, AccessFlags bRegion = kReadable,
+                  AccessFlags bQueuePair = kReadable) {
+  EndpointOptions a, b;
+  a.mrAccess = aRegion;
+  a.qpAccess = kReadable;
+  b.mrAccess = bRegion;
+  b.qpAccess = bQueuePair;
+  return makePair(a, b);
+}
+
+TEST(VerbsModelRead, ReadCopiesThePeersBytesAndConsumesNoReceive) {
+  Pair p = readablePair();
+  for (size_t i = 0; i < p.b.buffer.size(); ++i) p.b.buffer[i] = static_cast<uint8_t>(i * 3);
+  ASSERT_TRUE(p.a.qp->postRead(7, p.a.local(0, 100), p.b.remote(50), true).isOk());
+  std::vector<Completion> done = drain(*p.a.sendCq);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].ok());
+  EXPECT_EQ(done[0].wrId, 7u);
+  EXPECT_EQ(done[0].opcode, CompletionOpcode::kRdmaRead);
+  EXPECT_EQ(done[0].byteLen, 100u);
+  EXPECT_TRUE(std::equal(p.a.buffer.begin(), p.a.buffer.begin() + 100, p.b.buffer.begin() + 50));
+  EXPECT_TRUE(drain(*p.b.recvCq).empty());
+  // Writes still work after it: the PSNs stayed in step.
+  ASSERT_TRUE(p.a.qp->postWrite(8, p.a.local(0, 8), p.b.remote(0), true).isOk());
+  ASSERT_EQ(drain(*p.a.sendCq).size(), 1u);
+  EXPECT_EQ(p.a.qp->state(), QueuePairState::kReadyToSend);
+}
+
+TEST(VerbsModelRead, ARegionOrQueuePairWithoutRemoteReadIsARemoteAccessError) {
+  for (bool regionReadable : {false, true}) {
+    Pair p = readablePair(kReadable, regionReadable ? kReadable : kWritable,
+                          regionReadable ? kWritable : kReadable);
+    ASSERT_TRUE(p.a.qp->postRead(1, p.a.local(0, 8), p.b.remote(0), false).isOk());
+    std::vector<Completion> done = drain(*p.a.sendCq);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, CompletionStatus::kRemoteAccessError) << regionReadable;
+  }
+}
+
+TEST(VerbsModelRead, ReadingIntoARegionWithoutLocalWriteIsALocalProtectionError) {
+  Pair p = readablePair(AccessFlags{.remoteRead = true});
+  ASSERT_TRUE(p.a.qp->postRead(1, p.a.local(0, 8), p.b.remote(0), false).isOk());
+  std::vector<Completion> done = drain(*p.a.sendCq);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, CompletionStatus::kLocalProtectionError);
 }
 
 TEST(VerbsModelPeer, DestroyedPeerIsRetryExceeded) {

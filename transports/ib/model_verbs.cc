@@ -40,6 +40,7 @@ struct PendingSend {
   uint32_t imm = 0;
   bool signaled = false;
   uint64_t sequence = 0;  // position in the send queue, for slot release
+  bool isRead = false;    // an RDMA read: remote -> local
 };
 
 struct PendingRecv {
@@ -196,7 +197,7 @@ class Fabric {
     Completion c;
     c.wrId = wr.wrId;
     c.status = status;
-    c.opcode = CompletionOpcode::kRdmaWrite;
+    c.opcode = wr.isRead ? CompletionOpcode::kRdmaRead : CompletionOpcode::kRdmaWrite;
     c.byteLen = wr.local.bytes;
     push(*qp.sendCq, {c, qp.qpn, wr.sequence});
   }
@@ -250,8 +251,10 @@ class Fabric {
     const uint32_t bytes = wr.local.bytes;
     if (bytes > 0) {
       auto mr = byLkey.find(wr.local.lkey);
+      // A read writes its local buffer, which verbs checks for local write.
       if (mr == byLkey.end() || mr->second->pdId != qp.pdId ||
-          !mr->second->covers(reinterpret_cast<uintptr_t>(wr.local.addr), bytes))
+          !mr->second->covers(reinterpret_cast<uintptr_t>(wr.local.addr), bytes) ||
+          (wr.isRead && !mr->second->access.localWrite))
         return {CompletionStatus::kLocalProtectionError};
     }
     QueuePairRecord* target = route(qp);
@@ -262,8 +265,11 @@ class Fabric {
       return {CompletionStatus::kRetryExceeded};
     if (bytes > 0) {
       auto mr = byRkey.find(wr.remote.rkey);
-      if (mr == byRkey.end() || mr->second->pdId != target->pdId ||
-          !mr->second->access.remoteWrite || !target->access.remoteWrite ||
+      const bool allowed =
+          wr.isRead
+              ? mr != byRkey.end() && mr->second->access.remoteRead && target->access.remoteRead
+              : mr != byRkey.end() && mr->second->access.remoteWrite && target->access.remoteWrite;
+      if (!allowed || mr->second->pdId != target->pdId ||
           !mr->second->covers(wr.remote.addr, bytes))
         return {CompletionStatus::kRemoteAccessError};
     }
@@ -271,7 +277,10 @@ class Fabric {
       if (qp.rnrRetry == 0) return {CompletionStatus::kRnrRetryExceeded};
       return {CompletionStatus::kSuccess, target};
     }
-    if (bytes > 0)
+    if (bytes > 0 && wr.isRead)
+      std::memmove(wr.local.addr, reinterpret_cast<void*>(static_cast<uintptr_t>(wr.remote.addr)),
+                   bytes);
+    else if (bytes > 0)
       std::memmove(reinterpret_cast<void*>(static_cast<uintptr_t>(wr.remote.addr)), wr.local.addr,
                    bytes);
     const uint32_t packets = std::max<uint32_t>(
@@ -525,6 +534,15 @@ class ModelQueuePair final : public QueuePair {
     Fabric& f = Fabric::get();
     std::lock_guard lock(f.mu);
     return f.postSend(*record_, {wrId, local, remote, false, 0, signaled});
+  }
+
+  Status postRead(uint64_t wrId, const LocalBuffer& local, const RemoteBuffer& remote,
+                  bool signaled) override {
+    Fabric& f = Fabric::get();
+    std::lock_guard lock(f.mu);
+    PendingSend wr{wrId, local, remote, false, 0, signaled};
+    wr.isRead = true;
+    return f.postSend(*record_, wr);
   }
 
  private:

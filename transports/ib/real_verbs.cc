@@ -25,6 +25,7 @@ static_assert(static_cast<int>(CompletionStatus::kRnrRetryExceeded) == IBV_WC_RN
 static_assert(static_cast<int>(CompletionStatus::kGeneralError) == IBV_WC_GENERAL_ERR);
 static_assert(static_cast<int>(CompletionOpcode::kSend) == IBV_WC_SEND);
 static_assert(static_cast<int>(CompletionOpcode::kRdmaWrite) == IBV_WC_RDMA_WRITE);
+static_assert(static_cast<int>(CompletionOpcode::kRdmaRead) == IBV_WC_RDMA_READ);
 static_assert(static_cast<int>(CompletionOpcode::kRecv) == IBV_WC_RECV);
 static_assert(static_cast<int>(CompletionOpcode::kRecvRdmaWithImm) == IBV_WC_RECV_RDMA_WITH_IMM);
 static_assert(static_cast<int>(QueuePairState::kReset) == IBV_QPS_RESET);
@@ -255,6 +256,11 @@ class VerbsQueuePair final : public QueuePair {
   Status postWrite(uint64_t wrId, const LocalBuffer& local, const RemoteBuffer& remote,
                    bool signaled) override {
     return postSend(wrId, local, remote, IBV_WR_RDMA_WRITE, 0, signaled);
+  }
+
+  Status postRead(uint64_t wrId, const LocalBuffer& local, const RemoteBuffer& remote,
+                  bool signaled) override {
+    return postSend(wrId, local, remote, IBV_WR_RDMA_READ, 0, signaled);
   }
 
  private:

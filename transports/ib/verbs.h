@@ -87,6 +87,7 @@ const char* completionStatusName(CompletionStatus status);
 enum class CompletionOpcode : int {
   kSend = 0,
   kRdmaWrite = 1,
+  kRdmaRead = 2,
   kRecv = 128,
   kRecvRdmaWithImm = 129,
 };
@@ -212,6 +213,10 @@ class QueuePair {
                                   const RemoteBuffer& remote, uint32_t imm, bool signaled) = 0;
   virtual Status postWrite(uint64_t wrId, const LocalBuffer& local, const RemoteBuffer& remote,
                            bool signaled) = 0;
+  // Copies the peer's `remote` into `local`, which must be registered with
+  // local write; the peer's region and queue pair need remote read.
+  virtual Status postRead(uint64_t wrId, const LocalBuffer& local, const RemoteBuffer& remote,
+                          bool signaled) = 0;
 };
 
 class ProtectionDomain {
