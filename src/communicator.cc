@@ -134,11 +134,14 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
     topology[p] = std::move(card.topology);
   }
   comm->hostShares_ = topo::hostShares(topology);
+  const int ranksOnHost = comm->hostShares_[rank].ranks;
+  const int coresOnHost = std::max<int>(comm->hostShares_[rank].cores, local.cores.size());
   // A few microseconds of pure spinning catch a peer that answers from its
   // own core; with more ranks than cores they would only delay the peer.
-  if (comm->hostShares_[rank].ranks <=
-      std::max<int>(comm->hostShares_[rank].cores, local.cores.size()))
-    comm->pureSpinSeconds_ = std::min(comm->spinSeconds_, 5e-6);
+  if (ranksOnHost <= coresOnHost) comm->pureSpinSeconds_ = std::min(comm->spinSeconds_, 5e-6);
+  if (comm->config_.shmCmaAuto)
+    comm->config_.shmCmaBytes =
+        singleCopyBytes(comm->config_.shmRingBytes, ranksOnHost, coresOnHost);
   std::map<int, topo::Transport> transportTo;
   for (int p = 0; p < nranks; ++p) {
     if (p == rank) continue;

@@ -136,7 +136,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
                  std::vector<std::vector<uint8_t>>* extraScratch);
 
   const int rank_, nranks_;
-  const Config config_;
+  Config config_;  // fixed once init has resolved its automatic values
   std::unique_ptr<tcp::TcpTransport> tcp_;
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;  // by rank

@@ -167,6 +167,10 @@ std::string envString(std::string_view name) {
   return v ? std::string(v) : std::string();
 }
 
+size_t singleCopyBytes(size_t ringBytes, int ranks, int cores) {
+  return cores > 0 && ranks >= 2 * cores ? ringBytes / 2 : ringBytes + 1;
+}
+
 Result<Config> loadConfig() {
   for (char** e = environ; e && *e; ++e) {
     std::string_view entry(*e);
@@ -221,10 +225,10 @@ Result<Config> loadConfig() {
     double v = 0;
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SHM_CMA_BYTES", b, 0, 0x1p40, &v));
     config.shmCmaBytes = static_cast<size_t>(v);
+    config.shmCmaAuto = false;
   } else {
-    // A message that fits a ring is sent at once through it; only larger
-    // ones, which would wait for the receiver anyway, wait for its copy.
-    config.shmCmaBytes = config.shmRingBytes + 1;
+    config.shmCmaBytes = singleCopyBytes(config.shmRingBytes, 1, 1);
+    config.shmCmaAuto = true;
   }
   config.ibHca = envString("BRAID_IB_HCA");
   auto parseSmallInt = [](const char* name, const std::string& text, int lo, int hi,

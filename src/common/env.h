@@ -53,6 +53,7 @@ struct Config {
   size_t chunkBytes = 1 << 19;              // BRAID_CHUNK_BYTES: pipelining unit
   size_t shmRingBytes = 1 << 20;            // BRAID_SHM_BYTES: each shared-memory ring
   size_t shmCmaBytes = (1 << 20) + 1;       // BRAID_SHM_CMA_BYTES: single copy (0 = off)
+  bool shmCmaAuto = true;                   // BRAID_SHM_CMA_BYTES unset or auto
   double spinMicroseconds = -1;             // BRAID_SPIN_US (-1 = automatic)
   // InfiniBand/RoCE (docs/ENVIRONMENT.md); checked when the transport starts.
   std::string ibHca;     // BRAID_IB_HCA ("" = every device)
@@ -69,6 +70,19 @@ struct Config {
 
 // Reads the environment, validates every BRAID_* variable present.
 Result<Config> loadConfig();
+
+// BRAID_SHM_CMA_BYTES=auto: the smallest message between two ranks of one
+// host that is copied once (process_vm_readv) rather than through a ring of
+// `ringBytes`, for a host running `ranks` ranks on `cores` cores. Only
+// messages that do not fit a ring while cores are not crowded: a message
+// that fits is sent at once, and the two copies run in parallel and in
+// cache. Half a ring with two or more ranks per core: a sender that fills
+// half the ring soon waits for the receiver's turn on a core anyway, and
+// one copy halves the bytes the shared cores move (4 ranks on 2 cores,
+// AllReduce of 2 MiB: every algorithm 1.2-1.4x faster). Not with 3 ranks on
+// 2 cores: there it made the recursive halving slower and the ring faster
+// by as much (docs/PERFORMANCE.md).
+size_t singleCopyBytes(size_t ringBytes, int ranks, int cores);
 
 // Reads one variable ("" when unset). Only bootstrap and the logger call it.
 std::string envString(std::string_view name);

@@ -111,6 +111,30 @@ TEST(Config, TuneIsTheModelUnlessSetToMeasure) {
       << refused.status().message();
 }
 
+TEST(Config, SingleCopyThresholdFollowsTheRingAndTheCores) {
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_TRUE(c->shmCmaAuto);
+  // A message exactly the ring's size does not fit it with its frame header.
+  EXPECT_EQ(c->shmCmaBytes, c->shmRingBytes + 1);
+  EXPECT_EQ(singleCopyBytes(1 << 20, 2, 2), (1u << 20) + 1);
+  EXPECT_EQ(singleCopyBytes(1 << 20, 3, 2), (1u << 20) + 1);
+  EXPECT_EQ(singleCopyBytes(1 << 20, 4, 2), 1u << 19);
+  EXPECT_EQ(singleCopyBytes(1 << 16, 16, 8), 1u << 15);
+  EXPECT_EQ(singleCopyBytes(1 << 20, 4, 0), (1u << 20) + 1);  // cores unknown
+  {
+    ScopedEnv ring("BRAID_SHM_BYTES", "65536");
+    auto small = loadConfig();
+    ASSERT_TRUE(small.isOk()) << small.status().message();
+    EXPECT_EQ(small->shmCmaBytes, 65537u);
+  }
+  ScopedEnv given("BRAID_SHM_CMA_BYTES", "4096");
+  auto fixed = loadConfig();
+  ASSERT_TRUE(fixed.isOk()) << fixed.status().message();
+  EXPECT_FALSE(fixed->shmCmaAuto);
+  EXPECT_EQ(fixed->shmCmaBytes, 4096u);
+}
+
 TEST(Config, FaultsAreOffUnlessSet) {
   auto c = loadConfig();
   ASSERT_TRUE(c.isOk()) << c.status().message();
