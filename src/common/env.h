@@ -81,7 +81,7 @@ Result<Config> loadConfig();
 // one copy halves the bytes the shared cores move (4 ranks on 2 cores,
 // AllReduce of 2 MiB: every algorithm 1.2-1.4x faster). Not with 3 ranks on
 // 2 cores: there it made the recursive halving slower and the ring faster
-// by as much (docs/PERFORMANCE.md).
+// by as much (docs/ALGORITHMS.md, the tuner).
 size_t singleCopyBytes(size_t ringBytes, int ranks, int cores);
 
 // Reads one variable ("" when unset). Only bootstrap and the logger call it.
