@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "src/common/status.h"
 
@@ -45,10 +46,18 @@ class ByteStream {
   // memory this one may read, which lets a large message cross in one copy
   // instead of two (into the stream, out of it).
   virtual bool canReadPeer() const { return false; }
-  // Copies `bytes` at `address` in the peer's memory into `into`: all of
-  // them, or an error.
-  virtual Status readPeer(void* into, uint64_t address, size_t bytes) {
-    (void)into, (void)address, (void)bytes;
+  // The key under which the peer may read [data, data + bytes) with
+  // readPeer(), or nothing when it cannot: the bytes then go through the
+  // stream. Shared memory needs no key (0); RDMA reads only buffers the user
+  // declared (MemoryRegistry), under their registration's key.
+  virtual std::optional<uint64_t> peerReadKey(const void* data, size_t bytes) {
+    (void)data, (void)bytes;
+    return canReadPeer() ? std::optional<uint64_t>(0) : std::nullopt;
+  }
+  // Copies `bytes` at `address` in the peer's memory, under the key its
+  // peerReadKey() gave, into `into`: all of them, or an error.
+  virtual Status readPeer(void* into, uint64_t address, uint64_t key, size_t bytes) {
+    (void)into, (void)address, (void)key, (void)bytes;
     return notSupported("this stream cannot read the peer's memory");
   }
 };

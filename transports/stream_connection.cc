@@ -88,12 +88,15 @@ RequestPtr StreamConnection::postSend(const void* data, size_t bytes, Tag tag) {
     request->fail(dead_);
     return request;
   }
-  uint64_t remote = 0;
+  uint64_t remote = 0, key = 0;
   if (options_.readPeerBytes > 0 && bytes >= options_.readPeerBytes && data &&
       stream_->canReadPeer())
-    remote = reinterpret_cast<uintptr_t>(data);
+    if (const auto readable = stream_->peerReadKey(data, bytes)) {
+      remote = reinterpret_cast<uintptr_t>(data);
+      key = *readable;
+    }
   sends_.push_back(
-      {{tag.value, tag.check, bytes, remote}, static_cast<const uint8_t*>(data), 0, request});
+      {{tag.value, tag.check, bytes, remote, key}, static_cast<const uint8_t*>(data), 0, request});
   sendsPending_ = true;
   return request;
 }
@@ -155,6 +158,7 @@ RequestPtr StreamConnection::postRecvReduce(void* dst, const void* local, size_t
       --unexpectedDescriptors_;
       if (matches && dead_.isOk()) {
         posted.remote = u.remote;
+        posted.remoteKey = u.remoteKey;
         posted_[tag.value] = posted;
         pulls_.push_back(tag.value);
         unexpected_.erase(it);
@@ -304,11 +308,13 @@ void StreamConnection::descriptorArrived() {
   uint64_t& highest = highestArrived_[arrived.channel()];
   highest = std::max(highest, header_.tag + 1);
   failPostedBefore(header_.tag, arrived);
-  Unexpected u{header_.check, header_.bytes, {}, header_.remote, std::chrono::steady_clock::now()};
+  Unexpected u{header_.check, header_.bytes, {}, header_.remote, std::chrono::steady_clock::now(),
+               header_.key};
   if (auto it = posted_.find(header_.tag); it != posted_.end()) {
     PostedRecv& p = it->second;
     if (p.check == header_.check && p.bytes == header_.bytes) {
       p.remote = header_.remote;
+      p.remoteKey = header_.key;
       p.copied = 0;
       pulls_.push_back(header_.tag);
       return;
@@ -353,7 +359,8 @@ Status StreamConnection::copyOut(uint64_t tag, Unexpected& u) {
       s = systemError(
           strCat("out of memory for a message of ", u.bytes, " bytes from rank ", peer_));
     else
-      s = stream_->readPeer(u.payload.data() + copied, u.remote + copied, upTo - copied);
+      s = stream_->readPeer(u.payload.data() + copied, u.remote + copied, u.remoteKey,
+                            upTo - copied);
     copied = upTo;
   }
   if (!s.isOk()) {
@@ -405,12 +412,12 @@ Result<bool> StreamConnection::pullSome() {
       n = std::min(n, staging_.size() / unit * unit);
       if (n < left) n = n / unit * unit;
       if (n == 0) break;
-      s = stream_->readPeer(staging_.data(), p.remote + p.copied, n);
+      s = stream_->readPeer(staging_.data(), p.remote + p.copied, p.remoteKey, n);
       if (s.isOk() && n >= unit)
         p.combiner.apply(p.data + p.copied, p.local + p.copied, staging_.data(), n / unit,
                          p.combiner.context);
     } else if (n > 0) {
-      s = stream_->readPeer(p.data + p.copied, p.remote + p.copied, n);
+      s = stream_->readPeer(p.data + p.copied, p.remote + p.copied, p.remoteKey, n);
     }
     if (!s.isOk()) {
       closeWith(s);
@@ -595,7 +602,7 @@ void StreamConnection::closeWith(const Status& reason) {
   bool midFrame = !sends_.empty() && sends_.front().sent > 0;
   if (dead_.isOk() && !midFrame) {
     std::string why = reason.message().substr(0, kGoodbyeMessageBytes);
-    FrameHeader goodbye{kGoodbyeTag, static_cast<uint64_t>(reason.code()), why.size(), 0};
+    FrameHeader goodbye{kGoodbyeTag, static_cast<uint64_t>(reason.code()), why.size(), 0, 0};
     iovec iov[2] = {{&goodbye, sizeof(goodbye)}, {why.data(), why.size()}};
     stream_->writeLast(iov, 2);
   }

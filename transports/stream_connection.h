@@ -75,6 +75,7 @@ class StreamConnection final : public Connection {
     // 0: the payload follows. Else a descriptor: the payload stays at this
     // address in the sender's memory until the receiver acknowledges it.
     uint64_t remote;
+    uint64_t key;  // a descriptor's: what the sender's stream gave for reading it (peerReadKey)
   };
   struct PendingSend {
     FrameHeader header;
@@ -90,7 +91,8 @@ class StreamConnection final : public Connection {
     const uint8_t* local = nullptr;  // receives with reduction only
     Combiner combiner;
     uint64_t remote = 0;  // matched to a descriptor: where its payload is
-    size_t copied = 0;    // of that payload, so far
+    uint64_t remoteKey = 0;
+    size_t copied = 0;  // of that payload, so far
     bool reduces() const { return combiner.apply != nullptr; }
   };
   // A payload this end holds: one that came with no receive posted, or one
@@ -115,6 +117,7 @@ class StreamConnection final : public Connection {
     Payload payload;      // empty while remote != 0
     uint64_t remote = 0;  // a descriptor: the payload is still the peer's
     std::chrono::steady_clock::time_point arrived{};
+    uint64_t remoteKey = 0;
   };
 
   // Copies out descriptors left unclaimed for `unclaimedWait` or longer.

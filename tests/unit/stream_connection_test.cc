@@ -56,15 +56,24 @@ class TestStream final : public ByteStream {
   bool pollForWrite(bool sendsPending) const override { return inner_->pollForWrite(sendsPending); }
   bool prepareToSleep(bool sendsPending) override { return inner_->prepareToSleep(sendsPending); }
   bool canReadPeer() const override { return inner_->canReadPeer(); }
-  Status readPeer(void* into, uint64_t address, size_t bytes) override {
+  std::optional<uint64_t> peerReadKey(const void* data, size_t bytes) override {
+    if (refuseKeys) return std::nullopt;
+    const auto key = inner_->peerReadKey(data, bytes);
+    return key ? std::optional<uint64_t>(*key + keyOffset) : std::nullopt;
+  }
+  Status readPeer(void* into, uint64_t address, uint64_t key, size_t bytes) override {
     if (failReads) return errnoStatus("process_vm_readv", EPERM);
     ++reads;
     bytesRead += bytes;
-    return inner_->readPeer(into, address, bytes);
+    keysSeen.push_back(key);
+    return inner_->readPeer(into, address, key - keyOffset, bytes);
   }
 
   size_t reads = 0, bytesRead = 0;
   bool failReads = false;
+  bool refuseKeys = false;  // as RDMA for a buffer nobody declared
+  uint64_t keyOffset = 0;   // added to the inner stream's keys, as a registration's would be
+  std::vector<uint64_t> keysSeen;
 
  private:
   std::unique_ptr<ByteStream> inner_;
@@ -662,6 +671,44 @@ TEST_F(SingleCopy, StreamThatCannotReadThePeerSendsPayloads) {
   }
 }
 
+// The key the sender's stream gave for a buffer reaches the receiver's
+// reads of it, whether the receive was posted first or came after.
+TEST_F(SingleCopy, TheSendersKeyComesWithItsDescriptor) {
+  for (bool receiveFirst : {true, false}) {
+    SCOPED_TRACE(receiveFirst ? "receive posted first" : "descriptor waited");
+    StreamConnection::Options options = patient();
+    options.readPeerBytes = 1024;
+    Pair p("shm_cma", options);
+    p.as->keyOffset = 0x5eed00000000;  // the sender's
+    p.bs->keyOffset = 0x5eed00000000;  // and undone by the reader, as a real key would check
+    std::vector<uint8_t> data = pattern(256 << 10, 14), got(data.size());
+    RequestPtr r, s;
+    if (receiveFirst) r = p.b->postRecv(got.data(), got.size(), tag(1));
+    s = p.a->postSend(data.data(), data.size(), tag(1));
+    for (int i = 0; i < 5; ++i) (void)p.a->progress(), (void)p.b->progress();
+    if (!receiveFirst) r = p.b->postRecv(got.data(), got.size(), tag(1));
+    p.drive({s, r});
+    EXPECT_EQ(got, data);
+    ASSERT_FALSE(p.bs->keysSeen.empty());
+    for (uint64_t key : p.bs->keysSeen) EXPECT_EQ(key, 0x5eed00000000u);
+  }
+}
+
+// A buffer the stream cannot expose (RDMA: not declared by the user) is
+// sent through the stream, even over a stream that can read the peer.
+TEST_F(SingleCopy, ABufferWithoutAKeyIsSentThroughTheStream) {
+  StreamConnection::Options options = patient();
+  options.readPeerBytes = 1024;
+  Pair p("shm_cma", options);
+  p.as->refuseKeys = true;
+  std::vector<uint8_t> data = pattern(256 << 10, 15), got(data.size());
+  RequestPtr s = p.a->postSend(data.data(), data.size(), tag(1));
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  p.drive({s, r});
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(p.bs->bytesRead, 0u);
+}
+
 TEST_F(SingleCopy, ShortMessagesStayInTheRings) {
   Pair p("shm_cma", patient());
   std::vector<uint8_t> data = pattern((64 << 10) - 1, 11), got(data.size());
@@ -986,7 +1033,7 @@ class ScriptedPeer final : public ByteStream {
   int pollFd() const override { return -1; }
   bool pollForWrite(bool) const override { return false; }
   bool canReadPeer() const override { return memory_ != nullptr; }
-  Status readPeer(void* into, uint64_t address, size_t bytes) override {
+  Status readPeer(void* into, uint64_t address, uint64_t, size_t bytes) override {
     const auto base = reinterpret_cast<uintptr_t>(memory_->data());
     if (address < base || address - base > memory_->size() ||
         bytes > memory_->size() - (address - base))

@@ -110,9 +110,9 @@ bool FaultyStream::prepareToSleep(bool sendsPending) {
   return inner_->prepareToSleep(sendsPending);
 }
 
-Status FaultyStream::readPeer(void* into, uint64_t address, size_t bytes) {
+Status FaultyStream::readPeer(void* into, uint64_t address, uint64_t key, size_t bytes) {
   if (cut_) return cutStatus();
-  return inner_->readPeer(into, address, bytes);
+  return inner_->readPeer(into, address, key, bytes);
 }
 
 FaultyConnection::FaultyConnection(std::unique_ptr<Connection> inner, FaultyStream* stream,

@@ -83,7 +83,10 @@ class FaultyStream final : public ByteStream {
   bool pollForWrite(bool sendsPending) const override { return inner_->pollForWrite(sendsPending); }
   bool prepareToSleep(bool sendsPending) override;
   bool canReadPeer() const override { return inner_->canReadPeer(); }
-  Status readPeer(void* into, uint64_t address, size_t bytes) override;
+  std::optional<uint64_t> peerReadKey(const void* data, size_t bytes) override {
+    return inner_->peerReadKey(data, bytes);
+  }
+  Status readPeer(void* into, uint64_t address, uint64_t key, size_t bytes) override;
 
  private:
   Status cutStatus() const;

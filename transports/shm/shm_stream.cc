@@ -190,7 +190,7 @@ void ShmStream::writeLast(const iovec* iov, int count) {
   out_.control->head.store(outHead_, std::memory_order_seq_cst);
 }
 
-Status ShmStream::readPeer(void* into, uint64_t address, size_t bytes) {
+Status ShmStream::readPeer(void* into, uint64_t address, uint64_t, size_t bytes) {
   if (peerPid_ <= 0) return notSupported("this stream cannot read the peer's memory");
   const int err = readProcess(peerPid_, into, address, bytes);
   if (err == 0) return Status::ok();

@@ -66,7 +66,7 @@ class ShmStream final : public transport::ByteStream {
   // they may read (negotiateReadPeer).
   void enableReadPeer(pid_t peerPid) { peerPid_ = peerPid; }
   bool canReadPeer() const override { return peerPid_ > 0; }
-  Status readPeer(void* into, uint64_t address, size_t bytes) override;
+  Status readPeer(void* into, uint64_t address, uint64_t key, size_t bytes) override;
 
  private:
   struct Ring {
