@@ -194,6 +194,25 @@ braidResult_t braidCommAbort(braidComm_t comm);
  * stream), or braidSuccess. Errors: braidInvalidArgument (NULL). */
 braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
 
+/* braid extension, as ncclCommRegister: declares that [buff, buff + size)
+ * stays allocated and mapped until braidCommDeregister(comm, *handle), so
+ * that a transport may register it with a device once and use that for
+ * every call. Over RDMA, large messages from a declared buffer cross with an
+ * RDMA read by the receiver (straight into its buffer if that is declared
+ * too) instead of through the connection's rings; undeclared memory always
+ * works, through the rings. Only memory braid is told stays the same is
+ * cached: memory freed and allocated again at one address would otherwise
+ * be sent from stale pages. Deregister only when no call using the buffer
+ * is in flight. Local: no other rank takes part.
+ * Errors: braidInvalidArgument (NULL comm, buff or handle, size 0). */
+braidResult_t braidCommRegister(braidComm_t comm, void* buff, size_t size, void** handle);
+
+/* Ends a braidCommRegister declaration; the device registrations made for
+ * it are released by the transports before their next use of declared
+ * memory. Errors: braidInvalidArgument (NULL comm, a handle that is not a
+ * live registration of `comm`). */
+braidResult_t braidCommDeregister(braidComm_t comm, void* handle);
+
 /* Number of ranks in `comm`. Errors: braidInvalidArgument (NULL). */
 braidResult_t braidCommCount(braidComm_t comm, int* count);
 

@@ -252,6 +252,26 @@ braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError
   });
 }
 
+braidResult_t braidCommRegister(braidComm_t comm, void* buff, size_t size, void** handle) {
+  return guard("braidCommRegister", [&]() -> Status {
+    if (!comm || comm->magic != braidComm::kMagic)
+      return braid::invalidArgument("comm is NULL or not live");
+    if (!handle) return braid::invalidArgument("handle is NULL");
+    BRAID_ASSIGN_OR_RETURN(uint64_t id, comm->comm->registry().add(buff, size));
+    *handle = reinterpret_cast<void*>(static_cast<uintptr_t>(id));
+    return Status::ok();
+  });
+}
+
+braidResult_t braidCommDeregister(braidComm_t comm, void* handle) {
+  return guard("braidCommDeregister", [&]() -> Status {
+    if (!comm || comm->magic != braidComm::kMagic)
+      return braid::invalidArgument("comm is NULL or not live");
+    if (!handle) return braid::invalidArgument("handle is NULL");
+    return comm->comm->registry().remove(reinterpret_cast<uintptr_t>(handle));
+  });
+}
+
 braidResult_t braidCommCount(braidComm_t comm, int* count) {
   return guard("braidCommCount", [&]() -> Status {
     if (!comm || comm->magic != braidComm::kMagic)

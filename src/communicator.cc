@@ -104,7 +104,8 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
                             comm->config_.ibGidIndex,
                             comm->config_.ibTimeout,
                             comm->config_.ibRetryCount,
-                            {}};
+                            {},
+                            comm->registry_};
     // The NIC on this rank's NUMA node first, as NCCL and MPI do: its DMA
     // then stays off the link between sockets.
     for (const topo::PciDevice& d : local.devices)

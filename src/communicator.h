@@ -21,6 +21,7 @@
 #include "src/online_tuner.h"
 #include "src/progress.h"
 #include "src/selector.h"
+#include "transports/memory_registry.h"
 #include "transports/tcp/tcp_transport.h"
 #include "transports/transport.h"
 
@@ -56,6 +57,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   int rank() const { return rank_; }
   int size() const { return nranks_; }
   const Config& config() const { return config_; }
+  transport::MemoryRegistry& registry() { return *registry_; }
 
   // Runs the operations of one call or group to completion on `stream`
   // (0 = the caller's thread, k = the k-th stream created on this
@@ -137,6 +139,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
   const int rank_, nranks_;
   Config config_;  // fixed once init has resolved its automatic values
+  // braidCommRegister's buffers, read by the transports that can use them.
+  const std::shared_ptr<transport::MemoryRegistry> registry_ =
+      std::make_shared<transport::MemoryRegistry>();
   std::unique_ptr<tcp::TcpTransport> tcp_;
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;  // by rank

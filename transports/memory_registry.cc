@@ -11,8 +11,9 @@ Result<uint64_t> MemoryRegistry::add(const void* base, size_t bytes) {
   if (bytes - 1 > UINTPTR_MAX - start)
     return invalidArgument(
         strCat("a buffer of ", bytes, " bytes at ", base, " runs past the end of memory"));
+  static std::atomic<uint64_t> nextId{1};
+  const uint64_t id = nextId.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mutex_);
-  const uint64_t id = nextId_++;
   ranges_[id] = {id, start, bytes};
   return id;
 }

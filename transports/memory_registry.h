@@ -15,6 +15,7 @@
 // from the progress threads.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -28,7 +29,9 @@ namespace braid::transport {
 class MemoryRegistry {
  public:
   struct Range {
-    uint64_t id = 0;  // never reused: a cache keyed by it cannot mistake a later range
+    // Unique in the process, never reused: a cache keyed by it cannot mistake
+    // a later range, nor a registry another's handle.
+    uint64_t id = 0;
     uintptr_t base = 0;
     size_t bytes = 0;
   };
@@ -50,7 +53,6 @@ class MemoryRegistry {
  private:
   mutable std::mutex mutex_;
   std::map<uint64_t, Range> ranges_;  // by id, in order of declaration
-  uint64_t nextId_ = 1;
   uint64_t removals_ = 0;
 };
 

@@ -154,6 +154,11 @@ TEST(Library, NullCommForEveryCall) {
                      "braidRecv", "comm");
   EXPECT_BRAID_ERROR(braidStreamCreate(nullptr, &s), braidInvalidArgument, "braidStreamCreate",
                      "comm");
+  void* handle = nullptr;
+  EXPECT_BRAID_ERROR(braidCommRegister(nullptr, &x, sizeof(x), &handle), braidInvalidArgument,
+                     "braidCommRegister", "comm");
+  EXPECT_BRAID_ERROR(braidCommDeregister(nullptr, &x), braidInvalidArgument, "braidCommDeregister",
+                     "comm");
   // A build without CUDA may refuse before looking at the arguments.
   braidResult_t r = braidStreamCreateFromCuda(nullptr, nullptr, &s);
   EXPECT_TRUE(r == braidInvalidArgument || r == braidNotSupported) << braidGetLastError(nullptr);
@@ -220,6 +225,28 @@ TEST(CommInit, UnknownAndMalformedEnvironment) {
   // With the environment clean again the same id still works.
   EXPECT_BRAID_OK(braidCommInitRank(&c, 1, id, 0));
   EXPECT_BRAID_OK(braidCommDestroy(c));
+}
+
+// Declaring buffers (braidCommRegister): refused arguments, and a handle
+// that ends its declaration once. A declared buffer serves calls as any.
+TEST_F(WithComm, RegisterAndDeregister) {
+  void* handle = nullptr;
+  EXPECT_BRAID_ERROR(braidCommRegister(comm_, nullptr, 64, &handle), braidInvalidArgument,
+                     "braidCommRegister", "null");
+  EXPECT_BRAID_ERROR(braidCommRegister(comm_, a_, 0, &handle), braidInvalidArgument,
+                     "braidCommRegister", "0 bytes");
+  EXPECT_BRAID_ERROR(braidCommRegister(comm_, a_, sizeof(a_), nullptr), braidInvalidArgument,
+                     "braidCommRegister", "handle");
+  EXPECT_BRAID_ERROR(braidCommDeregister(comm_, nullptr), braidInvalidArgument,
+                     "braidCommDeregister", "handle");
+  EXPECT_BRAID_OK(braidCommRegister(comm_, a_, sizeof(a_), &handle));
+  ASSERT_NE(handle, nullptr);
+  a_[0] = 3;
+  EXPECT_BRAID_OK(braidAllReduce(a_, b_, 64, braidFloat32, braidSum, comm_, nullptr));
+  EXPECT_EQ(b_[0], 3);
+  EXPECT_BRAID_OK(braidCommDeregister(comm_, handle));
+  EXPECT_BRAID_ERROR(braidCommDeregister(comm_, handle), braidInvalidArgument,
+                     "braidCommDeregister", "not a registered buffer");
 }
 
 TEST_F(WithComm, NullOutPointers) {
@@ -408,7 +435,7 @@ TEST(Abort, QueuedStreamWorkFails) {
   braidResult_t r = braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, c, s);
   if (r == braidSuccess) r = braidStreamSynchronize(s);  // queued, then failed on the stream
   EXPECT_EQ(r, braidInvalidUsage) << braidGetLastError(nullptr);
-  EXPECT_BRAID_OK(braidCommDestroy(c));  // waits for the stream's queue
+  EXPECT_BRAID_OK(braidCommDestroy(c));    // waits for the stream's queue
   EXPECT_BRAID_OK(braidStreamDestroy(s));  // the handle outlives the communicator
 }
 

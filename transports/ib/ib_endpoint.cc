@@ -63,6 +63,7 @@ Result<std::unique_ptr<IbEndpoint>> IbEndpoint::open(const IbSettings& settings)
                          chooseGidIndex(*device, options.port, settings.gidIndex));
   options.timeout = static_cast<uint8_t>(settings.timeout);
   options.retryCount = static_cast<uint8_t>(settings.retryCount);
+  options.registry = settings.registry;
   return std::unique_ptr<IbEndpoint>(new VerbsEndpoint(std::move(device), options));
 }
 #else

@@ -10,6 +10,7 @@
 #include "src/common/deadline.h"
 #include "src/common/status.h"
 #include "transports/byte_stream.h"
+#include "transports/memory_registry.h"
 #include "transports/tcp/socket.h"
 
 namespace braid::ib {
@@ -21,6 +22,9 @@ struct IbSettings {
   int retryCount = 7;  // BRAID_IB_RETRY_CNT
   // Verbs devices on the rank's NUMA node, preferred in this order.
   std::vector<std::string> nearFirst;
+  // The buffers the user declared: large messages from them cross with RDMA
+  // reads instead of through the rings.
+  std::shared_ptr<const transport::MemoryRegistry> registry;
 };
 
 // Whether this build can use RDMA at all (it has the verbs headers).

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstring>
 
+#include "src/common/log.h"
 #include "src/common/secret.h"
 #include "src/common/strcat.h"
 
@@ -19,6 +20,10 @@ constexpr uint32_t kCreditFlag = 1u << 31;
 constexpr uint32_t kCloseFlag = 1u << 30;
 constexpr uint32_t kCountMask = kCloseFlag - 1;
 constexpr uint8_t kRnrRetryWithoutEnd = 7;
+// Work request ids: 0 for receives, then writes counting from 1, and reads
+// with this bit set.
+constexpr uint64_t kReadWrId = uint64_t{1} << 63;
+constexpr size_t kMaxReadBytes = size_t{1} << 30;
 
 class Writer {
  public:
@@ -107,7 +112,7 @@ Status completionError(const Completion& c, int peer, const char* what) {
       error = ErrorCode::kRemoteError;
       break;
     case CompletionStatus::kRemoteAccessError:
-      hint = "the peer refused the write: key or range outside its registered ring";
+      hint = "the peer refused the access: key or range outside its registration";
       error = ErrorCode::kRemoteError;
       break;
     case CompletionStatus::kRemoteInvalidRequestError:
@@ -171,6 +176,7 @@ Result<std::unique_ptr<RdmaStream>> RdmaStream::connect(Device& device, tcp::Wir
   BRAID_ASSIGN_OR_RETURN(
       s->sendMr_,
       s->pd_->registerMemory(s->sendRing_.data(), s->sendRing_.size(), {.localWrite = true}));
+  if (options.registry) s->cache_ = std::make_unique<RegistrationCache>(*s->pd_, options.registry);
   RdmaStreamCard mine;
   std::array<uint8_t, 3> random{};
   BRAID_RETURN_IF_ERROR(randomBytes(random));
@@ -199,7 +205,10 @@ Result<std::unique_ptr<RdmaStream>> RdmaStream::connect(Device& device, tcp::Wir
   QueuePairAddress remote = card.address;
   // The index is of this side's GID table (QueuePairAddress).
   remote.gidIndex = options.gidIndex;
-  BRAID_RETURN_IF_ERROR(s->qp_->toInit(options.port, {.localWrite = true, .remoteWrite = true}));
+  // Remote read: the peer copies large messages out of declared buffers,
+  // which only their own registrations expose.
+  BRAID_RETURN_IF_ERROR(
+      s->qp_->toInit(options.port, {.localWrite = true, .remoteWrite = true, .remoteRead = true}));
   for (uint32_t i = 0; i < depth; ++i) BRAID_RETURN_IF_ERROR(s->qp_->postRecv(0));
   BRAID_RETURN_IF_ERROR(s->qp_->toReadyToReceive(remote, std::min(port.activeMtu, card.mtu)));
   BRAID_RETURN_IF_ERROR(s->qp_->toReadyToSend(mine.address.psn, options.timeout, options.retryCount,
@@ -220,10 +229,12 @@ Status RdmaStream::pump() {
     completions_ += n;
     for (int i = 0; i < n; ++i) {
       const Completion& c = batch[i];
-      const bool isReceive = c.wrId == 0;
-      if (!c.ok()) return dead_ = completionError(c, peer_, isReceive ? "receive" : "write");
+      const bool isReceive = c.wrId == 0, isRead = (c.wrId & kReadWrId) != 0;
+      if (!c.ok())
+        return dead_ = completionError(c, peer_, isReceive ? "receive" : isRead ? "read" : "write");
       if (!isReceive) {
         --sendsOutstanding_;
+        if (isRead) ++readsDone_;
         continue;
       }
       if (c.imm & kCreditFlag) {
@@ -364,6 +375,59 @@ Result<size_t> RdmaStream::readSome(void* into, size_t room) {
   }
   BRAID_RETURN_IF_ERROR(returnCredits(arrived_ == tail_));
   return n;
+}
+
+std::optional<uint64_t> RdmaStream::peerReadKey(const void* data, size_t bytes) {
+  if (!cache_ || !dead_.isOk()) return std::nullopt;
+  auto region = cache_->find(data, bytes);
+  if (!region.isOk()) {
+    // Through the rings instead: slower, never wrong.
+    if (!warnedUnregistrable_)
+      BRAID_WARN("RDMA with rank ", peer_, ": a declared buffer could not be registered (",
+                 region.status().message(), "); its messages go through the rings");
+    warnedUnregistrable_ = true;
+    return std::nullopt;
+  }
+  if (*region == nullptr) return std::nullopt;
+  return (*region)->rkey();
+}
+
+Status RdmaStream::readPeer(void* into, uint64_t address, uint64_t key, size_t bytes) {
+  if (!dead_.isOk()) return dead_;
+  if (key > UINT32_MAX)
+    return dead_ = remoteError(
+               strCat("rank ", peer_, " sent a descriptor whose key ", key, " is not an RDMA key"));
+  const MemoryRegion* direct = nullptr;
+  if (cache_)
+    if (auto found = cache_->find(into, bytes); found.isOk()) direct = *found;
+  if (!direct && bounce_.empty() && bytes > 0) {
+    bounce_.assign(options_.bounceBytes, 0);
+    auto mr = pd_->registerMemory(bounce_.data(), bounce_.size(), {.localWrite = true});
+    if (!mr.isOk()) {
+      bounce_.clear();
+      return dead_ = mr.status();
+    }
+    bounceMr_ = std::move(*mr);
+  }
+  auto* out = static_cast<uint8_t*>(into);
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(bytes - done, direct ? kMaxReadBytes : bounce_.size());
+    const LocalBuffer local =
+        direct ? LocalBuffer{out + done, static_cast<uint32_t>(n), direct->lkey()}
+               : LocalBuffer{bounce_.data(), static_cast<uint32_t>(n), bounceMr_->lkey()};
+    while (sendsOutstanding_ >= maxSends_) BRAID_RETURN_IF_ERROR(pump());
+    if (Status s = qp_->postRead(kReadWrId | ++readsPosted_, local,
+                                 {address + done, static_cast<uint32_t>(key)}, true);
+        !s.isOk())
+      return dead_ = s;
+    ++sendsOutstanding_;
+    // The queue pair delivers the read or fails it (retries run out), so
+    // this wait ends; what else completes meanwhile is taken in as usual.
+    while (readsDone_ < readsPosted_) BRAID_RETURN_IF_ERROR(pump());
+    if (!direct) std::memcpy(out + done, bounce_.data(), n);
+    done += n;
+  }
+  return Status::ok();
 }
 
 void RdmaStream::writeLast(const iovec* iov, int count) {

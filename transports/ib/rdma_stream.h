@@ -18,6 +18,14 @@
 //
 // Immediate values: bit 31 set = credits (bits 0..30: messages); bit 30 set
 // = the end of the stream; else the byte count of a data write.
+//
+// Large messages from buffers the user declared (braidCommRegister) skip the
+// rings: the sender's StreamConnection sends a descriptor with the key of
+// the buffer's registration (peerReadKey), and the receiver copies the
+// payload with RDMA reads (readPeer) straight into its receive buffer when
+// that is declared too, else through a registered bounce buffer. The
+// registrations are made on first use and kept until the buffer is
+// deregistered (RegistrationCache).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +35,9 @@
 #include <vector>
 
 #include "transports/byte_stream.h"
+#include "transports/ib/registration_cache.h"
 #include "transports/ib/verbs.h"
+#include "transports/memory_registry.h"
 #include "transports/tcp/socket.h"
 
 namespace braid::ib {
@@ -40,6 +50,9 @@ struct RdmaStreamOptions {
   int gidIndex = 0;        // RoCE: the local GID the path is sent from
   uint8_t timeout = 14;    // BRAID_IB_TIMEOUT: 4.096 us * 2^timeout per attempt
   uint8_t retryCount = 7;  // BRAID_IB_RETRY_CNT
+  // Buffers the peer may read straight from this end's memory; null: none.
+  std::shared_ptr<const transport::MemoryRegistry> registry;
+  size_t bounceBytes = 1 << 18;  // reads into undeclared memory land here first
 };
 
 // What one end tells the other to connect: its queue pair's address and
@@ -85,6 +98,15 @@ class RdmaStream final : public transport::ByteStream {
   bool pollForWrite(bool) const override { return false; }
   bool prepareToSleep(bool sendsPending) override;
 
+  // The peer reads declared buffers (options.registry); any receiver can
+  // read, into declared memory directly or through the bounce buffer.
+  bool canReadPeer() const override { return cache_ != nullptr; }
+  std::optional<uint64_t> peerReadKey(const void* data, size_t bytes) override;
+  Status readPeer(void* into, uint64_t address, uint64_t key, size_t bytes) override;
+  // For tests: registrations made of declared buffers, RDMA reads posted.
+  const RegistrationCache* registrations() const { return cache_.get(); }
+  uint64_t readsPosted() const { return readsPosted_; }
+
   // For tests: data writes in flight and the ring bytes they hold.
   size_t writesInFlight() const { return inFlight_.size(); }
   uint64_t bytesInFlight() const { return head_ - creditedTail_; }
@@ -109,6 +131,11 @@ class RdmaStream final : public transport::ByteStream {
   std::unique_ptr<QueuePair> qp_;
   std::vector<uint8_t> recvRing_, sendRing_;
   std::unique_ptr<MemoryRegion> recvMr_, sendMr_;
+  std::unique_ptr<RegistrationCache> cache_;
+  std::vector<uint8_t> bounce_;  // allocated on the first read that needs it
+  std::unique_ptr<MemoryRegion> bounceMr_;
+  uint64_t readsPosted_ = 0, readsDone_ = 0;
+  bool warnedUnregistrable_ = false;
   RemoteBuffer peerRing_;
   uint32_t peerWindow_ = 0;
 
