@@ -57,6 +57,7 @@ struct Options {
   int root = 0;
   bool allRoots = false;
   bool showAlgorithm = false;
+  bool localRegister = false;
   std::vector<const DataType*> types;
   std::vector<RedOp> ops;
   std::string typeArg, opArg, rootArg;  // as given, for the JSON record
@@ -92,6 +93,10 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
       "is queued on a braid stream and waited for once",
       number("1"));
   add("A,algorithm", "1: add a column naming the algorithm braid chose", number("0"));
+  add("R,local_register",
+      "1: declare the send and receive buffers with braidCommRegister, so that RDMA moves "
+      "large messages from and into them with one read",
+      number("0"));
   add("J,json", "rank 0 writes the whole run to this JSON file", text(""));
   add("h,help", "print this help");
   spec.add_options("Testing")(
@@ -113,6 +118,7 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   options.average = args["average"].as<int>();
   options.blocking = args["blocking"].as<int>() != 0 ? 1 : 0;
   options.showAlgorithm = args["algorithm"].as<int>() != 0;
+  options.localRegister = args["local_register"].as<int>() != 0;
   options.jsonPath = args["json"].as<std::string>();
   options.corruptRank = args["corrupt_rank"].as<int>();
   if (options.iters < 1 || options.warmupIters < 0 || options.checkIters < 0) {
@@ -196,6 +202,37 @@ Buffer allocateBuffer(size_t bytes) {
   return Buffer(memory, &std::free);
 }
 
+// A braidCommRegister declaration, ended when it goes out of scope.
+class Registration {
+ public:
+  Registration() = default;
+  Registration(braidComm_t comm, void* buffer, size_t bytes) : comm_(comm) {
+    check(braidCommRegister(comm, buffer, std::max<size_t>(bytes, 1), &handle_),
+          "braidCommRegister");
+  }
+  Registration(Registration&& other) noexcept { *this = std::move(other); }
+  Registration& operator=(Registration&& other) noexcept {
+    std::swap(comm_, other.comm_);
+    std::swap(handle_, other.handle_);
+    return *this;
+  }
+  ~Registration() {
+    if (handle_) check(braidCommDeregister(comm_, handle_), "braidCommDeregister");
+  }
+
+ private:
+  void check(braidResult_t result, const char* what) {
+    if (result == braidSuccess) return;
+    std::fprintf(stderr, "%s failed: %s: %s\n", what, braidGetErrorString(result),
+                 braidGetLastError(comm_));
+    (void)braidCommAbort(comm_);
+    std::exit(1);
+  }
+
+  braidComm_t comm_ = nullptr;
+  void* handle_ = nullptr;
+};
+
 struct Measurement {
   bool measured = false;  // false: braid has no such call (the in-place half of some tests)
   double timeUs = 0;
@@ -247,7 +284,13 @@ class PerfRun {
       // the in-place send data.
       Sizes largest = collective_.sizesFor(options_.sweep.back(), type->size, nranks_);
       Buffer send = allocateBuffer(largest.sendCount * type->size);
-      Buffer recv = allocateBuffer(std::max(largest.sendCount, largest.recvCount) * type->size);
+      const size_t recvBytes = std::max(largest.sendCount, largest.recvCount) * type->size;
+      Buffer recv = allocateBuffer(recvBytes);
+      Registration sendDeclared, recvDeclared;
+      if (options_.localRegister) {
+        sendDeclared = Registration(comm_, send.get(), largest.sendCount * type->size);
+        recvDeclared = Registration(comm_, recv.get(), recvBytes);
+      }
       for (const RedOp& op : options_.ops) {
         for (int root : roots) {
           for (size_t bytes : options_.sweep) {

@@ -11,7 +11,9 @@
 #   two kernels: one rank in each, bootstrapped from the launcher
 #   variables across the wire, with nothing forced; the perf binaries of
 #   AllReduce, AllGather, Broadcast, ReduceScatter, AllToAll and
-#   Send/Recv check every result (-c 1).
+#   Send/Recv check every result (-c 1); AllReduce and Send/Recv run again
+#   with declared buffers (-R 1, braidCommRegister), whose messages of
+#   64 KiB and more cross as RDMA reads (each rank logs what it read).
 #
 #   tools/rdma-guest-tests.sh [BUILD_DIR]     # default: build
 #
@@ -147,6 +149,13 @@ else
     sendrecv_perf; do
     BRAID_DEBUG=INFO /xbin/$p -b 8 -e 512K -f 256 -c 1 -n 2 -w 1 > /tmp/$p.log 2>&1 || rc=1
     grep -E 'RDMA|transports:|float|wrong|Out of bounds|rror' /tmp/$p.log
+  done
+  # Declared buffers (braidCommRegister): messages of 64 KiB and more are
+  # RDMA reads of the sender's buffer, straight into the receiver's.
+  for p in all_reduce_perf sendrecv_perf; do
+    BRAID_DEBUG=INFO /xbin/$p -R 1 -b 256K -e 2M -f 8 -c 1 -n 2 -w 1 > /tmp/$p-R.log 2>&1 || rc=1
+    echo "$p -R 1:"; grep -E 'float|Out of bounds|rror|RDMA reads' /tmp/$p-R.log
+    grep -q 'RDMA reads' /tmp/$p-R.log || { echo "$p -R 1: no RDMA read"; rc=1; }
   done
   echo "RDMA-PAIR-$rank-EXIT $rc"
 fi

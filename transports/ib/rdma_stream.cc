@@ -142,7 +142,11 @@ Status completionError(const Completion& c, int peer, const char* what) {
 RdmaStream::RdmaStream(const RdmaStreamOptions& options, int peer)
     : options_(options), peer_(peer) {}
 
-RdmaStream::~RdmaStream() = default;
+RdmaStream::~RdmaStream() {
+  if (readsPosted_ > 0 || (cache_ && cache_->made() > 0))
+    BRAID_INFO("RDMA with rank ", peer_, ": ", bytesRead_, " bytes in ", readsPosted_,
+               " RDMA reads, ", cache_ ? cache_->made() : 0, " declared buffers registered");
+}
 
 Result<std::unique_ptr<RdmaStream>> RdmaStream::connect(Device& device, tcp::Wire& wire,
                                                         const RdmaStreamOptions& options,
@@ -426,6 +430,7 @@ Status RdmaStream::readPeer(void* into, uint64_t address, uint64_t key, size_t b
     while (readsDone_ < readsPosted_) BRAID_RETURN_IF_ERROR(pump());
     if (!direct) std::memcpy(out + done, bounce_.data(), n);
     done += n;
+    bytesRead_ += n;
   }
   return Status::ok();
 }

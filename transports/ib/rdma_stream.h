@@ -134,7 +134,7 @@ class RdmaStream final : public transport::ByteStream {
   std::unique_ptr<RegistrationCache> cache_;
   std::vector<uint8_t> bounce_;  // allocated on the first read that needs it
   std::unique_ptr<MemoryRegion> bounceMr_;
-  uint64_t readsPosted_ = 0, readsDone_ = 0;
+  uint64_t readsPosted_ = 0, readsDone_ = 0, bytesRead_ = 0;
   bool warnedUnregistrable_ = false;
   RemoteBuffer peerRing_;
   uint32_t peerWindow_ = 0;
