@@ -45,6 +45,18 @@ class StreamConnection final : public Connection {
     std::chrono::microseconds unclaimedDescriptorWait{20000};
   };
 
+  // The wire header of every frame, in host byte order; public for the
+  // tests that play a peer byte by byte.
+  struct FrameHeader {
+    uint64_t tag;
+    uint64_t check;
+    uint64_t bytes;
+    // 0: the payload follows. Else a descriptor: the payload stays at this
+    // address in the sender's memory until the receiver acknowledges it.
+    uint64_t remote;
+    uint64_t key;  // a descriptor's: what the sender's stream gave for reading it (peerReadKey)
+  };
+
   StreamConnection(std::unique_ptr<ByteStream> stream, int peer);
   StreamConnection(std::unique_ptr<ByteStream> stream, int peer, Options options);
   ~StreamConnection() override;
@@ -68,15 +80,6 @@ class StreamConnection final : public Connection {
   }
 
  private:
-  struct FrameHeader {
-    uint64_t tag;
-    uint64_t check;
-    uint64_t bytes;
-    // 0: the payload follows. Else a descriptor: the payload stays at this
-    // address in the sender's memory until the receiver acknowledges it.
-    uint64_t remote;
-    uint64_t key;  // a descriptor's: what the sender's stream gave for reading it (peerReadKey)
-  };
   struct PendingSend {
     FrameHeader header;
     const uint8_t* data;

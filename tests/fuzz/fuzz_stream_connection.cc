@@ -124,7 +124,7 @@ class FakePeer final : public ByteStream {
   int pollFd() const override { return -1; }
   bool pollForWrite(bool sendsPending) const override { return sendsPending; }
   bool canReadPeer() const override { return readablePeer_; }
-  Status readPeer(void* into, uint64_t address, size_t bytes) override {
+  Status readPeer(void* into, uint64_t address, uint64_t, size_t bytes) override {
     if (!readablePeer_) return braid::notSupported("no peer memory");
     if (address < kPeerMemoryBase || address - kPeerMemoryBase > kPeerMemoryBytes ||
         bytes > kPeerMemoryBytes - (address - kPeerMemoryBase))
@@ -237,11 +237,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           const uint8_t check = in.take<uint8_t>();
           const uint32_t bytes = in.take<uint32_t>();
           const uint8_t kind = in.take<uint8_t>() % 4;
-          uint64_t header[4] = {uint64_t{channel} << 56 | k, check, bytes, 0};
-          if (kind == 1) header[3] = kPeerMemoryBase + k;
-          if (kind == 2) header[0] = uint64_t{0xff} << 56 | 1, header[3] = k;
-          if (kind == 3) header[0] = uint64_t{0xff} << 56;
-          peer.send(header, sizeof header);
+          StreamConnection::FrameHeader header{uint64_t{channel} << 56 | k, check, bytes, 0, 0};
+          if (kind == 1) header.remote = kPeerMemoryBase + k;
+          if (kind == 2) header.tag = uint64_t{0xff} << 56 | 1, header.remote = k;
+          if (kind == 3) header.tag = uint64_t{0xff} << 56;
+          peer.send(&header, sizeof header);
           break;
         }
         case 3:

@@ -1049,9 +1049,9 @@ class ScriptedPeer final : public ByteStream {
 };
 
 std::vector<uint8_t> header(uint64_t tag, uint64_t check, uint64_t bytes, uint64_t remote) {
-  std::vector<uint8_t> out(32);
-  const uint64_t words[4] = {tag, check, bytes, remote};
-  std::memcpy(out.data(), words, sizeof words);
+  const StreamConnection::FrameHeader h{tag, check, bytes, remote, 0};
+  std::vector<uint8_t> out(sizeof h);
+  std::memcpy(out.data(), &h, sizeof h);
   return out;
 }
 
