@@ -140,9 +140,11 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   // A few microseconds of pure spinning catch a peer that answers from its
   // own core; with more ranks than cores they would only delay the peer.
   if (ranksOnHost <= coresOnHost) comm->pureSpinSeconds_ = std::min(comm->spinSeconds_, 5e-6);
-  if (comm->config_.shmCmaAuto)
-    comm->config_.shmCmaBytes =
-        singleCopyBytes(comm->config_.shmRingBytes, ranksOnHost, coresOnHost);
+  // The single-copy threshold depends on how many ranks share the cores, so
+  // the links get a copy of the settings with it resolved.
+  Config linkConfig = comm->config_;
+  if (linkConfig.shmCmaAuto)
+    linkConfig.shmCmaBytes = singleCopyBytes(linkConfig.shmRingBytes, ranksOnHost, coresOnHost);
   std::map<int, topo::Transport> transportTo;
   for (int p = 0; p < nranks; ++p) {
     if (p == rank) continue;
@@ -154,7 +156,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   for (int p = 0; p < nranks; ++p)
     if (p != rank) peers.push_back(p);
   BRAID_ASSIGN_OR_RETURN(auto sockets, comm->tcp_->connectPeers(rank, peers, addresses, deadline));
-  BRAID_ASSIGN_OR_RETURN(auto links, linkPeers(rank, std::move(sockets), transportTo, comm->config_,
+  BRAID_ASSIGN_OR_RETURN(auto links, linkPeers(rank, std::move(sockets), transportTo, linkConfig,
                                                rdma.get(), deadline));
   comm->connections_.assign(nranks, nullptr);
   comm->transportNames_.assign(nranks, "self");

@@ -138,7 +138,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
                  std::vector<std::vector<uint8_t>>* extraScratch);
 
   const int rank_, nranks_;
-  Config config_;  // fixed once init has resolved its automatic values
+  const Config config_;
   // braidCommRegister's buffers, read by the transports that can use them.
   const std::shared_ptr<transport::MemoryRegistry> registry_ =
       std::make_shared<transport::MemoryRegistry>();
