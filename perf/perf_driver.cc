@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "perf_registration.h"
+
 namespace braid::perf {
 namespace {
 
@@ -202,37 +204,6 @@ Buffer allocateBuffer(size_t bytes) {
   return Buffer(memory, &std::free);
 }
 
-// A braidCommRegister declaration, ended when it goes out of scope.
-class Registration {
- public:
-  Registration() = default;
-  Registration(braidComm_t comm, void* buffer, size_t bytes) : comm_(comm) {
-    check(braidCommRegister(comm, buffer, std::max<size_t>(bytes, 1), &handle_),
-          "braidCommRegister");
-  }
-  Registration(Registration&& other) noexcept { *this = std::move(other); }
-  Registration& operator=(Registration&& other) noexcept {
-    std::swap(comm_, other.comm_);
-    std::swap(handle_, other.handle_);
-    return *this;
-  }
-  ~Registration() {
-    if (handle_) check(braidCommDeregister(comm_, handle_), "braidCommDeregister");
-  }
-
- private:
-  void check(braidResult_t result, const char* what) {
-    if (result == braidSuccess) return;
-    std::fprintf(stderr, "%s failed: %s: %s\n", what, braidGetErrorString(result),
-                 braidGetLastError(comm_));
-    (void)braidCommAbort(comm_);
-    std::exit(1);
-  }
-
-  braidComm_t comm_ = nullptr;
-  void* handle_ = nullptr;
-};
-
 struct Measurement {
   bool measured = false;  // false: braid has no such call (the in-place half of some tests)
   double timeUs = 0;
@@ -330,10 +301,8 @@ class PerfRun {
  private:
   void expectOk(braidResult_t result, const std::string& what) {
     if (result == braidSuccess) return;
-    std::fprintf(stderr, "%s: rank %d: %s failed: %s: %s\n", collective_.name, rank_, what.c_str(),
-                 braidGetErrorString(result), braidGetLastError(comm_));
-    (void)braidCommAbort(comm_);
-    std::exit(1);
+    failRun(comm_, result,
+            std::string(collective_.name) + ": rank " + std::to_string(rank_) + ": " + what);
   }
 
   struct RankInfo {
