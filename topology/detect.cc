@@ -179,18 +179,13 @@ std::vector<PciDevice> pciDevices() {
     std::string base = strCat(kPciRoot, '/', bus);
     long cls = parseNumber(readSmall(base + "/class"), 16, -1);
     if (cls < 0) continue;
+    const auto vendor = static_cast<uint16_t>(parseNumber(readSmall(base + "/vendor"), 16, 0));
+    std::optional<DeviceKind> kind = pciDeviceKind(static_cast<uint32_t>(cls), vendor);
+    if (!kind) continue;
     PciDevice d;
-    if ((cls >> 16) == 0x03) {
-      d.kind = DeviceKind::kGpu;
-    } else if ((cls >> 8) == 0x0200) {
-      d.kind = DeviceKind::kEthernet;
-    } else if ((cls >> 8) == 0x0207) {
-      d.kind = DeviceKind::kInfiniband;
-    } else {
-      continue;
-    }
+    d.kind = *kind;
     d.busId = bus;
-    d.vendor = static_cast<uint16_t>(parseNumber(readSmall(base + "/vendor"), 16, 0));
+    d.vendor = vendor;
     d.device = static_cast<uint16_t>(parseNumber(readSmall(base + "/device"), 16, 0));
     d.numaNode =
         static_cast<int>(std::max(-1L, parseNumber(readSmall(base + "/numa_node"), 10, -1)));

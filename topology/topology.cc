@@ -193,6 +193,19 @@ int deviceOrder(const PciDevice& d) {
   return 2;
 }
 
+std::optional<DeviceKind> pciDeviceKind(uint32_t classCode, uint16_t vendor) {
+  // Display controllers (class 0x03) of other makers are a BMC's or a
+  // hypervisor's VGA: no CUDA, ROCm or Level Zero device behind them.
+  constexpr uint16_t kAmdVendor = 0x1002, kIntelVendor = 0x8086;
+  if ((classCode >> 16) == 0x03)
+    return vendor == kNvidiaVendor || vendor == kAmdVendor || vendor == kIntelVendor
+               ? std::optional(DeviceKind::kGpu)
+               : std::nullopt;
+  if ((classCode >> 8) == 0x0200) return DeviceKind::kEthernet;
+  if ((classCode >> 8) == 0x0207) return DeviceKind::kInfiniband;
+  return std::nullopt;
+}
+
 std::string_view deviceKindName(DeviceKind kind) {
   switch (kind) {
     case DeviceKind::kGpu:

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,6 +37,10 @@ struct PciDevice {
 };
 
 inline constexpr uint16_t kNvidiaVendor = 0x10de;
+
+// What a PCI function of this class code (24 bits) and vendor is to braid,
+// or nothing when it does not matter for communication.
+std::optional<DeviceKind> pciDeviceKind(uint32_t classCode, uint16_t vendor);
 
 // Sort key of device lists: GPUs, then verbs-capable NICs, then Ethernet.
 int deviceOrder(const PciDevice& device);

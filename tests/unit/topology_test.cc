@@ -114,6 +114,22 @@ TEST(HostShares, CountCoresAsTheUnionOverTheRanksOfAHost) {
   }
 }
 
+// A display controller is a GPU only when a GPU maker made it: servers
+// carry a BMC's VGA (ASPEED, Matrox) and virtual machines an emulated one.
+TEST(PciDeviceKind, GpusAreDisplayControllersOfGpuMakers) {
+  constexpr uint32_t kVga = 0x030000, k3d = 0x030200, kDisplayOther = 0x038000;
+  EXPECT_EQ(pciDeviceKind(k3d, 0x10de), DeviceKind::kGpu);            // NVIDIA H100
+  EXPECT_EQ(pciDeviceKind(kVga, 0x10de), DeviceKind::kGpu);           // NVIDIA workstation
+  EXPECT_EQ(pciDeviceKind(kDisplayOther, 0x1002), DeviceKind::kGpu);  // AMD Instinct
+  EXPECT_EQ(pciDeviceKind(kVga, 0x8086), DeviceKind::kGpu);           // Intel
+  EXPECT_EQ(pciDeviceKind(kVga, 0x1a03), std::nullopt);               // ASPEED BMC
+  EXPECT_EQ(pciDeviceKind(kVga, 0x1234), std::nullopt);               // QEMU's VGA
+  EXPECT_EQ(pciDeviceKind(kVga, 0x102b), std::nullopt);               // Matrox BMC
+  EXPECT_EQ(pciDeviceKind(0x020000, 0x15b3), DeviceKind::kEthernet);
+  EXPECT_EQ(pciDeviceKind(0x020700, 0x15b3), DeviceKind::kInfiniband);
+  EXPECT_EQ(pciDeviceKind(0x010802, 0x10de), std::nullopt);  // an NVMe drive
+}
+
 TEST(Detect, DescribesThisProcess) {
   RankTopology r = detect();
   EXPECT_EQ(r.hostname, hostname());
