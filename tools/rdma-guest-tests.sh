@@ -27,11 +27,12 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 suite="$build/tests/unit/unit_rdma_stream"
 collectives="$build/tests/multiproc/collectives_test"
+topo="$build/tools/braid-topo"
 perf=()
 for p in all_reduce all_gather broadcast reduce_scatter alltoall sendrecv; do
   perf+=("$build/perf/${p}_perf")
 done
-for b in "$suite" "$collectives" "${perf[@]}"; do
+for b in "$suite" "$collectives" "$topo" "${perf[@]}"; do
   [ -x "$b" ] || { echo "no $b: build braid first (ninja -C $build)" >&2; exit 2; }
 done
 
@@ -78,7 +79,7 @@ rm -rf "$root"
 mkdir -p "$root"/{bin,xbin,proc,sys,dev,tmp,etc/libibverbs.d,modules}
 cp /bin/busybox "$root/bin/"
 cp "$work"/modules/* "$root/modules/"
-binaries=("$(readlink -f "$(command -v ip)")" "$(command -v rdma)" "$suite" "$collectives"
+binaries=("$(readlink -f "$(command -v ip)")" "$(command -v rdma)" "$suite" "$collectives" "$topo"
   "${perf[@]}")
 for b in "${binaries[@]}"; do cp "$b" "$root/xbin/"; done
 provider=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
@@ -136,6 +137,13 @@ if [ "$role" = single ]; then
   rc=$?
   grep -E 'RDMA|transports:|OK|FAIL|rror' /tmp/collectives.log
   echo "RDMA-COLLECTIVES-EXIT $rc"
+  # braid-topo must see the port active, and must not take QEMU's VGA for a GPU.
+  braid-topo --standalone > /tmp/topo.log 2>&1
+  rc=$?
+  cat /tmp/topo.log
+  grep -q '^rdma (this process): rxe0 port 1 active' /tmp/topo.log || rc=1
+  grep -q '^ *gpu ' /tmp/topo.log && rc=1
+  echo "RDMA-TOPO-EXIT $rc"
 else
   rank=0; address=169.254.77.1
   [ "$role" = second ] && rank=1 && address=169.254.77.2
@@ -202,6 +210,7 @@ check() {  # log, marker
 }
 check "$work/single.log" RDMA-SUITE
 check "$work/single.log" RDMA-COLLECTIVES
+check "$work/single.log" RDMA-TOPO
 check "$work/first.log" RDMA-PAIR-0
 check "$work/second.log" RDMA-PAIR-1
 [ $status -eq 0 ] && echo "rdma-guest-tests: all passed"
