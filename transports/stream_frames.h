@@ -1,0 +1,24 @@
+// The control frames of a StreamConnection, shared by its stream path
+// (stream_connection.cc) and its descriptor path (stream_descriptors.cc).
+#pragma once
+
+#include <cstdint>
+
+namespace braid::transport {
+
+// A tag's channel: its top byte.
+inline uint64_t channelBase(uint64_t tag) {
+  return tag & (uint64_t{0xff} << 56);
+}
+
+// Channel 0xff carries the connection's own frames, never a message.
+// A goodbye is the last frame on a connection: its check is the ErrorCode
+// of why the sender ended it and its payload the message, so the peer can
+// report the cause instead of a bare "connection closed".
+inline constexpr uint64_t kControlChannel = uint64_t{0xff} << 56;
+inline constexpr uint64_t kGoodbyeTag = kControlChannel;
+// An ack tells the sender of a descriptor that its payload was copied (or
+// will never be): check = the descriptor's tag, remote = its address.
+inline constexpr uint64_t kAckTag = kControlChannel | 1;
+
+}  // namespace braid::transport
