@@ -61,7 +61,7 @@ typedef enum {
   braidInProgress = 6,      /* an asynchronous operation has not finished */
   braidTimeout = 7,         /* no progress within the communicator's timeout */
   braidUnhandledCudaError = 8,
-  braidNotSupported = 9 /* e.g. GPU buffers in a build without CUDA */
+  braidNotSupported = 9 /* e.g. GPU buffers, which braid does not move yet */
 } braidResult_t;
 
 typedef enum {
@@ -247,7 +247,7 @@ braidResult_t braidCommGetTransport(braidComm_t comm, int peer, const char** tra
  * braidInvalidArgument (NULL comm; datatype, op or root out of range; NULL
  * buffer with count > 0; overlapping buffers where not allowed),
  * braidInvalidUsage (mismatched calls, aborted communicator), braidTimeout,
- * braidRemoteError, braidNotSupported (GPU memory in a build without CUDA).
+ * braidRemoteError, braidNotSupported (GPU memory, which braid does not move yet).
  * ------------------------------------------------------------------------- */
 
 /* recvbuff[i] = op over ranks of sendbuff[i], for i < count, on every rank.

@@ -6,6 +6,7 @@
 
 #include "src/common/strcat.h"
 #include "src/handles.h"
+#include "src/memory_kind.h"
 
 using braid::Operation;
 using braid::Status;
@@ -17,6 +18,18 @@ namespace {
 bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
   return aBytes > 0 && bBytes > 0 && pa < pb + bBytes && pb < pa + aBytes;
+}
+
+// braid moves host memory only: a GPU buffer is refused here, by name,
+// rather than read as host memory further down (which would crash).
+Status refuseGpuMemory(const char* argument, const void* buffer) {
+  const braid::BufferMemory memory = braid::memoryKindOf(buffer);
+  if (memory.kind == braid::MemoryKind::kHost) return Status::ok();
+  const std::string device =
+      memory.device >= 0 ? braid::strCat("device ", memory.device) : std::string("device unknown");
+  return braid::notSupported(braid::strCat(argument, " is ", braid::memoryKindName(memory.kind),
+                                           " memory (", device,
+                                           "): this build of braid moves host memory only"));
 }
 
 struct Call {
@@ -115,6 +128,13 @@ Status checkAndSubmit(const Call& c, braidComm_t comm, braidStream_t stream) {
               ? std::string("sendbuff and recvbuff overlap (AllToAll is never in place)")
               : std::string("sendbuff and recvbuff overlap without being in place"));
   }
+  // While the process has no CUDA driver loaded this is an atomic load and a
+  // coarse clock read. In place, sendbuff lies in recvbuff's allocation, so
+  // one question to the driver answers for both.
+  if ((needSend || needRecv) && braid::gpuMemoryPossible()) {
+    if (needSend) BRAID_RETURN_IF_ERROR(refuseGpuMemory("sendbuff", c.send));
+    if (needRecv && !inPlace) BRAID_RETURN_IF_ERROR(refuseGpuMemory("recvbuff", c.recv));
+  }
   o.send = needSend ? c.send : nullptr;
   o.recv = needRecv ? c.recv : nullptr;
   return braid::api::submit(comm, stream, {std::move(o)});
@@ -137,6 +157,8 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
   if (count > 0 && !buffer)
     return braid::invalidArgument(
         braid::strCat(isSend ? "sendbuff" : "recvbuff", " is NULL with count=", count));
+  if (count > 0 && braid::gpuMemoryPossible())
+    BRAID_RETURN_IF_ERROR(refuseGpuMemory(isSend ? "sendbuff" : "recvbuff", buffer));
   Operation o;
   o.name = name;
   o.args.kind = CollectiveKind::kSendRecv;

@@ -1,0 +1,147 @@
+// Finding a CUDA driver the process loaded itself, and asking it what a
+// pointer is. braid never loads the driver: loading it costs hundreds of
+// milliseconds and memory in every CPU-only job, and a process whose buffers
+// came from CUDA has loaded it already (the runtime opens libcuda.so.1 on
+// first use). So the question "may this pointer be GPU memory?" is "is
+// libcuda.so.1 loaded?", answered by dlopen with RTLD_NOLOAD, which only
+// returns a handle to an object already there.
+#include "src/memory_kind.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+namespace braid {
+namespace {
+
+// The few values of the driver API used here (cuda.h), declared rather than
+// included so that every build can ask, with or without the CUDA headers.
+using CuResult = int;                           // CUresult
+using CuDevicePtr = unsigned long long;         // CUdeviceptr (64-bit, CUdeviceptr_v2)
+constexpr CuResult kCudaSuccess = 0;            // CUDA_SUCCESS
+constexpr int kAttributeMemoryType = 2;         // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttributeIsManaged = 8;          // CU_POINTER_ATTRIBUTE_IS_MANAGED
+constexpr int kAttributeDeviceOrdinal = 9;      // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr unsigned int kMemoryTypeDevice = 2;   // CU_MEMORYTYPE_DEVICE
+constexpr unsigned int kMemoryTypeUnified = 4;  // CU_MEMORYTYPE_UNIFIED
+// CU_MEMORYTYPE_HOST (1) is pinned or registered host memory: host for braid.
+// cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr)
+using PointerGetAttribute = CuResult (*)(void*, int, CuDevicePtr);
+
+constexpr const char* kDriverSoname = "libcuda.so.1";
+constexpr int64_t kLookIntervalNs = 1'000'000;  // at most one look at the loader a millisecond
+
+// The loaded driver's cuPointerGetAttribute; null until one is found. Once
+// found it stays: the handle that found it is never closed, so the driver
+// cannot be unloaded under it.
+std::atomic<PointerGetAttribute> driverPointerGetAttribute{nullptr};
+// No look at the loader before this time (CLOCK_MONOTONIC_COARSE, ns).
+std::atomic<int64_t> nextLookNs{0};
+// One thread looks at a time; the others answer from what is known.
+std::mutex lookMutex;
+// The loader's count of objects ever loaded at the last look (guarded by
+// lookMutex); 0 before the first.
+unsigned long long objectsLoadedAtLastLook = 0;
+
+// The coarse clock is read from the vDSO in a few nanoseconds, without a
+// system call; its tick (1 to 10 ms) is fine for a rate limit.
+int64_t coarseNowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The number of objects the dynamic loader has ever loaded (dlpi_adds, the
+// same in every entry, so the first is enough), or 0 where the loader does not
+// count. It grows with every dlopen of something new and never shrinks, so an
+// unchanged count means the driver cannot have appeared since the last look.
+unsigned long long objectsEverLoaded() {
+  unsigned long long adds = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t size, void* out) -> int {
+        if (size >= offsetof(dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
+          *static_cast<unsigned long long*>(out) = info->dlpi_adds;
+        return 1;  // stop after the first object
+      },
+      &adds);
+  return adds;
+}
+
+// Looks for a loaded driver once the rate limit allows it; true if one is
+// (now) known.
+bool lookForDriver() {
+  std::unique_lock<std::mutex> lock(lookMutex, std::try_to_lock);
+  if (!lock.owns_lock()) return driverPointerGetAttribute.load(std::memory_order_acquire);
+  if (driverPointerGetAttribute.load(std::memory_order_acquire)) return true;
+  const int64_t now = coarseNowNs();
+  if (now < nextLookNs.load(std::memory_order_relaxed)) return false;  // another thread just looked
+  nextLookNs.store(now + kLookIntervalNs, std::memory_order_relaxed);
+
+  const unsigned long long loaded = objectsEverLoaded();
+  if (loaded != 0 && loaded == objectsLoadedAtLastLook) return false;
+  objectsLoadedAtLastLook = loaded;
+  void* driver = dlopen(kDriverSoname, RTLD_NOW | RTLD_NOLOAD);
+  if (driver == nullptr) return false;
+  auto query = reinterpret_cast<PointerGetAttribute>(dlsym(driver, "cuPointerGetAttribute"));
+  if (query == nullptr) {  // not a CUDA driver after all: nothing to ask
+    dlclose(driver);
+    return false;
+  }
+  driverPointerGetAttribute.store(query, std::memory_order_release);
+  return true;
+}
+
+}  // namespace
+
+bool gpuMemoryPossible() {
+  // Acquire costs what relaxed does on x86 and orders the use of the
+  // function pointer after its store elsewhere.
+  if (driverPointerGetAttribute.load(std::memory_order_acquire)) return true;
+  if (coarseNowNs() < nextLookNs.load(std::memory_order_relaxed)) return false;
+  return lookForDriver();
+}
+
+BufferMemory memoryKindOf(const void* p) {
+  if (!gpuMemoryPossible()) return {};
+  const PointerGetAttribute query = driverPointerGetAttribute.load(std::memory_order_acquire);
+  const auto address = static_cast<CuDevicePtr>(reinterpret_cast<uintptr_t>(p));
+  // Memory the driver does not know (plain host memory) is an error,
+  // CUDA_ERROR_INVALID_VALUE; so is anything before cuInit,
+  // CUDA_ERROR_NOT_INITIALIZED, when no GPU memory can exist yet. Both: host.
+  unsigned int memoryType = 0;
+  if (query(&memoryType, kAttributeMemoryType, address) != kCudaSuccess) return {};
+  // A boolean that the driver may write as one byte or as an int: zeroed
+  // first, either reads right.
+  unsigned int isManaged = 0;
+  const bool managed =
+      query(&isManaged, kAttributeIsManaged, address) == kCudaSuccess && isManaged != 0;
+  MemoryKind kind;
+  if (managed || memoryType == kMemoryTypeUnified)
+    kind = MemoryKind::kManaged;  // the driver reports managed memory as device memory
+  else if (memoryType == kMemoryTypeDevice)
+    kind = MemoryKind::kDevice;
+  else
+    return {};  // CU_MEMORYTYPE_HOST: pinned or registered host memory, which braid can move
+  int device = -1;
+  if (query(&device, kAttributeDeviceOrdinal, address) != kCudaSuccess) device = -1;
+  return {kind, device};
+}
+
+const char* memoryKindName(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kHost:
+      return "host";
+    case MemoryKind::kDevice:
+      return "GPU device";
+    case MemoryKind::kManaged:
+      return "GPU managed";
+  }
+  return "unknown";
+}
+
+}  // namespace braid

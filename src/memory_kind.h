@@ -1,0 +1,37 @@
+// Where a buffer given to the C ABI lives: host memory, or memory of a GPU.
+//
+// braid moves host memory only, so the ABI edge refuses GPU buffers with a
+// clear message instead of reading them as host memory (and crashing). It
+// asks the CUDA driver, but only a driver the process has already loaded
+// itself: a CPU-only job never loads libcuda nor creates a context because of
+// braid, and every build can do this, with or without CUDA at build time.
+#pragma once
+
+namespace braid {
+
+enum class MemoryKind {
+  kHost,     // ordinary, pinned or registered host memory
+  kDevice,   // GPU device memory (cudaMalloc, cuMemAlloc)
+  kManaged,  // CUDA managed (unified) memory (cudaMallocManaged)
+};
+
+struct BufferMemory {
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;  // the GPU's ordinal for kDevice and kManaged; -1 if unknown or host
+};
+
+// Whether the process has loaded the CUDA driver (libcuda.so.1), and so may
+// hold GPU memory at all. Never loads it. Cheap enough for every call: a
+// relaxed load and a coarse clock read; the loader is asked again at most
+// once a millisecond, and only when a library was loaded since the last look.
+bool gpuMemoryPossible();
+
+// The kind of memory at `p`, from the driver's cuPointerGetAttribute (which
+// needs no current context). Host where the driver is not loaded or does not
+// know the address (plain host memory). Thread-safe.
+BufferMemory memoryKindOf(const void* p);
+
+// "host", "GPU device", "GPU managed": for messages.
+const char* memoryKindName(MemoryKind kind);
+
+}  // namespace braid

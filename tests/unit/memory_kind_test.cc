@@ -1,0 +1,85 @@
+// How braid tells host from GPU memory: only through a CUDA driver the
+// process loaded itself, here a stand-in (fake_libcuda.c) whose path comes in
+// FAKE_LIBCUDA. Everything happens in one test, in order, since loading a
+// library cannot be undone for the rest of the process.
+#include "src/memory_kind.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace braid {
+namespace {
+
+using SetDeviceRange = void (*)(void*, size_t, int, int);
+
+bool driverLoaded() {
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (handle) dlclose(handle);
+  return handle != nullptr;
+}
+
+TEST(MemoryKind, FoundOnlyOnceTheProcessLoadsTheDriver) {
+  const char* fakePath = std::getenv("FAKE_LIBCUDA");
+  ASSERT_NE(fakePath, nullptr) << "FAKE_LIBCUDA is not set (meson sets it)";
+  ASSERT_FALSE(driverLoaded()) << "the test process loaded a CUDA driver before the test";
+
+  std::vector<float> buffer(1024);
+  int onStack = 0;
+  EXPECT_FALSE(gpuMemoryPossible());
+  EXPECT_EQ(memoryKindOf(buffer.data()).kind, MemoryKind::kHost);
+  EXPECT_EQ(memoryKindOf(&onStack).kind, MemoryKind::kHost);
+  EXPECT_EQ(memoryKindOf(nullptr).kind, MemoryKind::kHost);
+  EXPECT_FALSE(driverLoaded()) << "asking for memory kinds loaded the driver";
+
+  // Threads that ask while the driver appears: each must see it in the end,
+  // within the rate limit of the look at the loader.
+  std::atomic<int> sawDriver{0};
+  std::vector<std::thread> askers;
+  for (int i = 0; i < 4; ++i)
+    askers.emplace_back([&] {
+      auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (std::chrono::steady_clock::now() < giveUp)
+        if (gpuMemoryPossible()) {
+          ++sawDriver;
+          return;
+        }
+    });
+
+  void* fake = dlopen(fakePath, RTLD_NOW | RTLD_GLOBAL);
+  ASSERT_NE(fake, nullptr) << dlerror();
+  for (auto& t : askers) t.join();
+  EXPECT_EQ(sawDriver.load(), 4);
+  auto setDeviceRange = reinterpret_cast<SetDeviceRange>(dlsym(fake, "fakeCudaSetDeviceRange"));
+  ASSERT_NE(setDeviceRange, nullptr) << dlerror();
+
+  // Later than the coarse clock's tick and the once-a-millisecond look.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_TRUE(gpuMemoryPossible());
+
+  setDeviceRange(buffer.data(), 512 * sizeof(float), 3, 0);
+  BufferMemory m = memoryKindOf(buffer.data() + 10);
+  EXPECT_EQ(m.kind, MemoryKind::kDevice);
+  EXPECT_EQ(m.device, 3);
+  EXPECT_EQ(memoryKindOf(buffer.data()).kind, MemoryKind::kDevice);
+  EXPECT_EQ(memoryKindOf(buffer.data() + 512).kind, MemoryKind::kHost);
+  EXPECT_EQ(memoryKindOf(&onStack).kind, MemoryKind::kHost);
+  EXPECT_EQ(memoryKindOf(nullptr).kind, MemoryKind::kHost);
+
+  setDeviceRange(buffer.data(), 512 * sizeof(float), 1, 1);
+  m = memoryKindOf(buffer.data() + 511);
+  EXPECT_EQ(m.kind, MemoryKind::kManaged);
+  EXPECT_EQ(m.device, 1);
+
+  setDeviceRange(nullptr, 0, 0, 0);
+  EXPECT_EQ(memoryKindOf(buffer.data()).kind, MemoryKind::kHost);
+  EXPECT_STREQ(memoryKindName(MemoryKind::kDevice), "GPU device");
+}
+
+}  // namespace
+}  // namespace braid
