@@ -28,6 +28,7 @@ for name in "${builds[@]}"; do
   dir=build-$name
   if [ "$name" = fuzz ]; then
     # The fuzz targets bring their own sanitizer flags (docs/RELIABILITY.md).
+    # No CUDA: nvcc compiles host code with g++, not the clang of this build.
     [ -d "$dir" ] || CC=clang CXX=clang++ meson setup "$dir" -Dfuzzers=enabled -Dtests=false \
       -Dperf=false -Dcuda=disabled
     ninja -C "$dir"
@@ -37,6 +38,9 @@ for name in "${builds[@]}"; do
   # Not the PyTorch backend: it loads into an unsanitized Python, where a
   # sanitizer runtime cannot come first; it reaches braid only through the
   # C ABI, which the sanitized C and C++ tests cover.
+  # Not CUDA either: Meson would pass the sanitizer flags to nvcc's host
+  # compiler too, and ASan's shadow memory collides with the CUDA driver's
+  # mappings; the device kernels' tests run in the plain build (docs/GPU.md).
   # -O1 with line tables only: the sanitizers' advice for readable reports,
   # and much quicker to build than -O2 with full debug information.
   [ -d "$dir" ] || meson setup "$dir" -Db_sanitize="${sanitize[$name]}" -Db_lundef=false \
