@@ -24,6 +24,29 @@ struct LinkModel {
   int ranksPerHost = 1;
   int busyWhenMeasured = 2;
   double contention = 1.0;
+  // Out of cache. beta and contention were measured on `cachedBytes`, which
+  // stay in the caches from call to call; a collective over much more moves
+  // its bytes from memory, where copying is slower and ranks sharing a core
+  // slow each other down less (they wait on memory, not for the core).
+  // `largeBeta` and `largeContention` were measured on `largeBytes`
+  // (0: not measured, the figures hold at every size).
+  double cachedBytes = 0;
+  double largeBytes = 0;
+  double largeBeta = 0;
+  double largeContention = 1.0;
+
+  // The model for a collective over `bytes` per rank: beta and contention
+  // moved from the cached figures to the large ones in step with log2 of
+  // the size between the two measured sizes, and held beyond them.
+  LinkModel atSize(double bytes) const {
+    if (largeBytes <= cachedBytes || cachedBytes <= 0 || bytes <= cachedBytes) return *this;
+    const double t =
+        std::min(1.0, std::log2(bytes / cachedBytes) / std::log2(largeBytes / cachedBytes));
+    LinkModel sized = *this;
+    sized.beta = beta + (largeBeta - beta) * t;
+    sized.contention = contention + (largeContention - contention) * t;
+    return sized;
+  }
 
   // How much longer a round takes with `active` of `nranks` ranks busy than
   // it did when measured.

@@ -189,6 +189,9 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
                  " GB/s, reduce ", 1e-9 / link.gamma, " GB/s (", link.busyWhenMeasured,
                  " ranks busy, ", link.contention, "x as slow as 2), ", link.ranksPerHost,
                  " ranks on ", link.coresPerHost, " cores per host");
+      if (link.largeBytes > link.cachedBytes && link.cachedBytes > 0)
+        BRAID_INFO("cost model out of cache (from ", link.largeBytes / (1 << 20), " MiB): link ",
+                   1e-9 / link.largeBeta, " GB/s, ", link.largeContention, "x as slow as 2");
       BRAID_INFO("algorithms at ", nranks,
                  " ranks: ", comm->selector_.describe(nranks, comm->config_.chunkBytes));
       std::string table;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <vector>
 
 #include "src/common/log.h"
@@ -66,6 +67,20 @@ Schedule planReducingExchange(const algo::CollectiveArgs& args) {
   return plan;
 }
 
+// One round over a buffer too large for the caches, sent in pieces of the
+// pipelining unit as the algorithms send it, so that the pieces take the
+// path (ring or single copy) an algorithm's would.
+Schedule planChunkedRound(const algo::CollectiveArgs& args) {
+  Schedule plan;
+  const size_t piece = std::max<size_t>(args.chunkBytes, 1);
+  for (size_t at = 0; at < args.bytes(); at += piece) {
+    const size_t n = std::min(piece, args.bytes() - at);
+    plan.send(nextInRing(args), Slice{BufferId::kSend, at, n});
+    plan.recv(previousInRing(args), Slice{BufferId::kRecv, at, n});
+  }
+  return plan;
+}
+
 algo::Cost noEstimate(const algo::CollectiveArgs&, const algo::LinkModel&) {
   return {};
 }
@@ -74,6 +89,8 @@ const algo::Algorithm kOneRound{algo::CollectiveKind::kAllReduce, "probe: 1 roun
                                 planExchangeRounds<1>, noEstimate};
 const algo::Algorithm kFourRounds{algo::CollectiveKind::kAllReduce, "probe: 4 rounds",
                                   planExchangeRounds<4>, noEstimate};
+const algo::Algorithm kChunkedRound{algo::CollectiveKind::kAllReduce, "probe: chunked round",
+                                    planChunkedRound, noEstimate};
 const algo::Algorithm kReducingRound{algo::CollectiveKind::kAllReduce, "probe: reducing round",
                                      planReducingExchange, noEstimate};
 
@@ -157,14 +174,24 @@ double localReduceSecondsPerByte() {
 
 struct Figures {
   double alpha, beta, gamma;
-  double largeRound;  // seconds of a 1 MiB round
+  double largeRound;     // seconds of a 1 MiB round
+  double uncachedRound;  // seconds of a kUncachedProbeBytes round
+  double uncachedBeta;
 };
 
 constexpr size_t kLargeProbeBytes = 1 << 20;
+// Beyond the caches of the hosts at hand (a few MiB per core), small
+// enough that a round takes about a millisecond.
+constexpr size_t kUncachedProbeBytes = 4 << 20;
 
 Result<double> timeLargeRound(Communicator& comm, int ringSize) {
   std::vector<float> out(kLargeProbeBytes / sizeof(float), 1.0f), in(out.size(), 0.0f);
   return timeProbe(comm, ringSize, kOneRound, out, in, kLargeProbeBytes, 5);
+}
+
+Result<double> timeUncachedRound(Communicator& comm, int ringSize) {
+  std::vector<float> out(kUncachedProbeBytes / sizeof(float), 1.0f), in(out.size(), 0.0f);
+  return timeProbe(comm, ringSize, kChunkedRound, out, in, kUncachedProbeBytes, 1);
 }
 
 Result<Figures> measure(Communicator& comm, int ringSize) {
@@ -174,13 +201,21 @@ Result<Figures> measure(Communicator& comm, int ringSize) {
   BRAID_ASSIGN_OR_RETURN(double four, timeProbe(comm, ringSize, kFourRounds, out, in, kSmall, 50));
   BRAID_ASSIGN_OR_RETURN(double large, timeLargeRound(comm, ringSize));
   BRAID_ASSIGN_OR_RETURN(double reduction, timeReduction(comm, ringSize, out, in, kMedium, 10));
+  BRAID_ASSIGN_OR_RETURN(double uncached, timeUncachedRound(comm, ringSize));
   Figures f;
   f.alpha = std::max(1e-8, (four - one) / 3);
   f.beta = std::max(1e-12, (large - one) / kLarge);
   f.gamma = std::max(localReduceSecondsPerByte(), reduction / kMedium);
   f.largeRound = large;
+  f.uncachedRound = uncached;
+  // Its pieces each pay alpha, as the model counts them.
+  const double pieces =
+      std::ceil(static_cast<double>(kUncachedProbeBytes) / comm.config().chunkBytes);
+  f.uncachedBeta =
+      std::max(f.beta, (uncached - one - (pieces - 1) * f.alpha) / kUncachedProbeBytes);
   BRAID_INFO("link probe: 1 round ", one * 1e6, " us, 4 rounds ", four * 1e6, " us, 1 MiB ",
-             large * 1e6, " us, reducing 256 KiB adds ", reduction * 1e6, " us");
+             large * 1e6, " us, ", kUncachedProbeBytes >> 20, " MiB ", uncached * 1e6,
+             " us, reducing 256 KiB adds ", reduction * 1e6, " us");
   return f;
 }
 
@@ -207,21 +242,26 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
     const int ringSize = oneHost ? comm.size() : 2;
     // Measured and shared by rank 0, so that every rank chooses alike:
     // {alpha, beta, gamma, cores per host, ranks per host, busy ranks,
-    //  contention}.
+    //  contention, beta out of cache, contention out of cache}.
     std::vector<double> figures = {
-        model.alpha, model.beta, model.gamma, 0, 1, static_cast<double>(ringSize), 1};
+        model.alpha, model.beta, model.gamma, 0, 1, static_cast<double>(ringSize), 1, 0, 1};
     if (comm.rank() < ringSize && !given) {
       BRAID_ASSIGN_OR_RETURN(Figures f, measure(comm, ringSize));
       figures[0] = f.alpha;
       figures[1] = f.beta;
       figures[2] = f.gamma;
+      figures[7] = f.uncachedBeta;
       // The same round with two ranks busy, the others waiting: how much
       // the host's sharing stretched it (LinkModel::slowdown).
       if (ringSize > 2 && comm.rank() < 2) {
         BRAID_ASSIGN_OR_RETURN(double pair, timeLargeRound(comm, 2));
         figures[6] = std::max(1.0, f.largeRound / pair);
+        BRAID_ASSIGN_OR_RETURN(double uncachedPair, timeUncachedRound(comm, 2));
+        figures[8] = std::max(1.0, f.uncachedRound / uncachedPair);
         BRAID_INFO("link probe: 1 MiB ", pair * 1e6, " us with 2 ranks busy, ", f.largeRound * 1e6,
-                   " us with ", ringSize);
+                   " us with ", ringSize, "; ", kUncachedProbeBytes >> 20, " MiB ",
+                   uncachedPair * 1e6, " us with 2, ", f.uncachedRound * 1e6, " us with ",
+                   ringSize);
       }
     }
     if (comm.rank() == 0) {
@@ -245,9 +285,18 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
     model.ranksPerHost = static_cast<int>(figures[4]);
     model.busyWhenMeasured = given ? 2 : static_cast<int>(figures[5]);
     model.contention = given ? 1.0 : figures[6];
+    if (!given && figures[7] > 0) {
+      model.cachedBytes = kLargeProbeBytes;
+      model.largeBytes = kUncachedProbeBytes;
+      model.largeBeta = figures[7];
+      model.largeContention = figures[8];
+    }
   }
   if (config.linkAlphaMicroseconds > 0) model.alpha = config.linkAlphaMicroseconds * 1e-6;
-  if (config.linkGigabytesPerSecond > 0) model.beta = 1.0 / (config.linkGigabytesPerSecond * 1e9);
+  if (config.linkGigabytesPerSecond > 0) {
+    model.beta = 1.0 / (config.linkGigabytesPerSecond * 1e9);
+    model.largeBytes = 0;  // the given bandwidth holds at every size
+  }
   if (config.reduceGigabytesPerSecond > 0)
     model.gamma = 1.0 / (config.reduceGigabytesPerSecond * 1e9);
   return model;

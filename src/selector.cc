@@ -62,12 +62,13 @@ const algo::Algorithm& Selector::choose(const algo::CollectiveArgs& args) const 
     if (const algo::Algorithm* a = algo::findAlgorithm(args.kind, it->second)) return *a;
   const algo::Algorithm* best = algo::defaultAlgorithm(args.kind);
   algo::Cost bestCost{std::numeric_limits<double>::infinity(), 0, 0};
+  const algo::LinkModel link = link_.atSize(static_cast<double>(args.bytes()));
   // Equal predicted times go to the algorithm with fewer rounds (less
   // exposed to latency the model underrates), then to registry order, so
   // ranks never disagree.
   for (const auto& a : algo::allAlgorithms()) {
     if (a.kind != args.kind) continue;
-    algo::Cost c = a.estimate(args, link_);
+    algo::Cost c = a.estimate(args, link);
     bool equal =
         c.seconds <= bestCost.seconds * (1 + 1e-9) && c.seconds >= bestCost.seconds * (1 - 1e-9);
     if (c.seconds < bestCost.seconds * (1 - 1e-9) || (equal && c.steps < bestCost.steps)) {
@@ -81,10 +82,11 @@ const algo::Algorithm& Selector::choose(const algo::CollectiveArgs& args) const 
 std::vector<const algo::Algorithm*> Selector::shortlist(const algo::CollectiveArgs& args) const {
   const algo::Algorithm& chosen = choose(args);
   if (forces(args.kind)) return {&chosen};
-  const double bound = chosen.estimate(args, link_).seconds * kShortlistFactor;
+  const algo::LinkModel link = link_.atSize(static_cast<double>(args.bytes()));
+  const double bound = chosen.estimate(args, link).seconds * kShortlistFactor;
   std::vector<const algo::Algorithm*> out;
   for (const auto& a : algo::allAlgorithms())
-    if (a.kind == args.kind && (&a == &chosen || a.estimate(args, link_).seconds <= bound))
+    if (a.kind == args.kind && (&a == &chosen || a.estimate(args, link).seconds <= bound))
       out.push_back(&a);
   return out;
 }
