@@ -69,10 +69,16 @@ Schedule planReducingExchange(const algo::CollectiveArgs& args) {
 
 // One round over a buffer too large for the caches, sent in pieces of the
 // pipelining unit as the algorithms send it, so that the pieces take the
-// path (ring or single copy) an algorithm's would.
+// path (ring or single copy) an algorithm's would; but in 16 pieces at
+// most, so that a small unit does not make the probe thousands of messages.
+constexpr size_t kMostPieces = 16;
+size_t pieceBytes(size_t bytes, size_t chunkBytes) {
+  return std::max({chunkBytes, (bytes + kMostPieces - 1) / kMostPieces, size_t{1}});
+}
+
 Schedule planChunkedRound(const algo::CollectiveArgs& args) {
   Schedule plan;
-  const size_t piece = std::max<size_t>(args.chunkBytes, 1);
+  const size_t piece = pieceBytes(args.bytes(), args.chunkBytes);
   for (size_t at = 0; at < args.bytes(); at += piece) {
     const size_t n = std::min(piece, args.bytes() - at);
     plan.send(nextInRing(args), Slice{BufferId::kSend, at, n});
@@ -209,8 +215,8 @@ Result<Figures> measure(Communicator& comm, int ringSize) {
   f.largeRound = large;
   f.uncachedRound = uncached;
   // Its pieces each pay alpha, as the model counts them.
-  const double pieces =
-      std::ceil(static_cast<double>(kUncachedProbeBytes) / comm.config().chunkBytes);
+  const double pieces = std::ceil(static_cast<double>(kUncachedProbeBytes) /
+                                  pieceBytes(kUncachedProbeBytes, comm.config().chunkBytes));
   f.uncachedBeta =
       std::max(f.beta, (uncached - one - (pieces - 1) * f.alpha) / kUncachedProbeBytes);
   BRAID_INFO("link probe: 1 round ", one * 1e6, " us, 4 rounds ", four * 1e6, " us, 1 MiB ",
