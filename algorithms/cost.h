@@ -9,6 +9,11 @@
 
 namespace braid::algo {
 
+// The sizes per rank at which the link probe measures the cached figures
+// and the out-of-cache ones (LinkModel::atSize).
+inline constexpr size_t kCachedProbeBytes = size_t{1} << 20;
+inline constexpr size_t kUncachedProbeBytes = size_t{4} << 20;
+
 struct LinkModel {
   double alpha = 20e-6;       // seconds per message: latency plus software overhead
   double beta = 1.0 / 1.5e9;  // seconds per byte sent

@@ -14,11 +14,13 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "perf_registration.h"
+#include "src/common/byte_size.h"
 
 namespace braid::perf {
 namespace {
@@ -540,27 +542,10 @@ class PerfRun {
 
 }  // namespace
 
-// "32M" -> 33554432: K, M and G are powers of 1024, as in nccl-tests.
+// "32M" -> 33554432 (src/common/byte_size.h).
 size_t parseBytes(const std::string& text) {
-  size_t end = 0;
-  const size_t value = text.empty() || text[0] == '-' ? 0 : std::stoull(text, &end);
-  const std::string suffix = text.substr(end);
-  if (end == 0 || suffix.size() > 1) throw std::invalid_argument("bad size '" + text + "'");
-  switch (suffix.empty() ? ' ' : suffix[0]) {
-    case ' ':
-      return value;
-    case 'k':
-    case 'K':
-      return value << 10;
-    case 'm':
-    case 'M':
-      return value << 20;
-    case 'g':
-    case 'G':
-      return value << 30;
-    default:
-      throw std::invalid_argument("bad size suffix in '" + text + "'");
-  }
+  if (std::optional<size_t> bytes = parseByteSize(text)) return *bytes;
+  throw std::invalid_argument("bad size '" + text + "'");
 }
 
 int perfMain(int argc, char** argv, const Collective& collective) {

@@ -50,9 +50,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
                                                       int rank, Config config);
   ~Communicator();
 
-  // The stream of the link probe, which only ranks 0 and 1 use: its calls
-  // advance no sequence number the other ranks keep. Never a user's stream.
+  // The streams of the link probe, never a user's: the probe's ring of ranks
+  // uses the first, ranks 0 and 1 alone the second, so that neither's calls
+  // advance a sequence number kept by ranks that do not take part.
   static constexpr int kProbeStream = 127;
+  static constexpr int kPairProbeStream = 126;
 
   int rank() const { return rank_; }
   int size() const { return nranks_; }

@@ -123,9 +123,10 @@ Operation probeOperation(int ringSize, const algo::Algorithm& algorithm, std::ve
 
 // Seconds per call over a batch of `iters` calls.
 Result<double> timeBatch(Communicator& comm, const Operation& op, int iters) {
+  const int stream =
+      op.args.root == 2 ? Communicator::kPairProbeStream : Communicator::kProbeStream;
   auto start = Clock::now();
-  for (int i = 0; i < iters; ++i)
-    BRAID_RETURN_IF_ERROR(comm.run({&op, 1}, Communicator::kProbeStream));
+  for (int i = 0; i < iters; ++i) BRAID_RETURN_IF_ERROR(comm.run({&op, 1}, stream));
   return std::chrono::duration<double>(Clock::now() - start).count() / iters;
 }
 
@@ -180,24 +181,64 @@ double localReduceSecondsPerByte() {
 
 struct Figures {
   double alpha, beta, gamma;
-  double largeRound;     // seconds of a 1 MiB round
-  double uncachedRound;  // seconds of a kUncachedProbeBytes round
   double uncachedBeta;
+  // How much longer a round took with every rank of the ring busy than with
+  // two (1 = not measured): in cache, and out of it.
+  double contention = 1.0, uncachedContention = 1.0;
 };
 
-constexpr size_t kLargeProbeBytes = 1 << 20;
-// Beyond the caches of the hosts at hand (a few MiB per core), small
-// enough that a round takes about a millisecond.
-constexpr size_t kUncachedProbeBytes = 4 << 20;
+// A round timed with the whole ring busy, and against the same round with
+// only ranks 0 and 1 busy.
+struct PairedRound {
+  double busy;        // seconds, the best batch with the whole ring busy
+  double pair;        // seconds, the best batch with two busy (ranks 0 and 1 only)
+  double contention;  // median over the batches of (whole ring / two busy)
+};
 
-Result<double> timeLargeRound(Communicator& comm, int ringSize) {
-  std::vector<float> out(kLargeProbeBytes / sizeof(float), 1.0f), in(out.size(), 0.0f);
-  return timeProbe(comm, ringSize, kOneRound, out, in, kLargeProbeBytes, 5);
+// kUncachedProbeBytes: beyond the caches of the hosts at hand (a few MiB
+// per core), small enough that a round takes about a millisecond.
+constexpr size_t kLargeProbeBytes = algo::kCachedProbeBytes;
+using algo::kUncachedProbeBytes;
+
+// The whole ring's batches and the pair's taken in turns, so that both see
+// the host in the same state, and compared batch by batch. Timed one after
+// the other (the pair's best of batches after the ring's), the ratio swung
+// from 1.0 to 3.8 between communicators made one after another in one
+// process: the third rank slept in poll(2) through the pair's batches and
+// the host ran the pair at half speed in one communicator of two. Here the
+// third rank waits in its next batch as a rank of a collective waits for
+// its turn (polling, then sleeping), and one batch disturbed moves the
+// median of the ratios less than it moved a best of batches.
+Result<PairedRound> timeAgainstPair(Communicator& comm, int ringSize,
+                                    const algo::Algorithm& algorithm, size_t bytes, int iters) {
+  std::vector<float> out(bytes / sizeof(float), 1.0f), in(out.size(), 0.0f);
+  const Operation whole = probeOperation(ringSize, algorithm, out, in, bytes);
+  const Operation pair = probeOperation(2, algorithm, out, in, bytes);
+  const bool inPair = comm.rank() < 2;
+  BRAID_RETURN_IF_ERROR(timeBatch(comm, whole, iters).status());
+  if (inPair) BRAID_RETURN_IF_ERROR(timeBatch(comm, pair, iters).status());
+  std::vector<double> wholeTimes, pairTimes;
+  for (int batch = 0; batch < kBatches; ++batch) {
+    BRAID_ASSIGN_OR_RETURN(double seconds, timeBatch(comm, whole, iters));
+    wholeTimes.push_back(seconds);
+    if (!inPair) continue;
+    BRAID_ASSIGN_OR_RETURN(seconds, timeBatch(comm, pair, iters));
+    pairTimes.push_back(seconds);
+  }
+  PairedRound round;
+  round.busy = *std::min_element(wholeTimes.begin(), wholeTimes.end());
+  round.pair = inPair ? *std::min_element(pairTimes.begin(), pairTimes.end()) : 0;
+  round.contention = inPair ? std::max(1.0, medianRatio(wholeTimes, pairTimes)) : 1.0;
+  return round;
 }
 
-Result<double> timeUncachedRound(Communicator& comm, int ringSize) {
-  std::vector<float> out(kUncachedProbeBytes / sizeof(float), 1.0f), in(out.size(), 0.0f);
-  return timeProbe(comm, ringSize, kChunkedRound, out, in, kUncachedProbeBytes, 1);
+Result<PairedRound> timeRound(Communicator& comm, int ringSize, const algo::Algorithm& algorithm,
+                              size_t bytes, int iters) {
+  if (ringSize > 2) return timeAgainstPair(comm, ringSize, algorithm, bytes, iters);
+  std::vector<float> out(bytes / sizeof(float), 1.0f), in(out.size(), 0.0f);
+  BRAID_ASSIGN_OR_RETURN(double seconds,
+                         timeProbe(comm, ringSize, algorithm, out, in, bytes, iters));
+  return PairedRound{seconds, seconds, 1.0};
 }
 
 Result<Figures> measure(Communicator& comm, int ringSize) {
@@ -205,27 +246,51 @@ Result<Figures> measure(Communicator& comm, int ringSize) {
   std::vector<float> out(kLarge / sizeof(float), 1.0f), in(kLarge / sizeof(float), 0.0f);
   BRAID_ASSIGN_OR_RETURN(double one, timeProbe(comm, ringSize, kOneRound, out, in, kSmall, 50));
   BRAID_ASSIGN_OR_RETURN(double four, timeProbe(comm, ringSize, kFourRounds, out, in, kSmall, 50));
-  BRAID_ASSIGN_OR_RETURN(double large, timeLargeRound(comm, ringSize));
+  BRAID_ASSIGN_OR_RETURN(PairedRound large, timeRound(comm, ringSize, kOneRound, kLarge, 5));
   BRAID_ASSIGN_OR_RETURN(double reduction, timeReduction(comm, ringSize, out, in, kMedium, 10));
-  BRAID_ASSIGN_OR_RETURN(double uncached, timeUncachedRound(comm, ringSize));
+  BRAID_ASSIGN_OR_RETURN(PairedRound uncached,
+                         timeRound(comm, ringSize, kChunkedRound, kUncachedProbeBytes, 1));
   Figures f;
   f.alpha = std::max(1e-8, (four - one) / 3);
-  f.beta = std::max(1e-12, (large - one) / kLarge);
-  f.gamma = std::max(localReduceSecondsPerByte(), reduction / kMedium);
-  f.largeRound = large;
-  f.uncachedRound = uncached;
+  f.beta = std::max(1e-12, (large.busy - one) / kLarge);
+  f.contention = large.contention;
+  // A reduction is one core's work. The model divides the figures by the
+  // contention for rounds with two ranks busy (LinkModel::stretch), but the
+  // reducing round's extra time hid partly behind the waits of ranks
+  // sharing a core, so its quotient read 2-5 times as fast as this core
+  // reducing alone, and the model, counting reductions nearly free, kept
+  // the butterfly (which reduces the whole vector where halving reduces
+  // half) to 128 KiB with 3 ranks on 2 cores, 15% slower there. The floor
+  // holds in the two-busy frame.
+  f.gamma = std::max(localReduceSecondsPerByte() * f.contention, reduction / kMedium);
+  f.uncachedContention = uncached.contention;
   // Its pieces each pay alpha, as the model counts them.
   const double pieces = std::ceil(static_cast<double>(kUncachedProbeBytes) /
                                   pieceBytes(kUncachedProbeBytes, comm.config().chunkBytes));
   f.uncachedBeta =
-      std::max(f.beta, (uncached - one - (pieces - 1) * f.alpha) / kUncachedProbeBytes);
+      std::max(f.beta, (uncached.busy - one - (pieces - 1) * f.alpha) / kUncachedProbeBytes);
   BRAID_INFO("link probe: 1 round ", one * 1e6, " us, 4 rounds ", four * 1e6, " us, 1 MiB ",
-             large * 1e6, " us, ", kUncachedProbeBytes >> 20, " MiB ", uncached * 1e6,
+             large.busy * 1e6, " us, ", kUncachedProbeBytes >> 20, " MiB ", uncached.busy * 1e6,
              " us, reducing 256 KiB adds ", reduction * 1e6, " us");
+  if (ringSize > 2 && comm.rank() < 2)
+    BRAID_INFO("link probe: 1 MiB ", large.pair * 1e6, " us with 2 ranks busy, ", large.busy * 1e6,
+               " us with ", ringSize, " (", f.contention, "x batch by batch); ",
+               kUncachedProbeBytes >> 20, " MiB ", uncached.pair * 1e6, " us with 2, ",
+               uncached.busy * 1e6, " us with ", ringSize, " (", f.uncachedContention, "x)");
   return f;
 }
 
 }  // namespace
+
+double medianRatio(const std::vector<double>& numerators, const std::vector<double>& denominators) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < std::min(numerators.size(), denominators.size()); ++i)
+    if (denominators[i] > 0) ratios.push_back(numerators[i] / denominators[i]);
+  if (ratios.empty()) return 1.0;
+  std::sort(ratios.begin(), ratios.end());
+  const size_t middle = ratios.size() / 2;
+  return ratios.size() % 2 ? ratios[middle] : (ratios[middle - 1] + ratios[middle]) / 2;
+}
 
 // The cores this process may run on: what its ranks on the host share.
 int usableCores() {
@@ -257,18 +322,9 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
       figures[1] = f.beta;
       figures[2] = f.gamma;
       figures[7] = f.uncachedBeta;
-      // The same round with two ranks busy, the others waiting: how much
-      // the host's sharing stretched it (LinkModel::slowdown).
-      if (ringSize > 2 && comm.rank() < 2) {
-        BRAID_ASSIGN_OR_RETURN(double pair, timeLargeRound(comm, 2));
-        figures[6] = std::max(1.0, f.largeRound / pair);
-        BRAID_ASSIGN_OR_RETURN(double uncachedPair, timeUncachedRound(comm, 2));
-        figures[8] = std::max(1.0, f.uncachedRound / uncachedPair);
-        BRAID_INFO("link probe: 1 MiB ", pair * 1e6, " us with 2 ranks busy, ", f.largeRound * 1e6,
-                   " us with ", ringSize, "; ", kUncachedProbeBytes >> 20, " MiB ",
-                   uncachedPair * 1e6, " us with 2, ", f.uncachedRound * 1e6, " us with ",
-                   ringSize);
-      }
+      // How much the host's sharing stretched a round (LinkModel::slowdown).
+      figures[6] = f.contention;
+      figures[8] = f.uncachedContention;
     }
     if (comm.rank() == 0) {
       figures[3] = comm.coresOnHostOf(0) > 0 ? comm.coresOnHostOf(0) : usableCores();

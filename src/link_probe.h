@@ -8,6 +8,8 @@
 // nothing is measured.
 #pragma once
 
+#include <vector>
+
 #include "algorithms/cost.h"
 #include "src/common/status.h"
 
@@ -16,5 +18,10 @@ namespace braid {
 class Communicator;
 
 Result<algo::LinkModel> probeLink(Communicator& comm);
+
+// The median over i of numerators[i] / denominators[i], over as many pairs
+// as the shorter holds (the mean of the middle two for an even count); 1
+// when there is none.
+double medianRatio(const std::vector<double>& numerators, const std::vector<double>& denominators);
 
 }  // namespace braid

@@ -5,12 +5,17 @@
 // schedule it describes.
 //
 //   braid-sim -P 8,64,1024 --sizes 8,64K,1M,64M --alpha-us 20 --gbps 1.5
+#include <cmath>
 #include <cstdio>
 #include <cxxopts.hpp>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "src/common/byte_size.h"
 #include "src/selector.h"
 
 namespace {
@@ -31,17 +36,16 @@ std::vector<std::string> split(const std::string& text) {
 }
 
 size_t parseSize(const std::string& text) {
-  size_t value = std::stoull(text);
-  switch (text.back()) {
-    case 'K':
-      return value << 10;
-    case 'M':
-      return value << 20;
-    case 'G':
-      return value << 30;
-    default:
-      return value;
-  }
+  if (std::optional<size_t> bytes = braid::parseByteSize(text)) return *bytes;
+  throw std::invalid_argument("bad size '" + text + "'");
+}
+
+int parseRanks(const std::string& text) {
+  size_t end = 0;
+  const int ranks = text.empty() || text[0] == '-' ? 0 : std::stoi(text, &end);
+  if (end != text.size() || ranks < 1)
+    throw std::invalid_argument("world size must be >= 1, not '" + text + "'");
+  return ranks;
 }
 
 std::string sizeText(double bytes) {
@@ -95,6 +99,12 @@ int main(int argc, char** argv) {
       "the figures were measured with every rank of a host busy, this many times as slow as "
       "with two (the INFO line 'cost model' of a communicator; 0: measured with two)",
       cxxopts::value<double>()->default_value("0"))(
+      "uncached-gbps",
+      "link bandwidth out of the caches (the INFO line 'cost model out of cache'); the figures "
+      "move from the cached ones at 1 MiB per rank to these at 4 MiB (0: the same at every size)",
+      cxxopts::value<double>()->default_value("0"))(
+      "uncached-contention", "--contention out of the caches (0: as --contention)",
+      cxxopts::value<double>()->default_value("0"))(
       "plan", "also build rank 0's schedule and count its messages and bytes")("h,help",
                                                                                "this text");
   cxxopts::ParseResult args;
@@ -115,9 +125,30 @@ int main(int argc, char** argv) {
   link.coresPerHost = args["cores"].as<int>();
   const int ranksPerHost = args["ranks-per-host"].as<int>();
   const double contention = args["contention"].as<double>();
-  if (contention != 0 && contention < 1) {
-    std::fprintf(stderr, "braid-sim: --contention must be 0 or at least 1\n");
+  const double uncachedGbps = args["uncached-gbps"].as<double>();
+  const double uncachedContention = args["uncached-contention"].as<double>();
+  for (auto [name, value] :
+       {std::pair{"contention", contention}, std::pair{"uncached-contention", uncachedContention}})
+    if (value != 0 && value < 1) {
+      std::fprintf(stderr, "braid-sim: --%s must be 0 or at least 1\n", name);
+      return 2;
+    }
+  for (auto [name, value] : {std::pair{"alpha-us", link.alpha}, std::pair{"gbps", link.beta},
+                             std::pair{"reduce-gbps", link.gamma}})
+    if (!(value > 0) || !std::isfinite(value)) {
+      std::fprintf(stderr, "braid-sim: --%s must be above 0\n", name);
+      return 2;
+    }
+  if (uncachedGbps < 0 || (uncachedContention > 0 && uncachedGbps == 0)) {
+    std::fprintf(stderr,
+                 "braid-sim: --uncached-gbps must be above 0 (and is needed by "
+                 "--uncached-contention)\n");
     return 2;
+  }
+  if (uncachedGbps > 0) {
+    link.cachedBytes = braid::algo::kCachedProbeBytes;
+    link.largeBytes = braid::algo::kUncachedProbeBytes;
+    link.largeBeta = 1.0 / (uncachedGbps * 1e9);
   }
   std::vector<CollectiveKind> kinds;
   for (const std::string& name : split(args["collective"].as<std::string>())) {
@@ -141,6 +172,9 @@ int main(int argc, char** argv) {
   std::printf(
       "# alpha %.2f us, link %.3g GB/s, reduce %.3g GB/s, chunk %zu B; * = the tuner's choice\n",
       link.alpha * 1e6, 1e-9 / link.beta, 1e-9 / link.gamma, args["chunk-bytes"].as<size_t>());
+  if (uncachedGbps > 0)
+    std::printf("# out of cache (from %zu MiB per rank): link %.3g GB/s\n",
+                braid::algo::kUncachedProbeBytes >> 20, uncachedGbps);
   std::printf("%-13s %6s %7s %-18s %12s %7s %12s%s\n", "# collective", "P", "size", "algorithm",
               "time (us)", "steps", "bytes/rank", plan ? "   rank0 msgs  rank0 bytes" : "");
   try {
@@ -149,21 +183,23 @@ int main(int argc, char** argv) {
         for (const std::string& size : split(args["sizes"].as<std::string>())) {
           CollectiveArgs a;
           a.kind = kind;
-          a.nranks = std::stoi(p);
+          a.nranks = parseRanks(p);
           a.dtype = braid::DataType::kFloat32;
           a.count = parseSize(size) / 4;
           a.chunkBytes = args["chunk-bytes"].as<size_t>();
-          if (a.nranks < 1) throw std::invalid_argument("world size must be >= 1");
           link.ranksPerHost = ranksPerHost > 0 ? std::min(ranksPerHost, a.nranks) : a.nranks;
           if (contention > 0) {
             link.busyWhenMeasured = link.ranksPerHost;
             link.contention = contention;
           }
+          link.largeContention = uncachedContention > 0 ? uncachedContention : link.contention;
+          // What the tuner weighs at this size (LinkModel::atSize).
+          const braid::algo::LinkModel sized = link.atSize(static_cast<double>(a.bytes()));
           const braid::Selector selector({}, link);
           const auto& chosen = selector.choose(a);
           for (const auto& algorithm : braid::algo::allAlgorithms()) {
             if (algorithm.kind != kind) continue;
-            braid::algo::Cost cost = algorithm.estimate(a, link);
+            braid::algo::Cost cost = algorithm.estimate(a, sized);
             std::printf("%-13s %6d %7s %-18s %12.1f %7d %12s",
                         std::string(braid::algo::collectiveName(kind)).c_str(), a.nranks,
                         sizeText(static_cast<double>(a.bytes())).c_str(),

@@ -13,50 +13,13 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tool_process.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using namespace tool_process;
 using nlohmann::json;
-
-// Set by the build's test definition (not BRAID_*: braid rejects names it does not
-// know); the fallbacks find the tools next to
-// this test in the build tree when run by hand.
-std::string toolPath(const char* variable, const char* name) {
-  if (const char* path = std::getenv(variable); path != nullptr && *path != '\0') return path;
-  return (fs::read_symlink("/proc/self/exe").parent_path() / "../../tools" / name).string();
-}
-
-std::string quote(const std::string& word) {
-  std::string out = "'";
-  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-struct Outcome {
-  int exitCode = -1;
-  std::string out;
-  std::string err;
-};
-
-Outcome run(const std::string& command) {
-  fs::path errPath =
-      fs::temp_directory_path() / ("braid_topo_test." + std::to_string(getpid()) + ".err");
-  Outcome outcome;
-  FILE* pipe = popen((command + " 2>" + quote(errPath.string())).c_str(), "r");
-  if (pipe == nullptr) return outcome;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) outcome.out.append(buf, n);
-  int status = pclose(pipe);
-  if (WIFEXITED(status)) outcome.exitCode = WEXITSTATUS(status);
-  std::ifstream err(errPath);
-  std::stringstream text;
-  text << err.rdbuf();
-  outcome.err = text.str();
-  fs::remove(errPath);
-  return outcome;
-}
 
 std::string topo() {
   return quote(toolPath("BRAIDTOPO", "braid-topo"));

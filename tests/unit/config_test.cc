@@ -10,7 +10,9 @@
 #include <sstream>
 
 #include "src/bootstrap.h"
+#include "src/common/byte_size.h"
 #include "src/common/env.h"
+#include "src/link_probe.h"
 #include "src/progress.h"
 #include "src/selector.h"
 
@@ -186,6 +188,17 @@ TEST(Config, DocumentationListsExactlyTheRegisteredVariables) {
   }
   for (const auto& p : envParams()) registered.insert(std::string(p.name));
   EXPECT_EQ(documented, registered);
+}
+
+TEST(ByteSize, ParsesWhatPeopleTypeAndRejectsTheRest) {
+  EXPECT_EQ(parseByteSize("0"), 0u);
+  EXPECT_EQ(parseByteSize("4096"), 4096u);
+  EXPECT_EQ(parseByteSize("64K"), 64u << 10);
+  EXPECT_EQ(parseByteSize("32m"), 32u << 20);
+  EXPECT_EQ(parseByteSize("1G"), size_t{1} << 30);
+  for (const char* bad : {"", "K", "-1", "+1", "1Q", "1KB", "1.5M", " 1", "1 ", "0x10",
+                          "99999999999999999999", "17179869184G"})
+    EXPECT_EQ(parseByteSize(bad), std::nullopt) << "'" << bad << "'";
 }
 
 TEST(UniqueId, RoundTripsAndRejectsGarbage) {
@@ -376,6 +389,20 @@ TEST(LinkModel, AtSizeMovesToTheUncachedFigures) {
 // 5.5x as slow with three ranks busy as with two, a 4 MiB one 1.75x. Out of
 // cache the ring's extra busy rank costs less than halving's fold and
 // unfold move (the ring measured 1.15-1.24x faster at 4 MiB).
+// The probe's contention figure: batch by batch, so that one disturbed
+// batch of either kind (here the pair's 3rd, 5x slow) does not move it.
+TEST(LinkModel, ContentionIsTheMedianOfTheBatchRatios) {
+  const std::vector<double> whole = {160, 150, 600, 170, 155};
+  const std::vector<double> pair = {60, 65, 600, 70, 300};
+  EXPECT_DOUBLE_EQ(medianRatio(whole, pair), 150.0 / 65);
+  // An even count takes the mean of the middle two; the longer list's
+  // extra entries have no partner and are left out.
+  EXPECT_DOUBLE_EQ(medianRatio({2, 3, 4, 9}, {1, 1, 1}), 3.0);
+  EXPECT_DOUBLE_EQ(medianRatio({2, 4}, {1, 1}), 3.0);
+  EXPECT_DOUBLE_EQ(medianRatio({}, {}), 1.0);
+  EXPECT_DOUBLE_EQ(medianRatio({5}, {0}), 1.0);
+}
+
 TEST(Selector, ThreeRanksOnTwoCoresTakeTheRingOutOfCache) {
   algo::LinkModel link;
   link.alpha = 2.24e-6;
