@@ -307,49 +307,82 @@ Status launchTransform(void* data, size_t count, Transform transform, cudaStream
   return launchStatus("averageOnDevice: kernel launch");
 }
 
+// ---- Element types ----
+
+// What a DataType is to the kernels: the type its elements are stored as,
+// and the functors that combine and divide them.
+template <typename T>
+struct NativeElement {
+  using Storage = T;
+  template <RedOp kOp>
+  using Combine = NativeCombine<T, kOp>;
+  using Divide = NativeDivide<T>;
+};
+
+// fp16/bf16: stored as their bits, computed in fp32.
+template <typename Format>
+struct NarrowElement {
+  using Storage = uint16_t;
+  template <RedOp kOp>
+  using Combine = NarrowCombine<Format, kOp>;
+  using Divide = NarrowDivide<Format>;
+};
+
+bool knownDataType(DataType type) {
+  return static_cast<int>(type) < kNumDataTypes;
+}
+
+Status unknownDataType(const char* caller, DataType type) {
+  return invalidArgument(std::string(caller) + ": unknown data type " +
+                         std::to_string(static_cast<int>(type)));
+}
+
+// The one switch over DataType: returns f(element), element being the
+// type's NativeElement or NarrowElement, so that each entry point states
+// only what it does with the type.
+template <typename F>
+Status withElementType(DataType type, const char* caller, F&& f) {
+  switch (type) {
+    case DataType::kInt8:
+      return f(NativeElement<int8_t>{});
+    case DataType::kUint8:
+      return f(NativeElement<uint8_t>{});
+    case DataType::kInt32:
+      return f(NativeElement<int32_t>{});
+    case DataType::kUint32:
+      return f(NativeElement<uint32_t>{});
+    case DataType::kInt64:
+      return f(NativeElement<int64_t>{});
+    case DataType::kUint64:
+      return f(NativeElement<uint64_t>{});
+    case DataType::kFloat16:
+      return f(NarrowElement<HalfFormat>{});
+    case DataType::kBfloat16:
+      return f(NarrowElement<Bfloat16Format>{});
+    case DataType::kFloat32:
+      return f(NativeElement<float>{});
+    case DataType::kFloat64:
+      return f(NativeElement<double>{});
+  }
+  return unknownDataType(caller, type);
+}
+
 template <RedOp kOp>
 Status reduceWithOp(void* dst, const void* a, const void* b, size_t count, DataType type,
                     cudaStream_t stream) {
   const HostNans nans = hostDefaultNans();
-  switch (type) {
-    case DataType::kInt8:
-      return launchCombine<int8_t>(dst, a, b, count, NativeCombine<int8_t, kOp>{nans}, stream);
-    case DataType::kUint8:
-      return launchCombine<uint8_t>(dst, a, b, count, NativeCombine<uint8_t, kOp>{nans}, stream);
-    case DataType::kInt32:
-      return launchCombine<int32_t>(dst, a, b, count, NativeCombine<int32_t, kOp>{nans}, stream);
-    case DataType::kUint32:
-      return launchCombine<uint32_t>(dst, a, b, count, NativeCombine<uint32_t, kOp>{nans}, stream);
-    case DataType::kInt64:
-      return launchCombine<int64_t>(dst, a, b, count, NativeCombine<int64_t, kOp>{nans}, stream);
-    case DataType::kUint64:
-      return launchCombine<uint64_t>(dst, a, b, count, NativeCombine<uint64_t, kOp>{nans}, stream);
-    case DataType::kFloat16:
-      return launchCombine<uint16_t>(dst, a, b, count, NarrowCombine<HalfFormat, kOp>{nans},
-                                     stream);
-    case DataType::kBfloat16:
-      return launchCombine<uint16_t>(dst, a, b, count, NarrowCombine<Bfloat16Format, kOp>{nans},
-                                     stream);
-    case DataType::kFloat32:
-      return launchCombine<float>(dst, a, b, count, NativeCombine<float, kOp>{nans}, stream);
-    case DataType::kFloat64:
-      return launchCombine<double>(dst, a, b, count, NativeCombine<double, kOp>{nans}, stream);
-  }
-  return invalidArgument("reduceOnDevice: unknown data type " +
-                         std::to_string(static_cast<int>(type)));
-}
-
-bool knownDataType(DataType type) {
-  return static_cast<int>(type) < kNumDataTypes;
+  return withElementType(type, "reduceOnDevice", [&](auto element) {
+    using Element = decltype(element);
+    return launchCombine<typename Element::Storage>(
+        dst, a, b, count, typename Element::template Combine<kOp>{nans}, stream);
+  });
 }
 
 }  // namespace
 
 Status reduceOnDevice(void* dst, const void* a, const void* b, size_t count, DataType type,
                       RedOp op, void* stream) {
-  if (!knownDataType(type))
-    return invalidArgument("reduceOnDevice: unknown data type " +
-                           std::to_string(static_cast<int>(type)));
+  if (!knownDataType(type)) return unknownDataType("reduceOnDevice", type);
   if (count == 0) return Status::ok();
   const cudaStream_t cudaStream = static_cast<cudaStream_t>(stream);
   switch (op) {
@@ -368,45 +401,17 @@ Status reduceOnDevice(void* dst, const void* a, const void* b, size_t count, Dat
 }
 
 Status averageOnDevice(void* data, size_t count, DataType type, int divisor, void* stream) {
-  if (!knownDataType(type))
-    return invalidArgument("averageOnDevice: unknown data type " +
-                           std::to_string(static_cast<int>(type)));
+  if (!knownDataType(type)) return unknownDataType("averageOnDevice", type);
   if (divisor < 1)
     return invalidArgument("averageOnDevice: divisor " + std::to_string(divisor) +
                            " is not a rank count");
   if (divisor == 1 || count == 0) return Status::ok();
-  const cudaStream_t cudaStream = static_cast<cudaStream_t>(stream);
   const HostNans nans = hostDefaultNans();
-  switch (type) {
-    case DataType::kInt8:
-      return launchTransform<int8_t>(data, count, NativeDivide<int8_t>{divisor, nans}, cudaStream);
-    case DataType::kUint8:
-      return launchTransform<uint8_t>(data, count, NativeDivide<uint8_t>{divisor, nans},
-                                      cudaStream);
-    case DataType::kInt32:
-      return launchTransform<int32_t>(data, count, NativeDivide<int32_t>{divisor, nans},
-                                      cudaStream);
-    case DataType::kUint32:
-      return launchTransform<uint32_t>(data, count, NativeDivide<uint32_t>{divisor, nans},
-                                       cudaStream);
-    case DataType::kInt64:
-      return launchTransform<int64_t>(data, count, NativeDivide<int64_t>{divisor, nans},
-                                      cudaStream);
-    case DataType::kUint64:
-      return launchTransform<uint64_t>(data, count, NativeDivide<uint64_t>{divisor, nans},
-                                       cudaStream);
-    case DataType::kFloat16:
-      return launchTransform<uint16_t>(data, count, NarrowDivide<HalfFormat>{divisor, nans},
-                                       cudaStream);
-    case DataType::kBfloat16:
-      return launchTransform<uint16_t>(data, count, NarrowDivide<Bfloat16Format>{divisor, nans},
-                                       cudaStream);
-    case DataType::kFloat32:
-      return launchTransform<float>(data, count, NativeDivide<float>{divisor, nans}, cudaStream);
-    case DataType::kFloat64:
-      return launchTransform<double>(data, count, NativeDivide<double>{divisor, nans}, cudaStream);
-  }
-  return Status::ok();
+  return withElementType(type, "averageOnDevice", [&](auto element) {
+    using Element = decltype(element);
+    return launchTransform<typename Element::Storage>(
+        data, count, typename Element::Divide{divisor, nans}, static_cast<cudaStream_t>(stream));
+  });
 }
 
 Status copyOnDevice(void* dst, const void* src, size_t bytes, void* stream) {

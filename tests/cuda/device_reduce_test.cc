@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -37,28 +39,23 @@ std::vector<unsigned char> randomBytes(size_t bytes, uint32_t seed) {
   return data;
 }
 
+template <typename T>
+T elementAt(const unsigned char* data, size_t index) {
+  T value;
+  std::memcpy(&value, data + index * sizeof value, sizeof value);
+  return value;
+}
+
 bool isNanAt(const unsigned char* data, size_t index, DataType type) {
   switch (type) {
-    case DataType::kFloat16: {
-      uint16_t v;
-      std::memcpy(&v, data + 2 * index, 2);
-      return (v & 0x7FFFu) > 0x7C00u;
-    }
-    case DataType::kBfloat16: {
-      uint16_t v;
-      std::memcpy(&v, data + 2 * index, 2);
-      return (v & 0x7FFFu) > 0x7F80u;
-    }
-    case DataType::kFloat32: {
-      uint32_t v;
-      std::memcpy(&v, data + 4 * index, 4);
-      return (v & 0x7FFFFFFFu) > 0x7F800000u;
-    }
-    case DataType::kFloat64: {
-      uint64_t v;
-      std::memcpy(&v, data + 8 * index, 8);
-      return (v & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull;
-    }
+    case DataType::kFloat16:
+      return std::isnan(halfToFloat(elementAt<uint16_t>(data, index)));
+    case DataType::kBfloat16:
+      return std::isnan(bfloat16ToFloat(elementAt<uint16_t>(data, index)));
+    case DataType::kFloat32:
+      return std::isnan(elementAt<float>(data, index));
+    case DataType::kFloat64:
+      return std::isnan(elementAt<double>(data, index));
     default:
       return false;
   }
