@@ -3,7 +3,6 @@
 // communicator use a 1-rank one, which needs no other process.
 #include <gtest/gtest.h>
 
-#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -13,45 +12,11 @@
 #include <vector>
 
 #include "braid.h"
+#include "expect_braid.h"
 
 namespace {
 
-// Whether `word` occurs in `text` as a whole identifier (case-insensitive), so
-// that "op" is not found inside "operation".
-bool mentions(const std::string& text, const std::string& word) {
-  auto lower = [](std::string s) {
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-  };
-  std::string t = lower(text), w = lower(word);
-  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (size_t pos = t.find(w); pos != std::string::npos; pos = t.find(w, pos + 1)) {
-    bool before = pos == 0 || !ident(t[pos - 1]);
-    bool after = pos + w.size() == t.size() || !ident(t[pos + w.size()]);
-    if (before && after) return true;
-  }
-  return false;
-}
-
-// Runs `call` after leaving a known, different message behind (so a stale
-// message cannot pass), then checks the result and that the new message
-// names every one of `words`.
-#define EXPECT_BRAID_ERROR(call, expected, ...)                                                \
-  do {                                                                                         \
-    (void)braidGetVersion(nullptr); /* last error now names braidGetVersion */                 \
-    braidResult_t got_ = (call);                                                               \
-    std::string msg_ = braidGetLastError(nullptr);                                             \
-    EXPECT_EQ(got_, (expected)) << #call << ": " << braidGetErrorString(got_) << ": " << msg_; \
-    for (const char* w_ : {__VA_ARGS__})                                                       \
-      EXPECT_TRUE(mentions(msg_, w_))                                                          \
-          << #call << ": message \"" << msg_ << "\" does not mention \"" << w_ << "\"";        \
-  } while (0)
-
-#define EXPECT_BRAID_OK(call)                                                     \
-  do {                                                                            \
-    braidResult_t got_ = (call);                                                  \
-    EXPECT_EQ(got_, braidSuccess) << #call << ": " << braidGetLastError(nullptr); \
-  } while (0)
+using braid_api_test::mentions;
 
 braidComm_t newComm() {
   braidUniqueId id;

@@ -12,30 +12,14 @@
 #include <thread>
 
 #include "braid.h"
+#include "expect_braid.h"
 
 namespace {
 
 using SetDeviceRange = void (*)(void*, size_t, int, int);
 
-#define EXPECT_BRAID_OK(call)                                                     \
-  do {                                                                            \
-    braidResult_t got_ = (call);                                                  \
-    EXPECT_EQ(got_, braidSuccess) << #call << ": " << braidGetLastError(nullptr); \
-  } while (0)
-
-// `call` returns braidNotSupported and its message contains every one of
-// `parts`. A known, different message is left behind first, so a stale one
-// cannot pass.
-#define EXPECT_REFUSED(call, ...)                                                       \
-  do {                                                                                  \
-    (void)braidGetVersion(nullptr);                                                     \
-    braidResult_t got_ = (call);                                                        \
-    std::string msg_ = braidGetLastError(nullptr);                                      \
-    EXPECT_EQ(got_, braidNotSupported) << #call << ": " << msg_;                        \
-    for (const char* p_ : {__VA_ARGS__})                                                \
-      EXPECT_NE(msg_.find(p_), std::string::npos)                                       \
-          << #call << ": message \"" << msg_ << "\" does not contain \"" << p_ << "\""; \
-  } while (0)
+// `call` returns braidNotSupported and its message names every one of `parts`.
+#define EXPECT_REFUSED(call, ...) EXPECT_BRAID_ERROR(call, braidNotSupported, __VA_ARGS__)
 
 class GpuBuffers : public ::testing::Test {
  protected:
