@@ -335,7 +335,9 @@ braidResult_t braidGroupEnd(void);
  * on it in order. Calls on different streams of one communicator run
  * concurrently; every rank must create its streams on `comm` in the same
  * order, and calls on the k-th stream match the k-th stream of the peers.
- * Errors: braidInvalidArgument (NULL), braidInvalidUsage (aborted comm). */
+ * A communicator holds at most 125 streams.
+ * Errors: braidInvalidArgument (NULL), braidInvalidUsage (aborted comm, or
+ * a 126th stream). */
 braidResult_t braidStreamCreate(braidComm_t comm, braidStream_t* stream);
 
 /* Wraps a cudaStream_t (CUDA builds). braidNotSupported otherwise. */

@@ -390,6 +390,26 @@ TEST(Abort, LaterCallsFailAndDestroyWorks) {
   EXPECT_BRAID_OK(braidCommDestroy(c));
 }
 
+// The last channels belong to the link probe's two streams; a user's 125th
+// stream still works, a 126th is refused by name.
+TEST(Streams, AtMost125PerCommunicator) {
+  braidComm_t c = newComm();
+  ASSERT_NE(c, nullptr);
+  std::vector<braidStream_t> streams(125, nullptr);
+  for (braidStream_t& s : streams)
+    ASSERT_EQ(braidStreamCreate(c, &s), braidSuccess) << braidGetLastError(nullptr);
+  braidStream_t extra = nullptr;
+  EXPECT_BRAID_ERROR(braidStreamCreate(c, &extra), braidInvalidUsage, "braidStreamCreate", "125",
+                     "streams");
+  EXPECT_EQ(extra, nullptr);
+  float x[4] = {1, 2, 3, 4}, y[4] = {};
+  EXPECT_BRAID_OK(braidAllReduce(x, y, 4, braidFloat32, braidSum, c, streams.back()));
+  EXPECT_BRAID_OK(braidStreamSynchronize(streams.back()));
+  EXPECT_EQ(y[3], 4.f);
+  for (braidStream_t s : streams) EXPECT_BRAID_OK(braidStreamDestroy(s));
+  EXPECT_BRAID_OK(braidCommDestroy(c));
+}
+
 TEST(Abort, QueuedStreamWorkFails) {
   braidComm_t c = newComm();
   ASSERT_NE(c, nullptr);
