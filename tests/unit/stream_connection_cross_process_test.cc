@@ -1,0 +1,225 @@
+// The single-copy protocol across processes: negotiation, copies both ways, a killed peer.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/unit/stream_connection_fixtures.h"
+#include "transports/shm/shm_stream.h"
+#include "transports/stream_connection.h"
+#include "transports/tcp/socket_stream.h"
+
+namespace braid::transport {
+namespace {
+
+// Progresses one end until no request is pending, sleeping on its fd as the
+// engine does; false after `seconds`.
+bool runUntilDone(StreamConnection& c, const std::vector<RequestPtr>& requests,
+                  double seconds = 10) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    bool pending = false;
+    for (const auto& r : requests) pending = pending || r->state() == Request::State::kPending;
+    if (!pending) return true;
+    auto moved = c.progress();
+    if (moved.isOk() && *moved) continue;
+    if (c.prepareToSleep()) {
+      pollfd fd{c.pollFd(), POLLIN, 0};
+      (void)::poll(&fd, 1, 10);
+    }
+  }
+  return false;
+}
+
+TEST_F(SingleCopy, NegotiationAgreesOnlyWhenBothEndsCanRead) {
+  for (bool aWilling : {true, false}) {
+    SCOPED_TRACE(aWilling ? "both willing" : "one end turned it off");
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    tcp::Fd fa(fds[0]), fb(fds[1]);
+    Result<shm::ReadPeerVerdict> va = internalError("not run"), vb = internalError("not run");
+    std::thread t([&] { vb = shm::negotiateReadPeer(fb.get(), true, Deadline::after(10)); });
+    va = shm::negotiateReadPeer(fa.get(), aWilling, Deadline::after(10));
+    t.join();
+    ASSERT_TRUE(va.isOk()) << va.status().message();
+    ASSERT_TRUE(vb.isOk()) << vb.status().message();
+    EXPECT_EQ(va->peerPid, aWilling ? ::getpid() : 0);
+    EXPECT_EQ(vb->peerPid, aWilling ? ::getpid() : 0);
+    if (!aWilling) {
+      EXPECT_NE(va->refused.find("turned off on this rank"), std::string::npos) << va->refused;
+      EXPECT_NE(vb->refused.find("turned off on the peer"), std::string::npos) << vb->refused;
+    }
+  }
+}
+
+// A peer whose word cannot be read (here: a bad address, as when the kernel
+// refuses) leaves both ends on the rings.
+TEST_F(SingleCopy, NegotiationFailsWhenTheWordCannotBeRead) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  tcp::Fd fa(fds[0]), fb(fds[1]);
+  std::thread fake([&] {
+    // The offer's wire format: willing, pid, address, value.
+    const uint64_t offer[4] = {1, static_cast<uint64_t>(::getpid()), 0, 42};
+    uint64_t theirs[4];
+    uint8_t canRead = 1, peerCanRead = 0;
+    const Deadline d = Deadline::after(10);
+    (void)tcp::sendAll(fb.get(), {reinterpret_cast<const uint8_t*>(offer), sizeof(offer)}, d);
+    (void)tcp::recvAll(fb.get(), {reinterpret_cast<uint8_t*>(theirs), sizeof(theirs)}, d);
+    (void)tcp::sendAll(fb.get(), {&canRead, 1}, d);
+    (void)tcp::recvAll(fb.get(), {&peerCanRead, 1}, d);
+  });
+  auto verdict = shm::negotiateReadPeer(fa.get(), true, Deadline::after(10));
+  fake.join();
+  ASSERT_TRUE(verdict.isOk()) << verdict.status().message();
+  EXPECT_EQ(verdict->peerPid, 0);
+  EXPECT_NE(verdict->refused.find("process_vm_readv"), std::string::npos) << verdict->refused;
+}
+
+std::unique_ptr<StreamConnection> connectShm(shm::Segment segment, bool creator, int fd, int peer,
+                                             pid_t peerPid) {
+  auto stream =
+      std::make_unique<shm::ShmStream>(std::move(segment), kRingBytes, creator, tcp::Fd(fd), peer);
+  if (peerPid > 0) stream->enableReadPeer(peerPid);
+  return std::make_unique<StreamConnection>(std::move(stream), peer, patient());
+}
+
+// Two processes that probe each other, then exchange large messages both
+// ways, one of them reduced, each copied once from the other's memory.
+TEST_F(SingleCopy, CopiesAcrossProcesses) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
+  ASSERT_TRUE(created.isOk());
+  shm::ShmStream::initialize(*created, kRingBytes);
+  const std::string name = created->name();
+  const size_t bytes = (16 << 20) + 4;
+  pid_t child = fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    auto opened = shm::Segment::open(name, shm::segmentBytes(kRingBytes));
+    if (!opened.isOk()) _exit(10);
+    auto verdict = shm::negotiateReadPeer(fds[1], true, Deadline::after(10));
+    if (!verdict.isOk()) _exit(11);
+    if (verdict->peerPid == 0) _exit(77);  // not permitted here
+    if (verdict->peerPid != ::getppid()) _exit(12);
+    auto b = connectShm(std::move(*opened), false, fds[1], 0, verdict->peerPid);
+    std::vector<uint8_t> got(bytes), local = pattern(bytes, 21), sum(bytes);
+    std::vector<uint8_t> reply = pattern(bytes, 22);
+    Adder adder;
+    adder.unit = 4;
+    adder.dst = sum.data();
+    std::vector<RequestPtr> requests = {
+        b->postRecv(got.data(), bytes, tag(1)),
+        b->postRecvReduce(sum.data(), local.data(), bytes, tag(2), {4, &Adder::apply, &adder}),
+        b->postSend(reply.data(), bytes, tag(1))};
+    if (!runUntilDone(*b, requests)) _exit(13);
+    for (const auto& r : requests)
+      if (r->state() != Request::State::kDone) _exit(14);
+    if (got != pattern(bytes, 20)) _exit(15);
+    std::vector<uint8_t> incoming = pattern(bytes, 23);
+    for (size_t i = 0; i < bytes; ++i)
+      if (sum[i] != static_cast<uint8_t>(local[i] + incoming[i])) _exit(16);
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  ::close(fds[1]);
+  auto verdict = shm::negotiateReadPeer(fds[0], true, Deadline::after(10));
+  created->unlink();
+  ASSERT_TRUE(verdict.isOk()) << verdict.status().message();
+  if (verdict->peerPid == 0) {
+    int status = 0;
+    waitpid(child, &status, 0);
+    GTEST_SKIP() << "the processes may not read each other: " << verdict->refused;
+  }
+  EXPECT_EQ(verdict->peerPid, child);
+  auto a = connectShm(std::move(*created), true, fds[0], 1, verdict->peerPid);
+  std::vector<uint8_t> out = pattern(bytes, 20), reduced = pattern(bytes, 23), back(bytes);
+  std::vector<RequestPtr> requests = {a->postSend(out.data(), bytes, tag(1)),
+                                      a->postSend(reduced.data(), bytes, tag(2)),
+                                      a->postRecv(back.data(), bytes, tag(1))};
+  EXPECT_TRUE(runUntilDone(*a, requests));
+  for (const auto& r : requests) EXPECT_EQ(r->state(), Request::State::kDone);
+  EXPECT_EQ(back, pattern(bytes, 22));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks (see its exit codes)";
+}
+
+// A receiver that dies holding a descriptor fails the send waiting for its ack.
+TEST_F(SingleCopy, KilledReceiverFailsASendWaitingForItsAck) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
+  ASSERT_TRUE(created.isOk());
+  shm::ShmStream::initialize(*created, kRingBytes);
+  const std::string name = created->name();
+  pid_t child = fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    auto opened = shm::Segment::open(name, shm::segmentBytes(kRingBytes));
+    if (!opened.isOk()) _exit(10);
+    auto b = connectShm(std::move(*opened), false, fds[1], 0, ::getppid());
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!b->unclaimed(0, 2) && std::chrono::steady_clock::now() < until) (void)b->progress();
+    _exit(b->unclaimed(0, 2) ? 0 : 11);  // dies holding the descriptor, saying nothing
+  }
+  ASSERT_GT(child, 0);
+  ::close(fds[1]);
+  auto a = connectShm(std::move(*created), true, fds[0], 1, child);
+  std::vector<uint8_t> big = pattern(1 << 20, 30);
+  RequestPtr s = a->postSend(big.data(), big.size(), tag(1));
+  EXPECT_TRUE(runUntilDone(*a, {s}));
+  ASSERT_EQ(s->state(), Request::State::kFailed);
+  EXPECT_EQ(s->error().code(), ErrorCode::kRemoteError);
+  EXPECT_NE(s->error().message().find("rank 1"), std::string::npos) << s->error().message();
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child saw the descriptor before it died";
+}
+
+// A sender that died after its descriptor went out fails the receive.
+TEST_F(SingleCopy, KilledSenderFailsTheReceiveBeingCopied) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
+  ASSERT_TRUE(created.isOk());
+  shm::ShmStream::initialize(*created, kRingBytes);
+  const std::string name = created->name();
+  pid_t child = fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    auto opened = shm::Segment::open(name, shm::segmentBytes(kRingBytes));
+    if (!opened.isOk()) _exit(10);
+    auto b = connectShm(std::move(*opened), false, fds[1], 0, ::getppid());
+    std::vector<uint8_t> big = pattern(64 << 20, 31);
+    RequestPtr s = b->postSend(big.data(), big.size(), tag(1));
+    for (int i = 0; i < 20; ++i) (void)b->progress();  // the descriptor is out
+    _exit(s->state() == Request::State::kPending ? 0 : 11);
+  }
+  ASSERT_GT(child, 0);
+  ::close(fds[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's descriptor went out";
+  auto a = connectShm(std::move(*created), true, fds[0], 1, child);
+  std::vector<uint8_t> got(64 << 20);
+  RequestPtr r = a->postRecv(got.data(), got.size(), tag(1));
+  EXPECT_TRUE(runUntilDone(*a, {r}));
+  ASSERT_EQ(r->state(), Request::State::kFailed);
+  EXPECT_EQ(r->error().code(), ErrorCode::kRemoteError);
+  EXPECT_NE(r->error().message().find("rank 1"), std::string::npos) << r->error().message();
+}
+
+}  // namespace
+}  // namespace braid::transport

@@ -1,0 +1,357 @@
+// The single-copy protocol in one process: descriptors, acks, reductions, copies, sleeps.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "src/common/strcat.h"
+#include "tests/unit/stream_connection_fixtures.h"
+#include "transports/stream_connection.h"
+
+namespace braid::transport {
+namespace {
+
+TEST_F(SingleCopy, DescriptorWaitsUncopiedForItsReceive) {
+  Pair p("shm_cma", patient());
+  std::vector<uint8_t> big = pattern(3 << 20, 1), got(big.size());
+  RequestPtr s = p.a->postSend(big.data(), big.size(), tag(1));
+  for (int i = 0; i < 50; ++i) {
+    (void)p.a->progress();
+    (void)p.b->progress();
+  }
+  EXPECT_EQ(s->state(), Request::State::kPending) << "a send completes on the receiver's ack";
+  EXPECT_EQ(p.bs->bytesRead, 0u) << "nothing is copied before the receive is posted";
+  auto waiting = p.b->unclaimed(0, 2);
+  ASSERT_TRUE(waiting.has_value()) << "the descriptor waits as an unexpected message";
+  EXPECT_EQ(waiting->check, 7u);
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  EXPECT_EQ(r->state(), Request::State::kPending) << "copied by progress(), in pieces";
+  p.drive({s, r});
+  EXPECT_EQ(r->state(), Request::State::kDone);
+  EXPECT_EQ(s->state(), Request::State::kDone);
+  EXPECT_EQ(got, big);
+  EXPECT_EQ(p.bs->bytesRead, big.size());
+  EXPECT_GE(p.bs->reads, 3u) << "at most 1 MiB per progress() call";
+  EXPECT_FALSE(p.b->unclaimed(0, 2).has_value());
+}
+
+TEST_F(SingleCopy, ReceivesPostedFirstAndManyInFlight) {
+  Pair p("shm_cma", patient());
+  // Two messages in flight at once: the second descriptor arrives while the
+  // first is being copied, and must not count as overtaking it.
+  std::vector<uint8_t> one = pattern(5 << 20, 2), two = pattern((5 << 20) + 3, 3);
+  std::vector<uint8_t> gotOne(one.size()), gotTwo(two.size());
+  RequestPtr r1 = p.b->postRecv(gotOne.data(), gotOne.size(), tag(1));
+  RequestPtr r2 = p.b->postRecv(gotTwo.data(), gotTwo.size(), tag(2));
+  RequestPtr s1 = p.a->postSend(one.data(), one.size(), tag(1));
+  RequestPtr s2 = p.a->postSend(two.data(), two.size(), tag(2));
+  p.drive({s1, s2, r1, r2});
+  EXPECT_EQ(r1->state(), Request::State::kDone);
+  EXPECT_EQ(r2->state(), Request::State::kDone);
+  EXPECT_EQ(gotOne, one);
+  EXPECT_EQ(gotTwo, two);
+}
+
+TEST_F(SingleCopy, ReceiveWithReductionCombinesWholeElementsInPieces) {
+  for (size_t unit : {size_t{3}, size_t{12}})
+    for (bool postedFirst : {true, false})
+      for (bool inPlace : {false, true}) {
+        SCOPED_TRACE(strCat("unit ", unit, postedFirst ? ", posted first" : ", posted late",
+                            inPlace ? ", in place" : ""));
+        Pair p("shm_cma", patient());
+        const size_t bytes = unit * 300007;  // no multiple of the staging buffer or 1 MiB
+        std::vector<uint8_t> incoming = pattern(bytes, 4), local = pattern(bytes, 9);
+        std::vector<uint8_t> out(bytes), expected(bytes);
+        for (size_t i = 0; i < bytes; ++i)
+          expected[i] = static_cast<uint8_t>(local[i] + incoming[i]);
+        uint8_t* dst = inPlace ? local.data() : out.data();
+        Adder adder;
+        adder.unit = unit;
+        adder.dst = dst;
+        const Combiner combiner{unit, &Adder::apply, &adder};
+        RequestPtr r, s;
+        if (postedFirst) r = p.b->postRecvReduce(dst, local.data(), bytes, tag(1), combiner);
+        s = p.a->postSend(incoming.data(), bytes, tag(1));
+        if (!postedFirst) {
+          for (int i = 0; i < 20; ++i) {
+            (void)p.a->progress();
+            (void)p.b->progress();
+          }
+          r = p.b->postRecvReduce(dst, local.data(), bytes, tag(1), combiner);
+        }
+        p.drive({s, r});
+        ASSERT_EQ(r->state(), Request::State::kDone);
+        EXPECT_EQ(s->state(), Request::State::kDone);
+        EXPECT_TRUE(std::equal(expected.begin(), expected.end(), dst));
+        EXPECT_EQ(adder.units, bytes / unit);
+        EXPECT_GT(adder.calls, 3u) << "combined piece by piece";
+        EXPECT_FALSE(adder.split) << "a piece split an element";
+        EXPECT_EQ(p.bs->bytesRead, bytes);
+      }
+}
+
+TEST_F(SingleCopy, MismatchFailsTheReceiveAndReleasesTheSender) {
+  Pair p("shm_cma", patient());
+  std::vector<uint8_t> big = pattern(1 << 20, 5), got(2 << 20);
+  // Another size, posted before the descriptor arrives.
+  RequestPtr r = p.b->postRecv(got.data(), 2 << 20, tag(1));
+  RequestPtr s = p.a->postSend(big.data(), big.size(), tag(1));
+  p.drive({s, r});
+  ASSERT_EQ(r->state(), Request::State::kFailed);
+  EXPECT_EQ(r->failure(), Request::Failure::kDifferentCall);
+  EXPECT_EQ(r->error().code(), ErrorCode::kInvalidUsage);
+  EXPECT_EQ(s->state(), Request::State::kDone)
+      << "as with a payload in the stream, the sender does not wait on a failed receive";
+  EXPECT_TRUE(p.b->unclaimed(0, 2).has_value()) << "the message is kept as unclaimed";
+
+  // Another check, posted after the descriptor arrived.
+  RequestPtr s2 = p.a->postSend(big.data(), big.size(), tag(2, 300));
+  for (int i = 0; i < 20; ++i) {
+    (void)p.a->progress();
+    (void)p.b->progress();
+  }
+  RequestPtr r2 = p.b->postRecv(got.data(), big.size(), tag(2, 100));
+  ASSERT_EQ(r2->state(), Request::State::kFailed);
+  EXPECT_EQ(r2->failure(), Request::Failure::kDifferentCall);
+  EXPECT_EQ(r2->mismatch().check, 300u) << "the sender's check";
+  p.drive({s2});
+  EXPECT_EQ(s2->state(), Request::State::kDone);
+}
+
+TEST_F(SingleCopy, ReceiveOvertakenByADescriptorFails) {
+  Pair p("shm_cma", patient());
+  std::vector<uint8_t> big = pattern(1 << 20, 6), got(1 << 20);
+  RequestPtr skipped = p.b->postRecv(got.data(), got.size(), tag(5));
+  RequestPtr s = p.a->postSend(big.data(), big.size(), tag(6));
+  p.drive({skipped});
+  ASSERT_EQ(skipped->state(), Request::State::kFailed);
+  EXPECT_EQ(skipped->failure(), Request::Failure::kOvertaken);
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(6));
+  p.drive({s, r});
+  EXPECT_EQ(r->state(), Request::State::kDone);
+  EXPECT_EQ(got, big);
+}
+
+TEST_F(SingleCopy, AbortFailsASendWaitingForItsAck) {
+  Pair p("shm_cma", patient());
+  std::vector<uint8_t> big = pattern(1 << 20, 7), got(1 << 20, 0);
+  RequestPtr s = p.a->postSend(big.data(), big.size(), tag(1));
+  for (int i = 0; i < 5; ++i) (void)p.a->progress();
+  ASSERT_EQ(s->state(), Request::State::kPending);
+  p.a->abort(invalidUsage("communicator aborted"));
+  ASSERT_EQ(s->state(), Request::State::kFailed);
+  EXPECT_EQ(s->error().code(), ErrorCode::kInvalidUsage);
+  // The receiver saw the descriptor, then the goodbye: the sender's buffer
+  // is no longer promised, so the receive fails instead of copying it.
+  for (int i = 0; i < 20; ++i) (void)p.b->progress();
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  EXPECT_EQ(r->state(), Request::State::kFailed);
+  EXPECT_EQ(p.bs->bytesRead, 0u);
+}
+
+TEST_F(SingleCopy, PeerAbortFailsASendWaitingForItsAck) {
+  Pair p("shm_cma", patient());
+  std::vector<uint8_t> big = pattern(1 << 20, 8);
+  RequestPtr s = p.a->postSend(big.data(), big.size(), tag(1));
+  for (int i = 0; i < 10; ++i) {
+    (void)p.a->progress();
+    (void)p.b->progress();
+  }
+  ASSERT_TRUE(p.b->unclaimed(0, 2).has_value());
+  p.b->abort(invalidUsage("rank 1 called something else"));
+  p.drive({s});
+  ASSERT_EQ(s->state(), Request::State::kFailed);
+  EXPECT_EQ(s->error().code(), ErrorCode::kInvalidUsage);
+  EXPECT_NE(s->error().message().find("something else"), std::string::npos) << s->error().message();
+}
+
+TEST_F(SingleCopy, FailedCopyFailsBothEnds) {
+  Pair p("shm_cma", patient());
+  p.bs->failReads = true;  // as if the kernel forbade it, or the sender vanished
+  std::vector<uint8_t> big = pattern(1 << 20, 9), got(1 << 20);
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  RequestPtr s = p.a->postSend(big.data(), big.size(), tag(1));
+  p.drive({s, r});
+  ASSERT_EQ(r->state(), Request::State::kFailed);
+  EXPECT_EQ(r->error().code(), ErrorCode::kSystemError);
+  ASSERT_EQ(s->state(), Request::State::kFailed) << "the sender is told, not left waiting";
+  EXPECT_EQ(s->error().code(), ErrorCode::kRemoteError);
+  EXPECT_NE(s->error().message().find("process_vm_readv"), std::string::npos)
+      << s->error().message();
+}
+
+TEST_F(SingleCopy, StreamThatCannotReadThePeerSendsPayloads) {
+  StreamConnection::Options options = patient();
+  options.readPeerBytes = 1024;
+  std::vector<uint8_t> data = pattern(4096, 10), got(4096);
+  for (const char* kind : {"shm", "shm_cma"}) {
+    SCOPED_TRACE(kind);
+    const bool cma = std::string(kind) == "shm_cma";
+    Pair p(kind, options);
+    RequestPtr s = p.a->postSend(data.data(), data.size(), tag(1));
+    for (int i = 0; i < 5; ++i) (void)p.a->progress();
+    // Through the rings the send is done once written; as a descriptor it
+    // waits for the receiver.
+    EXPECT_EQ(s->state(), cma ? Request::State::kPending : Request::State::kDone);
+    RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+    p.drive({s, r});
+    EXPECT_EQ(got, data);
+    EXPECT_EQ(p.bs->bytesRead, cma ? data.size() : 0u);
+  }
+}
+
+// The key the sender's stream gave for a buffer reaches the receiver's
+// reads of it, whether the receive was posted first or came after.
+TEST_F(SingleCopy, TheSendersKeyComesWithItsDescriptor) {
+  for (bool receiveFirst : {true, false}) {
+    SCOPED_TRACE(receiveFirst ? "receive posted first" : "descriptor waited");
+    StreamConnection::Options options = patient();
+    options.readPeerBytes = 1024;
+    Pair p("shm_cma", options);
+    p.as->keyOffset = 0x5eed00000000;  // the sender's
+    p.bs->keyOffset = 0x5eed00000000;  // and undone by the reader, as a real key would check
+    std::vector<uint8_t> data = pattern(256 << 10, 14), got(data.size());
+    RequestPtr r, s;
+    if (receiveFirst) r = p.b->postRecv(got.data(), got.size(), tag(1));
+    s = p.a->postSend(data.data(), data.size(), tag(1));
+    for (int i = 0; i < 5; ++i) (void)p.a->progress(), (void)p.b->progress();
+    if (!receiveFirst) r = p.b->postRecv(got.data(), got.size(), tag(1));
+    p.drive({s, r});
+    EXPECT_EQ(got, data);
+    ASSERT_FALSE(p.bs->keysSeen.empty());
+    for (uint64_t key : p.bs->keysSeen) EXPECT_EQ(key, 0x5eed00000000u);
+  }
+}
+
+// A buffer the stream cannot expose (RDMA: not declared by the user) is
+// sent through the stream, even over a stream that can read the peer.
+TEST_F(SingleCopy, ABufferWithoutAKeyIsSentThroughTheStream) {
+  StreamConnection::Options options = patient();
+  options.readPeerBytes = 1024;
+  Pair p("shm_cma", options);
+  p.as->refuseKeys = true;
+  std::vector<uint8_t> data = pattern(256 << 10, 15), got(data.size());
+  RequestPtr s = p.a->postSend(data.data(), data.size(), tag(1));
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  p.drive({s, r});
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(p.bs->bytesRead, 0u);
+}
+
+TEST_F(SingleCopy, ShortMessagesStayInTheRings) {
+  Pair p("shm_cma", patient());
+  std::vector<uint8_t> data = pattern((64 << 10) - 1, 11), got(data.size());
+  RequestPtr s = p.a->postSend(data.data(), data.size(), tag(1));
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  p.drive({s, r});
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(p.bs->bytesRead, 0u) << "below the threshold";
+}
+
+// Ranks that each send before they receive: the unclaimed descriptors are
+// copied out after a while, so neither sender waits for good.
+TEST_F(SingleCopy, SendsToEachOtherBeforeReceivingComplete) {
+  StreamConnection::Options options;
+  options.unclaimedDescriptorWait = std::chrono::milliseconds(0);
+  Pair p("shm_cma", options);
+  std::vector<uint8_t> ab = pattern(2 << 20, 12), ba = pattern(2 << 20, 13);
+  std::vector<uint8_t> gotAb(ab.size()), gotBa(ba.size());
+  RequestPtr s1 = p.a->postSend(ab.data(), ab.size(), tag(1));
+  RequestPtr s2 = p.b->postSend(ba.data(), ba.size(), tag(1));
+  p.drive({s1, s2});
+  ASSERT_EQ(s1->state(), Request::State::kDone);
+  ASSERT_EQ(s2->state(), Request::State::kDone);
+  std::fill(ab.begin(), ab.end(), 0);  // the senders own their buffers again
+  std::fill(ba.begin(), ba.end(), 0);
+  RequestPtr r1 = p.b->postRecv(gotAb.data(), gotAb.size(), tag(1));
+  RequestPtr r2 = p.a->postRecv(gotBa.data(), gotBa.size(), tag(1));
+  EXPECT_EQ(r1->state(), Request::State::kDone);
+  EXPECT_EQ(r2->state(), Request::State::kDone);
+  EXPECT_EQ(gotAb, pattern(2 << 20, 12));
+  EXPECT_EQ(gotBa, pattern(2 << 20, 13));
+}
+
+// The same two ranks about to sleep, each holding the other's descriptor:
+// neither waits out the delay.
+TEST_F(SingleCopy, IdleEndsHoldingEachOthersDescriptorsCopyAtOnce) {
+  Pair p("shm_cma", patient());
+  std::vector<uint8_t> ab = pattern(2 << 20, 16), ba = pattern(2 << 20, 17);
+  std::vector<uint8_t> gotAb(ab.size()), gotBa(ba.size());
+  RequestPtr s1 = p.a->postSend(ab.data(), ab.size(), tag(1));
+  RequestPtr s2 = p.b->postSend(ba.data(), ba.size(), tag(1));
+  for (int i = 0; i < 10; ++i) {
+    (void)p.a->progress();
+    (void)p.b->progress();
+  }
+  ASSERT_EQ(s1->state(), Request::State::kPending);
+  EXPECT_FALSE(p.a->prepareToSleep());
+  EXPECT_FALSE(p.b->prepareToSleep());
+  p.drive({s1, s2});
+  EXPECT_EQ(s1->state(), Request::State::kDone);
+  EXPECT_EQ(s2->state(), Request::State::kDone);
+  RequestPtr r1 = p.b->postRecv(gotAb.data(), gotAb.size(), tag(1));
+  RequestPtr r2 = p.a->postRecv(gotBa.data(), gotBa.size(), tag(1));
+  EXPECT_EQ(gotAb, ab);
+  EXPECT_EQ(gotBa, ba);
+}
+
+// A caller progresses only the connections it has requests on; one it has
+// none on is still read, and its stale descriptors copied, before it sleeps.
+TEST_F(SingleCopy, IdleReceiverReleasesTheSenderBeforeItSleeps) {
+  StreamConnection::Options options;
+  options.unclaimedDescriptorWait = std::chrono::milliseconds(0);
+  Pair p("shm_cma", options);
+  std::vector<uint8_t> big = pattern(1 << 20, 18), got(big.size());
+  RequestPtr s = p.a->postSend(big.data(), big.size(), tag(1));
+  (void)p.a->progress();
+  for (int i = 0; i < 3; ++i) (void)p.b->prepareToSleep();  // b is never progressed
+  for (int i = 0; i < 10 && s->state() == Request::State::kPending; ++i) (void)p.a->progress();
+  EXPECT_EQ(s->state(), Request::State::kDone);
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  EXPECT_EQ(r->state(), Request::State::kDone);
+  EXPECT_EQ(got, big);
+}
+
+// A copy acknowledged before the sender left is kept, as a payload that came
+// through the stream would be.
+TEST_F(SingleCopy, CopyAcknowledgedBeforeThePeerClosedIsDelivered) {
+  StreamConnection::Options options;
+  options.unclaimedDescriptorWait = std::chrono::milliseconds(0);
+  Pair p("shm_cma", options);
+  std::vector<uint8_t> big = pattern(1 << 20, 14), got(big.size());
+  RequestPtr s = p.a->postSend(big.data(), big.size(), tag(1));
+  p.drive({s});
+  ASSERT_EQ(s->state(), Request::State::kDone);
+  p.a.reset();
+  for (int i = 0; i < 100; ++i) (void)p.b->progress();
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  EXPECT_EQ(r->state(), Request::State::kDone);
+  EXPECT_EQ(got, big);
+}
+
+// A copy made after the sender gave up (its goodbye was still on the way)
+// may hold whatever the sender's buffer held by then: it is dropped.
+TEST_F(SingleCopy, CopyNotAcknowledgedBeforeThePeerLeftIsDropped) {
+  StreamConnection::Options options;
+  options.unclaimedDescriptorWait = std::chrono::milliseconds(50);
+  Pair p("shm_cma", options);
+  std::vector<uint8_t> big = pattern(1 << 20, 15), got(big.size(), 0);
+  RequestPtr s = p.a->postSend(big.data(), big.size(), tag(1));
+  for (int i = 0; i < 5; ++i) (void)p.a->progress();
+  (void)p.b->progress();
+  ASSERT_TRUE(p.b->unclaimed(0, 2).has_value()) << "the descriptor has arrived";
+  p.a->abort(invalidUsage("communicator aborted"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  (void)p.b->progress();  // copies the stale descriptor, then reads the goodbye
+  EXPECT_EQ(p.bs->bytesRead, big.size());
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  EXPECT_EQ(r->state(), Request::State::kFailed);
+}
+
+}  // namespace
+}  // namespace braid::transport
