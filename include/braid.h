@@ -61,7 +61,7 @@ typedef enum {
   braidInProgress = 6,      /* an asynchronous operation has not finished */
   braidTimeout = 7,         /* no progress within the communicator's timeout */
   braidUnhandledCudaError = 8,
-  braidNotSupported = 9 /* e.g. GPU buffers, which braid does not move yet */
+  braidNotSupported = 9 /* e.g. GPU buffers where this build cannot serve them */
 } braidResult_t;
 
 typedef enum {
@@ -247,7 +247,16 @@ braidResult_t braidCommGetTransport(braidComm_t comm, int peer, const char** tra
  * braidInvalidArgument (NULL comm; datatype, op or root out of range; NULL
  * buffer with count > 0; overlapping buffers where not allowed),
  * braidInvalidUsage (mismatched calls, aborted communicator), braidTimeout,
- * braidRemoteError, braidNotSupported (GPU memory, which braid does not move yet).
+ * braidRemoteError, braidNotSupported (GPU memory where this build cannot serve
+ * it), braidUnhandledCudaError (a failed copy of GPU memory, with CUDA's
+ * message).
+ *
+ * GPU buffers (CUDA device or managed memory): a CUDA build serves them in
+ * calls with stream NULL outside a group, through host memory. The call
+ * waits for all work queued on the buffer's GPU, copies the buffers it
+ * reads to host memory, runs, copies the result back and waits for that
+ * copy. On a braid stream, in a group, or in a build without CUDA they are
+ * refused with braidNotSupported.
  * ------------------------------------------------------------------------- */
 
 /* recvbuff[i] = op over ranks of sendbuff[i], for i < count, on every rank.

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "src/common/strcat.h"
+#include "src/device_staging.h"
 #include "src/handles.h"
 #include "src/memory_kind.h"
 
@@ -20,16 +21,40 @@ bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   return aBytes > 0 && bBytes > 0 && pa < pb + bBytes && pb < pa + aBytes;
 }
 
-// braid moves host memory only: a GPU buffer is refused here, by name,
-// rather than read as host memory further down (which would crash).
-Status refuseGpuMemory(const char* argument, const void* buffer) {
-  const braid::BufferMemory memory = braid::memoryKindOf(buffer);
-  if (memory.kind == braid::MemoryKind::kHost) return Status::ok();
+bool onGpu(const braid::BufferMemory& memory) {
+  return memory.kind != braid::MemoryKind::kHost;
+}
+
+// A GPU buffer braid cannot serve here is refused by name, rather than read
+// as host memory further down (which would crash).
+Status refuseGpuMemory(const char* argument, const braid::BufferMemory& memory) {
   const std::string device =
       memory.device >= 0 ? braid::strCat("device ", memory.device) : std::string("device unknown");
+  const char* reason =
+      braid::gpuStagingBuilt()
+          ? "GPU buffers are staged through host memory, which only calls with stream NULL "
+            "outside a group do so far"
+          : "this build of braid moves host memory only";
   return braid::notSupported(braid::strCat(argument, " is ", braid::memoryKindName(memory.kind),
-                                           " memory (", device,
-                                           "): this build of braid moves host memory only"));
+                                           " memory (", device, "): ", reason));
+}
+
+// Runs `o`, whose send or recv is on a GPU, on host copies of its buffers
+// (src/device_staging.h), or refuses it.
+Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
+                    const braid::BufferMemory& sendMemory, const braid::BufferMemory& recvMemory) {
+  if (!braid::gpuStagingBuilt() || stream != nullptr || braid::api::groupOpen())
+    return onGpu(sendMemory) ? refuseGpuMemory("sendbuff", sendMemory)
+                             : refuseGpuMemory("recvbuff", recvMemory);
+  const size_t sendSize = o.send ? braid::algo::sendBufferBytes(o.args) : 0;
+  const size_t recvSize = o.recv ? braid::algo::recvBufferBytes(o.args) : 0;
+  BRAID_ASSIGN_OR_RETURN(braid::StagedBuffers staged,
+                         braid::StagedBuffers::stage(o.send, sendSize, onGpu(sendMemory), o.recv,
+                                                     recvSize, onGpu(recvMemory)));
+  o.send = staged.send();
+  o.recv = staged.recv();
+  BRAID_RETURN_IF_ERROR(braid::api::submit(comm, nullptr, {std::move(o)}));
+  return staged.finish();
 }
 
 struct Call {
@@ -128,15 +153,20 @@ Status checkAndSubmit(const Call& c, braidComm_t comm, braidStream_t stream) {
               ? std::string("sendbuff and recvbuff overlap (AllToAll is never in place)")
               : std::string("sendbuff and recvbuff overlap without being in place"));
   }
-  // While the process has no CUDA driver loaded this is an atomic load and a
-  // coarse clock read. In place, sendbuff lies in recvbuff's allocation, so
-  // one question to the driver answers for both.
-  if ((needSend || needRecv) && braid::gpuMemoryPossible()) {
-    if (needSend) BRAID_RETURN_IF_ERROR(refuseGpuMemory("sendbuff", c.send));
-    if (needRecv && !inPlace) BRAID_RETURN_IF_ERROR(refuseGpuMemory("recvbuff", c.recv));
-  }
   o.send = needSend ? c.send : nullptr;
   o.recv = needRecv ? c.recv : nullptr;
+  // While the process has no CUDA driver loaded this is an atomic load and a
+  // coarse clock read. In place, both buffers lie in one allocation, so one
+  // question to the driver answers for both.
+  if ((needSend || needRecv) && braid::gpuMemoryPossible()) {
+    const braid::BufferMemory sendMemory =
+        needSend ? braid::memoryKindOf(c.send) : braid::BufferMemory{};
+    const braid::BufferMemory recvMemory =
+        !needRecv ? braid::BufferMemory{}
+                  : (inPlace && needSend ? sendMemory : braid::memoryKindOf(c.recv));
+    if (onGpu(sendMemory) || onGpu(recvMemory))
+      return submitStaged(std::move(o), comm, stream, sendMemory, recvMemory);
+  }
   return braid::api::submit(comm, stream, {std::move(o)});
 }
 
@@ -157,8 +187,8 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
   if (count > 0 && !buffer)
     return braid::invalidArgument(
         braid::strCat(isSend ? "sendbuff" : "recvbuff", " is NULL with count=", count));
-  if (count > 0 && braid::gpuMemoryPossible())
-    BRAID_RETURN_IF_ERROR(refuseGpuMemory(isSend ? "sendbuff" : "recvbuff", buffer));
+  braid::BufferMemory memory;
+  if (count > 0 && braid::gpuMemoryPossible()) memory = braid::memoryKindOf(buffer);
   Operation o;
   o.name = name;
   o.args.kind = CollectiveKind::kSendRecv;
@@ -170,6 +200,9 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
     o.send = buffer;
   else
     o.recv = const_cast<void*>(buffer);
+  if (onGpu(memory))
+    return submitStaged(std::move(o), comm, stream, isSend ? memory : braid::BufferMemory{},
+                        isSend ? braid::BufferMemory{} : memory);
   return braid::api::submit(comm, stream, {std::move(o)});
 }
 

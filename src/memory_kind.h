@@ -1,7 +1,9 @@
 // Where a buffer given to the C ABI lives: host memory, or memory of a GPU.
 //
-// braid moves host memory only, so the ABI edge refuses GPU buffers with a
-// clear message instead of reading them as host memory (and crashing). It
+// braid's transports move host memory, so the ABI edge must know a GPU
+// buffer for what it is, to stage it through host memory or refuse it with a
+// clear message (src/device_staging.h), never to read it as host memory (and
+// crash). It
 // asks the CUDA driver, but only a driver the process has already loaded
 // itself: a CPU-only job never loads libcuda nor creates a context because of
 // braid, and every build can do this, with or without CUDA at build time.

@@ -1,8 +1,12 @@
-// GPU buffers given to the C ABI are refused with braidNotSupported and a
-// message naming the argument and the device, not read as host memory. The
-// process loads a stand-in CUDA driver (tests/unit/fake_libcuda.c, path in
-// FAKE_LIBCUDA) that reports a range of ordinary host memory as GPU memory,
-// so a call that did not refuse it would quietly succeed.
+// GPU buffers given to the C ABI. A CUDA build (BRAID_TEST_STAGING) stages
+// them through host memory for calls with stream NULL outside a group, and
+// refuses them elsewhere; a build without CUDA refuses them everywhere, with
+// braidNotSupported and a message naming the argument and the device, never
+// reading them as host memory. The process loads a stand-in CUDA driver
+// (tests/unit/fake_libcuda.c, path in FAKE_LIBCUDA) that reports a range of
+// ordinary host memory as GPU memory and copies with memcpy, so a call that
+// read the "GPU" buffer directly would quietly succeed: the tests count the
+// driver's copies.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +21,14 @@
 namespace {
 
 using SetDeviceRange = void (*)(void*, size_t, int, int);
+using Counter = unsigned long (*)();
+using Depth = int (*)();
+using SetFlag = void (*)(int);
+
+template <typename F>
+F driverEntry(void* driver, const char* name) {
+  return reinterpret_cast<F>(dlsym(driver, name));
+}
 
 // `call` returns braidNotSupported and its message names every one of `parts`.
 #define EXPECT_REFUSED(call, ...) EXPECT_BRAID_ERROR(call, braidNotSupported, __VA_ARGS__)
@@ -37,8 +49,11 @@ class GpuBuffers : public ::testing::Test {
 
     void* fake = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     ASSERT_NE(fake, nullptr) << dlerror();
-    setDeviceRange_ = reinterpret_cast<SetDeviceRange>(dlsym(fake, "fakeCudaSetDeviceRange"));
-    ASSERT_NE(setDeviceRange_, nullptr) << dlerror();
+    setDeviceRange_ = driverEntry<SetDeviceRange>(fake, "fakeCudaSetDeviceRange");
+    copies_ = driverEntry<Counter>(fake, "fakeCudaCopyCount");
+    contextDepth_ = driverEntry<Depth>(fake, "fakeCudaContextDepth");
+    failCopies_ = driverEntry<SetFlag>(fake, "fakeCudaFailCopies");
+    ASSERT_TRUE(setDeviceRange_ && copies_ && contextDepth_ && failCopies_) << dlerror();
     // braid looks for a newly loaded driver at most once a millisecond.
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
@@ -52,15 +67,121 @@ class GpuBuffers : public ::testing::Test {
     ASSERT_NE(setDeviceRange_, nullptr);
     setDeviceRange_(gpu_, sizeof(gpu_), 3, 0);
   }
-  void TearDown() override { setDeviceRange_(nullptr, 0, 0, 0); }
+  void TearDown() override {
+    failCopies_(0);
+    setDeviceRange_(nullptr, 0, 0, 0);
+    EXPECT_EQ(contextDepth_(), 0) << "a context was left pushed";
+  }
 
   static braidComm_t comm_;
   static SetDeviceRange setDeviceRange_;
+  static Counter copies_;
+  static Depth contextDepth_;
+  static SetFlag failCopies_;
   float gpu_[64] = {};  // "device memory of GPU 3" for the driver
   float host_[64] = {};
 };
 braidComm_t GpuBuffers::comm_ = nullptr;
 SetDeviceRange GpuBuffers::setDeviceRange_ = nullptr;
+Counter GpuBuffers::copies_ = nullptr;
+Depth GpuBuffers::contextDepth_ = nullptr;
+SetFlag GpuBuffers::failCopies_ = nullptr;
+
+void fill(float* data, int n, float first) {
+  for (int i = 0; i < n; ++i) data[i] = first + static_cast<float>(i);
+}
+
+#ifdef BRAID_TEST_STAGING
+
+TEST_F(GpuBuffers, AllReduceStagesEitherBuffer) {
+  fill(gpu_, 64, 1);
+  const unsigned long before = copies_();
+  EXPECT_BRAID_OK(braidAllReduce(gpu_, host_, 64, braidFloat32, braidSum, comm_, nullptr));
+  EXPECT_EQ(host_[0], 1.0f);
+  EXPECT_EQ(host_[63], 64.0f);
+  EXPECT_EQ(copies_() - before, 1u);  // sendbuff over; nothing back
+
+  fill(host_, 64, 100);
+  EXPECT_BRAID_OK(braidAllReduce(host_, gpu_, 64, braidFloat32, braidSum, comm_, nullptr));
+  EXPECT_EQ(gpu_[0], 100.0f);
+  EXPECT_EQ(gpu_[63], 163.0f);
+  EXPECT_EQ(copies_() - before, 3u);  // recvbuff over and back
+
+  // In place: one buffer over and back.
+  EXPECT_BRAID_OK(braidAllReduce(gpu_, gpu_, 64, braidFloat32, braidSum, comm_, nullptr));
+  EXPECT_EQ(gpu_[5], 105.0f);
+  EXPECT_EQ(copies_() - before, 5u);
+  // Part of the allocation, in place: only that part moves, and the rest
+  // stays as it was.
+  EXPECT_BRAID_OK(braidAllReduce(gpu_ + 32, gpu_ + 32, 16, braidFloat32, braidSum, comm_, nullptr));
+  EXPECT_EQ(gpu_[31], 131.0f);
+  EXPECT_EQ(gpu_[32], 132.0f);
+  EXPECT_EQ(gpu_[48], 148.0f);
+}
+
+TEST_F(GpuBuffers, ManagedMemoryIsStagedToo) {
+  setDeviceRange_(gpu_, sizeof(gpu_), 1, 1);
+  fill(gpu_, 64, 7);
+  const unsigned long before = copies_();
+  EXPECT_BRAID_OK(braidAllReduce(gpu_, host_, 64, braidFloat32, braidSum, comm_, nullptr));
+  EXPECT_EQ(host_[63], 70.0f);
+  EXPECT_EQ(copies_() - before, 1u);
+}
+
+// With one rank every collective hands its input back, so each result is
+// the staged input, through the driver.
+TEST_F(GpuBuffers, EveryCollectiveStagesTheBuffersItUses) {
+  fill(gpu_, 64, 1);
+  const unsigned long before = copies_();
+  EXPECT_BRAID_OK(braidBroadcast(gpu_, host_, 64, braidFloat32, 0, comm_, nullptr));
+  EXPECT_EQ(host_[63], 64.0f);
+  fill(host_, 64, 200);
+  EXPECT_BRAID_OK(braidReduce(host_, gpu_, 64, braidFloat32, braidSum, 0, comm_, nullptr));
+  EXPECT_EQ(gpu_[63], 263.0f);
+  fill(gpu_, 64, 1);
+  EXPECT_BRAID_OK(braidAllGather(gpu_, host_, 64, braidFloat32, comm_, nullptr));
+  EXPECT_EQ(host_[10], 11.0f);
+  fill(host_, 64, 300);
+  EXPECT_BRAID_OK(braidReduceScatter(host_, gpu_, 64, braidFloat32, braidSum, comm_, nullptr));
+  EXPECT_EQ(gpu_[10], 310.0f);
+  fill(host_, 64, 400);
+  EXPECT_BRAID_OK(braidAllToAll(host_, gpu_, 64, braidFloat32, comm_, nullptr));
+  EXPECT_EQ(gpu_[10], 410.0f);
+  EXPECT_BRAID_OK(braidGather(gpu_, host_, 64, braidFloat32, 0, comm_, nullptr));
+  EXPECT_EQ(host_[10], 410.0f);
+  fill(gpu_, 64, 500);
+  EXPECT_BRAID_OK(braidScatter(gpu_, host_, 64, braidFloat32, 0, comm_, nullptr));
+  EXPECT_EQ(host_[10], 510.0f);
+  // 1 copy for each GPU send buffer (4) and 2 for each GPU recv buffer (3).
+  EXPECT_EQ(copies_() - before, 10u);
+}
+
+TEST_F(GpuBuffers, OnAStreamOrInAGroupTheyAreRefused) {
+  braidStream_t stream = nullptr;
+  ASSERT_EQ(braidStreamCreate(comm_, &stream), braidSuccess) << braidGetLastError(nullptr);
+  EXPECT_REFUSED(braidAllReduce(gpu_, host_, 64, braidFloat32, braidSum, comm_, stream),
+                 "braidAllReduce", "sendbuff", "device 3", "stream", "NULL");
+  EXPECT_BRAID_OK(braidStreamDestroy(stream));
+  EXPECT_BRAID_OK(braidGroupStart());
+  EXPECT_REFUSED(braidSend(gpu_, 64, braidFloat32, 0, comm_, nullptr), "braidSend",
+                 "sendbuff is GPU device memory (device 3)", "group");
+  EXPECT_REFUSED(braidRecv(gpu_, 64, braidFloat32, 0, comm_, nullptr), "braidRecv",
+                 "recvbuff is GPU device memory (device 3)");
+  EXPECT_REFUSED(braidAllReduce(host_, gpu_, 64, braidFloat32, braidSum, comm_, nullptr),
+                 "braidAllReduce", "recvbuff");
+  // Nothing was queued: the group ends with nothing to run.
+  EXPECT_BRAID_OK(braidGroupEnd());
+}
+
+TEST_F(GpuBuffers, AFailedCopyIsACudaErrorWithTheDriversMessage) {
+  failCopies_(1);
+  fill(host_, 64, 0);
+  EXPECT_BRAID_ERROR(braidAllReduce(gpu_, host_, 64, braidFloat32, braidSum, comm_, nullptr),
+                     braidUnhandledCudaError, "braidAllReduce", "sendbuff", "illegal", "700");
+  EXPECT_EQ(host_[63], 63.0f);  // the call did not run
+}
+
+#else  // a build without CUDA refuses them
 
 TEST_F(GpuBuffers, AllReduceRefusesEitherBuffer) {
   EXPECT_REFUSED(braidAllReduce(gpu_, host_, 64, braidFloat32, braidSum, comm_, nullptr),
@@ -72,6 +193,7 @@ TEST_F(GpuBuffers, AllReduceRefusesEitherBuffer) {
   // A pointer into the middle of the allocation is GPU memory too.
   EXPECT_REFUSED(braidAllReduce(host_, gpu_ + 32, 32, braidFloat32, braidSum, comm_, nullptr),
                  "recvbuff", "device 3");
+  EXPECT_EQ(copies_(), 0u);
 }
 
 TEST_F(GpuBuffers, ManagedMemoryIsRefused) {
@@ -113,6 +235,8 @@ TEST_F(GpuBuffers, SendAndRecvRefuseInsideAGroup) {
   EXPECT_BRAID_OK(braidGroupEnd());
   EXPECT_EQ(out[3], 4.0f);
 }
+
+#endif
 
 TEST_F(GpuBuffers, HostBuffersStillWork) {
   for (int i = 0; i < 64; ++i) host_[i] = static_cast<float>(i);

@@ -1,0 +1,175 @@
+#include "src/device_staging.h"
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "braid_config.h"
+#include "src/common/strcat.h"
+
+namespace braid {
+namespace {
+
+// The driver API's types and values (cuda.h), declared rather than included
+// so that the file builds without the CUDA headers.
+using CuResult = int;                    // CUresult
+using CuDevicePtr = unsigned long long;  // CUdeviceptr
+using CuContext = void*;                 // CUcontext
+constexpr CuResult kCudaSuccess = 0;
+constexpr int kAttributeContext = 1;  // CU_POINTER_ATTRIBUTE_CONTEXT
+
+// The entry points used here, from the driver the process loaded.
+struct Driver {
+  CuResult (*pointerGetAttribute)(void*, int, CuDevicePtr) = nullptr;
+  CuResult (*ctxPushCurrent)(CuContext) = nullptr;
+  CuResult (*ctxPopCurrent)(CuContext*) = nullptr;
+  CuResult (*ctxSynchronize)() = nullptr;
+  CuResult (*memcpyDtoH)(void*, CuDevicePtr, size_t) = nullptr;
+  CuResult (*memcpyHtoD)(CuDevicePtr, const void*, size_t) = nullptr;
+  CuResult (*getErrorString)(CuResult, const char**) = nullptr;
+  std::string missing;  // why the driver cannot be used; empty when it can
+};
+
+// Looked up once, when the first GPU buffer is staged: memory_kind.cc found
+// that buffer through a loaded driver, and the handle is never closed, so
+// the driver stays for the life of the process.
+const Driver& driver() {
+  static const Driver loaded = [] {
+    Driver d;
+    void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (handle == nullptr) {
+      d.missing = "the CUDA driver (libcuda.so.1) is not loaded";
+      return d;
+    }
+    auto find = [&](auto& entry, const char* name) {
+      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(handle, name));
+      if (entry == nullptr && d.missing.empty())
+        d.missing = strCat("the CUDA driver has no ", name);
+    };
+    find(d.pointerGetAttribute, "cuPointerGetAttribute");
+    find(d.ctxPushCurrent, "cuCtxPushCurrent_v2");
+    find(d.ctxPopCurrent, "cuCtxPopCurrent_v2");
+    find(d.ctxSynchronize, "cuCtxSynchronize");
+    find(d.memcpyDtoH, "cuMemcpyDtoH_v2");
+    find(d.memcpyHtoD, "cuMemcpyHtoD_v2");
+    find(d.getErrorString, "cuGetErrorString");
+    return d;
+  }();
+  return loaded;
+}
+
+Status cudaError(const Driver& d, CuResult result, const std::string& what) {
+  const char* text = nullptr;
+  if (d.getErrorString == nullptr || d.getErrorString(result, &text) != kCudaSuccess ||
+      text == nullptr)
+    text = "unknown CUDA error";
+  return Status(ErrorCode::kUnhandledCudaError,
+                strCat(what, ": ", text, " (CUDA error ", result, ")"));
+}
+
+CuDevicePtr devicePointer(const void* p) {
+  return static_cast<CuDevicePtr>(reinterpret_cast<uintptr_t>(p));
+}
+
+// Runs `work` with the context that owns `gpu` current on this thread, and
+// waits for everything queued in that context after it: a later kernel on
+// any stream then sees the copy, and nothing queued before is still running.
+template <typename Work>
+Status inContextOf(const void* gpu, const char* what, Work&& work) {
+  const Driver& d = driver();
+  if (!d.missing.empty()) return notSupported(strCat(what, ": ", d.missing));
+  CuContext context = nullptr;
+  if (CuResult r = d.pointerGetAttribute(&context, kAttributeContext, devicePointer(gpu));
+      r != kCudaSuccess)
+    return cudaError(d, r, strCat(what, ": the buffer's context"));
+  if (CuResult r = d.ctxPushCurrent(context); r != kCudaSuccess)
+    return cudaError(d, r, strCat(what, ": entering the buffer's context"));
+  Status status = Status::ok();
+  if (CuResult r = d.ctxSynchronize(); r != kCudaSuccess)
+    status = cudaError(d, r, strCat(what, ": waiting for the GPU"));
+  if (status.isOk())
+    if (CuResult r = work(d); r != kCudaSuccess) status = cudaError(d, r, what);
+  if (status.isOk())
+    if (CuResult r = d.ctxSynchronize(); r != kCudaSuccess)
+      status = cudaError(d, r, strCat(what, ": waiting for the copy"));
+  CuContext popped = nullptr;
+  (void)d.ctxPopCurrent(&popped);
+  return status;
+}
+
+Status copyFromGpu(void* host, const void* gpu, size_t bytes, const char* what) {
+  return inContextOf(
+      gpu, what, [&](const Driver& d) { return d.memcpyDtoH(host, devicePointer(gpu), bytes); });
+}
+
+Status copyToGpu(void* gpu, const void* host, size_t bytes, const char* what) {
+  return inContextOf(
+      gpu, what, [&](const Driver& d) { return d.memcpyHtoD(devicePointer(gpu), host, bytes); });
+}
+
+bool encloses(const void* outer, size_t outerBytes, const void* inner, size_t innerBytes) {
+  auto o = reinterpret_cast<uintptr_t>(outer), i = reinterpret_cast<uintptr_t>(inner);
+  return outer != nullptr && inner != nullptr && o <= i && i + innerBytes <= o + outerBytes;
+}
+
+}  // namespace
+
+bool gpuStagingBuilt() {
+#ifdef BRAID_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+Result<StagedBuffers> StagedBuffers::stage(const void* send, size_t sendBytes, bool sendOnGpu,
+                                           void* recv, size_t recvBytes, bool recvOnGpu) {
+  StagedBuffers s;
+  s.send_ = send;
+  s.recv_ = recv;
+  // In place: one allocation, so one kind; the enclosing buffer goes over.
+  if (send != nullptr && recv != nullptr && (sendOnGpu || recvOnGpu)) {
+    if (encloses(recv, recvBytes, send, sendBytes)) {
+      s.recvCopy_.resize(recvBytes);
+      BRAID_RETURN_IF_ERROR(copyFromGpu(s.recvCopy_.data(), recv, recvBytes, "staging recvbuff"));
+      s.gpuRecv_ = recv;
+      s.recv_ = s.recvCopy_.data();
+      s.send_ = s.recvCopy_.data() + (static_cast<const std::byte*>(send) -
+                                      static_cast<const std::byte*>(static_cast<void*>(recv)));
+      return s;
+    }
+    if (encloses(send, sendBytes, recv, recvBytes)) {
+      // recv inside send (ReduceScatter, Scatter in place): the result is
+      // the part of the enclosing buffer recv covers.
+      s.recvCopy_.resize(sendBytes);
+      BRAID_RETURN_IF_ERROR(copyFromGpu(s.recvCopy_.data(), send, sendBytes, "staging sendbuff"));
+      s.gpuRecv_ = const_cast<void*>(send);
+      s.send_ = s.recvCopy_.data();
+      s.recv_ = s.recvCopy_.data() +
+                (static_cast<std::byte*>(recv) - static_cast<const std::byte*>(send));
+      return s;
+    }
+  }
+  if (sendOnGpu && send != nullptr && sendBytes > 0) {
+    s.sendCopy_.resize(sendBytes);
+    BRAID_RETURN_IF_ERROR(copyFromGpu(s.sendCopy_.data(), send, sendBytes, "staging sendbuff"));
+    s.send_ = s.sendCopy_.data();
+  }
+  if (recvOnGpu && recv != nullptr && recvBytes > 0) {
+    s.recvCopy_.resize(recvBytes);
+    BRAID_RETURN_IF_ERROR(copyFromGpu(s.recvCopy_.data(), recv, recvBytes, "staging recvbuff"));
+    s.gpuRecv_ = recv;
+    s.recv_ = s.recvCopy_.data();
+  }
+  return s;
+}
+
+Status StagedBuffers::finish() {
+  if (gpuRecv_ == nullptr) return Status::ok();
+  return copyToGpu(gpuRecv_, recvCopy_.data(), recvCopy_.size(), "copying the result to the GPU");
+}
+
+}  // namespace braid
