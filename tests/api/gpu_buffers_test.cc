@@ -9,6 +9,8 @@
 // driver's copies.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -154,6 +156,47 @@ TEST_F(GpuBuffers, EveryCollectiveStagesTheBuffersItUses) {
   EXPECT_EQ(host_[10], 510.0f);
   // 1 copy for each GPU send buffer (4) and 2 for each GPU recv buffer (3).
   EXPECT_EQ(copies_() - before, 10u);
+}
+
+// Two processes, each with its own "GPU" buffer: Send/Recv and AllReduce
+// between GPU buffers, through the host path and the shared-memory
+// transport. Each rank reports failures through its exit status.
+int rankOfTwo(const braidUniqueId& id, int rank, SetDeviceRange setDeviceRange, Counter copies) {
+  const unsigned long before = copies();
+  float gpu[64];
+  setDeviceRange(gpu, sizeof(gpu), rank, 0);
+  braidComm_t comm = nullptr;
+  if (braidCommInitRank(&comm, 2, id, rank) != braidSuccess) return 10;
+  fill(gpu, 64, static_cast<float>(100 * rank));
+  if (rank == 0 && braidSend(gpu, 64, braidFloat32, 1, comm, nullptr) != braidSuccess) return 11;
+  if (rank == 1) {
+    if (braidRecv(gpu, 64, braidFloat32, 0, comm, nullptr) != braidSuccess) return 12;
+    if (gpu[0] != 0.0f || gpu[63] != 63.0f) return 13;  // rank 0's values
+  }
+  fill(gpu, 64, static_cast<float>(100 * rank));
+  if (braidAllReduce(gpu, gpu, 64, braidFloat32, braidSum, comm, nullptr) != braidSuccess)
+    return 14;
+  if (gpu[0] != 100.0f || gpu[63] != 226.0f) return 15;  // (0 + i) + (100 + i)
+  // Send: 1 over; Recv: 2; AllReduce in place: 2.
+  if (copies() - before != (rank == 0 ? 3u : 4u)) return 16;
+  if (braidCommDestroy(comm) != braidSuccess) return 17;
+  setDeviceRange(nullptr, 0, 0, 0);
+  return 0;
+}
+
+TEST_F(GpuBuffers, TwoProcessesMoveGpuBuffers) {
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess) << braidGetLastError(nullptr);
+  setDeviceRange_(nullptr, 0, 0, 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(rankOfTwo(id, 1, setDeviceRange_, copies_));
+  const int mine = rankOfTwo(id, 0, setDeviceRange_, copies_);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(mine, 0) << "rank 0 failed at step " << mine << ": " << braidGetLastError(nullptr);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "rank 1 failed at step " << WEXITSTATUS(status);
 }
 
 TEST_F(GpuBuffers, OnAStreamOrInAGroupTheyAreRefused) {
