@@ -32,8 +32,8 @@ Status refuseGpuMemory(const char* argument, const braid::BufferMemory& memory) 
       memory.device >= 0 ? braid::strCat("device ", memory.device) : std::string("device unknown");
   const char* reason =
       braid::gpuStagingBuilt()
-          ? "GPU buffers are staged through host memory, which only calls with stream NULL "
-            "outside a group do so far"
+          ? "GPU buffers are staged through host memory, so far only in calls with stream NULL "
+            "outside a group"
           : "this build of braid moves host memory only";
   return braid::notSupported(braid::strCat(argument, " is ", braid::memoryKindName(memory.kind),
                                            " memory (", device, "): ", reason));

@@ -74,11 +74,15 @@ CuDevicePtr devicePointer(const void* p) {
   return static_cast<CuDevicePtr>(reinterpret_cast<uintptr_t>(p));
 }
 
-// Runs `work` with the context that owns `gpu` current on this thread, and
-// waits for everything queued in that context after it: a later kernel on
-// any stream then sees the copy, and nothing queued before is still running.
+// When a copy waits for the context that owns its GPU buffer: before it, so
+// that work queued earlier on any stream has written what is read; or after
+// it, so that work queued later sees what was written (a copy from pageable
+// host memory may return before its DMA has ended).
+enum class Wait { kBefore, kAfter };
+
+// Runs `work` with the context that owns `gpu` current on this thread.
 template <typename Work>
-Status inContextOf(const void* gpu, const char* what, Work&& work) {
+Status inContextOf(const void* gpu, const char* what, Wait wait, Work&& work) {
   const Driver& d = driver();
   if (!d.missing.empty()) return notSupported(strCat(what, ": ", d.missing));
   CuContext context = nullptr;
@@ -88,11 +92,12 @@ Status inContextOf(const void* gpu, const char* what, Work&& work) {
   if (CuResult r = d.ctxPushCurrent(context); r != kCudaSuccess)
     return cudaError(d, r, strCat(what, ": entering the buffer's context"));
   Status status = Status::ok();
-  if (CuResult r = d.ctxSynchronize(); r != kCudaSuccess)
-    status = cudaError(d, r, strCat(what, ": waiting for the GPU"));
+  if (wait == Wait::kBefore)
+    if (CuResult r = d.ctxSynchronize(); r != kCudaSuccess)
+      status = cudaError(d, r, strCat(what, ": waiting for the GPU"));
   if (status.isOk())
     if (CuResult r = work(d); r != kCudaSuccess) status = cudaError(d, r, what);
-  if (status.isOk())
+  if (status.isOk() && wait == Wait::kAfter)
     if (CuResult r = d.ctxSynchronize(); r != kCudaSuccess)
       status = cudaError(d, r, strCat(what, ": waiting for the copy"));
   CuContext popped = nullptr;
@@ -101,13 +106,15 @@ Status inContextOf(const void* gpu, const char* what, Work&& work) {
 }
 
 Status copyFromGpu(void* host, const void* gpu, size_t bytes, const char* what) {
-  return inContextOf(
-      gpu, what, [&](const Driver& d) { return d.memcpyDtoH(host, devicePointer(gpu), bytes); });
+  return inContextOf(gpu, what, Wait::kBefore, [&](const Driver& d) {
+    return d.memcpyDtoH(host, devicePointer(gpu), bytes);
+  });
 }
 
 Status copyToGpu(void* gpu, const void* host, size_t bytes, const char* what) {
-  return inContextOf(
-      gpu, what, [&](const Driver& d) { return d.memcpyHtoD(devicePointer(gpu), host, bytes); });
+  return inContextOf(gpu, what, Wait::kAfter, [&](const Driver& d) {
+    return d.memcpyHtoD(devicePointer(gpu), host, bytes);
+  });
 }
 
 bool encloses(const void* outer, size_t outerBytes, const void* inner, size_t innerBytes) {

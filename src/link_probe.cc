@@ -122,9 +122,8 @@ Operation probeOperation(int ringSize, const algo::Algorithm& algorithm, std::ve
 }
 
 // Seconds per call over a batch of `iters` calls.
-Result<double> timeBatch(Communicator& comm, const Operation& op, int iters) {
-  const int stream =
-      op.args.root == 2 ? Communicator::kPairProbeStream : Communicator::kProbeStream;
+Result<double> timeBatch(Communicator& comm, const Operation& op, int iters,
+                         int stream = Communicator::kProbeStream) {
   auto start = Clock::now();
   for (int i = 0; i < iters; ++i) BRAID_RETURN_IF_ERROR(comm.run({&op, 1}, stream));
   return std::chrono::duration<double>(Clock::now() - start).count() / iters;
@@ -197,7 +196,7 @@ struct PairedRound {
 
 // kUncachedProbeBytes: beyond the caches of the hosts at hand (a few MiB
 // per core), small enough that a round takes about a millisecond.
-constexpr size_t kLargeProbeBytes = algo::kCachedProbeBytes;
+using algo::kCachedProbeBytes;
 using algo::kUncachedProbeBytes;
 
 // The whole ring's batches and the pair's taken in turns, so that both see
@@ -216,13 +215,14 @@ Result<PairedRound> timeAgainstPair(Communicator& comm, int ringSize,
   const Operation pair = probeOperation(2, algorithm, out, in, bytes);
   const bool inPair = comm.rank() < 2;
   BRAID_RETURN_IF_ERROR(timeBatch(comm, whole, iters).status());
-  if (inPair) BRAID_RETURN_IF_ERROR(timeBatch(comm, pair, iters).status());
+  constexpr int kPairStream = Communicator::kPairProbeStream;
+  if (inPair) BRAID_RETURN_IF_ERROR(timeBatch(comm, pair, iters, kPairStream).status());
   std::vector<double> wholeTimes, pairTimes;
   for (int batch = 0; batch < kBatches; ++batch) {
     BRAID_ASSIGN_OR_RETURN(double seconds, timeBatch(comm, whole, iters));
     wholeTimes.push_back(seconds);
     if (!inPair) continue;
-    BRAID_ASSIGN_OR_RETURN(seconds, timeBatch(comm, pair, iters));
+    BRAID_ASSIGN_OR_RETURN(seconds, timeBatch(comm, pair, iters, kPairStream));
     pairTimes.push_back(seconds);
   }
   PairedRound round;
@@ -242,7 +242,7 @@ Result<PairedRound> timeRound(Communicator& comm, int ringSize, const algo::Algo
 }
 
 Result<Figures> measure(Communicator& comm, int ringSize) {
-  constexpr size_t kSmall = 8, kMedium = 256 << 10, kLarge = kLargeProbeBytes;
+  constexpr size_t kSmall = 8, kMedium = 256 << 10, kLarge = kCachedProbeBytes;
   std::vector<float> out(kLarge / sizeof(float), 1.0f), in(kLarge / sizeof(float), 0.0f);
   BRAID_ASSIGN_OR_RETURN(double one, timeProbe(comm, ringSize, kOneRound, out, in, kSmall, 50));
   BRAID_ASSIGN_OR_RETURN(double four, timeProbe(comm, ringSize, kFourRounds, out, in, kSmall, 50));
@@ -348,7 +348,7 @@ Result<algo::LinkModel> probeLink(Communicator& comm) {
     model.busyWhenMeasured = given ? 2 : static_cast<int>(figures[5]);
     model.contention = given ? 1.0 : figures[6];
     if (!given && figures[7] > 0) {
-      model.cachedBytes = kLargeProbeBytes;
+      model.cachedBytes = kCachedProbeBytes;
       model.largeBytes = kUncachedProbeBytes;
       model.largeBeta = figures[7];
       model.largeContention = figures[8];
