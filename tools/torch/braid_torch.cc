@@ -7,8 +7,8 @@
 // which also completes the Work's future: DDP chains its gradient division
 // on it.
 //
-// Only braid.h is used of braid. One translation unit: torch's headers make
-// each one slow to compile.
+// Only braid.h is used of braid. The Work is in braid_work.cc; errors,
+// dtype/op mapping and tensor checks in tensor_checks.cc.
 #include <Python.h>
 #include <braid.h>
 #include <pybind11/chrono.h>
@@ -24,168 +24,13 @@
 #include <utility>
 #include <vector>
 
+#include "braid_work.h"
+#include "tensor_checks.h"
+
 namespace braid_torch {
 namespace {
 
 constexpr const char* kBackendName = "braid";
-
-[[noreturn]] void fail(const std::string& message) {
-  throw std::runtime_error("braid: " + message);
-}
-
-// The exception for a failed braid call: its code's name and braid's
-// message (braidGetLastError of this thread).
-std::runtime_error braidError(const std::string& what, braidResult_t result, const char* message) {
-  std::string text = "braid: " + what + " failed (" + braidGetErrorString(result) + ")";
-  if (message && *message) text += ": " + std::string(message);
-  return std::runtime_error(text);
-}
-
-void check(braidResult_t result, const std::string& what) {
-  if (result != braidSuccess) throw braidError(what, result, braidGetLastError(nullptr));
-}
-
-// The braid type of a tensor that is reduced; data that is only moved goes
-// as bytes, so every dtype can be moved.
-braidDataType_t reductionType(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kChar:
-      return braidInt8;
-    case at::kByte:
-      return braidUint8;
-    case at::kInt:
-      return braidInt32;
-    case at::kLong:
-      return braidInt64;
-    case at::kHalf:
-      return braidFloat16;
-    case at::kBFloat16:
-      return braidBfloat16;
-    case at::kFloat:
-      return braidFloat32;
-    case at::kDouble:
-      return braidFloat64;
-    default:
-      fail(std::string("reductions of ") + c10::toString(t.scalar_type()) +
-           " tensors are not supported (supported: int8, uint8, int32, int64, float16, "
-           "bfloat16, float32, float64)");
-  }
-}
-
-braidRedOp_t reductionOp(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return braidSum;
-    case c10d::ReduceOp::PRODUCT:
-      return braidProd;
-    case c10d::ReduceOp::MIN:
-      return braidMin;
-    case c10d::ReduceOp::MAX:
-      return braidMax;
-    case c10d::ReduceOp::AVG:
-      return braidAvg;
-    default:
-      fail("ReduceOp " + std::to_string(static_cast<int>(op.op_)) +
-           " (BAND, BOR, BXOR or PREMUL_SUM) is not supported; use SUM, PRODUCT, MIN, MAX "
-           "or AVG");
-  }
-}
-
-void checkCpu(const at::Tensor& t, const char* what) {
-  if (!t.defined()) fail(std::string(what) + " is an undefined tensor");
-  if (!t.device().is_cpu())
-    fail(std::string(what) + " is on " + t.device().str() + "; this build of braid_torch " +
-         "handles CPU tensors only");
-  if (t.layout() != at::kStrided) fail(std::string(what) + " is not a dense (strided) tensor");
-}
-
-const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* what) {
-  if (tensors.size() != 1)
-    fail(std::string(what) + ": expected one tensor, got " + std::to_string(tensors.size()) +
-         " (one tensor per process)");
-  return tensors[0];
-}
-
-size_t bytesOf(const at::Tensor& t) {
-  return static_cast<size_t>(t.numel()) * t.element_size();
-}
-
-// A Work that a stream callback completes. It holds every tensor the queued
-// calls touch until then, and runs `finishers` (copies out of staging
-// buffers) before it completes.
-class BraidWork : public c10d::Work {
- public:
-  // `title` is "braid:<name>", as profiles show it.
-  BraidWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
-      : Work(rank, type, title),
-        name_(title + std::strlen("braid:")),
-        outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
-
-  std::vector<at::Tensor> result() override { return outputs_; }
-
-  // Completion is the work's and its future's: whoever sees one sees both.
-  bool isCompleted() override { return Work::isCompleted() && future_->completed(); }
-  bool wait(std::chrono::milliseconds timeout) override {
-    bool done = Work::wait(timeout);  // throws the work's error
-    future_->wait();
-    return done;
-  }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
-  // Keeps `t` alive until the work completes.
-  void hold(const at::Tensor& t) { held_.push_back(t); }
-
-  // A contiguous tensor with t's data for the calls to use; when t itself is
-  // not contiguous, the result is copied back into t on success if
-  // `copyBack`.
-  at::Tensor dense(const at::Tensor& t, bool copyBack) {
-    hold(t);
-    if (t.is_contiguous()) return t;
-    at::Tensor staged = t.contiguous();
-    hold(staged);
-    if (copyBack) finishers_.push_back([t, staged]() mutable { t.copy_(staged); });
-    return staged;
-  }
-
-  void onSuccess(std::function<void()> f) { finishers_.push_back(std::move(f)); }
-
-  // braidStreamCallback_t; userData is a heap intrusive_ptr to the work.
-  static void onStream(braidStream_t, braidResult_t status, void* userData) {
-    c10::intrusive_ptr<BraidWork> work(
-        std::move(*static_cast<c10::intrusive_ptr<BraidWork>*>(userData)));
-    delete static_cast<c10::intrusive_ptr<BraidWork>*>(userData);
-    work->complete(status, braidGetLastError(nullptr));
-  }
-
- private:
-  void complete(braidResult_t status, const char* message) {
-    std::exception_ptr error;
-    if (status != braidSuccess) {
-      error = std::make_exception_ptr(braidError(name_, status, message));
-    } else {
-      try {
-        for (auto& f : finishers_) f();
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    finishers_.clear();
-    held_.clear();
-    finish(error);
-    if (error)
-      future_->setError(error);
-    else
-      future_->markCompleted(c10::IValue(outputs_));
-  }
-
-  std::string name_;
-  std::vector<at::Tensor> outputs_;
-  std::vector<at::Tensor> held_;
-  std::vector<std::function<void()>> finishers_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
 
 // braidStore_t over a c10d::Store. Store failures are exceptions; they
 // become error codes here, and their text is kept for the init error.

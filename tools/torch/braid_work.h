@@ -1,0 +1,53 @@
+// BraidWork: the c10d::Work (and its future) that a braid stream callback
+// completes, for the braid torch backend.
+#pragma once
+
+#include <braid.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <vector>
+
+namespace braid_torch {
+
+// A Work that a stream callback completes. It holds every tensor the queued
+// calls touch until then, and runs `finishers` (copies out of staging
+// buffers) before it completes.
+class BraidWork : public c10d::Work {
+ public:
+  // `title` is "braid:<name>", as profiles show it.
+  BraidWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs);
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+
+  // Completion is the work's and its future's: whoever sees one sees both.
+  bool isCompleted() override { return Work::isCompleted() && future_->completed(); }
+  bool wait(std::chrono::milliseconds timeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // Keeps `t` alive until the work completes.
+  void hold(const at::Tensor& t) { held_.push_back(t); }
+
+  // A contiguous tensor with t's data for the calls to use; when t itself is
+  // not contiguous, the result is copied back into t on success if
+  // `copyBack`.
+  at::Tensor dense(const at::Tensor& t, bool copyBack);
+
+  void onSuccess(std::function<void()> f) { finishers_.push_back(std::move(f)); }
+
+  // braidStreamCallback_t; userData is a heap intrusive_ptr to the work.
+  static void onStream(braidStream_t, braidResult_t status, void* userData);
+
+ private:
+  void complete(braidResult_t status, const char* message);
+
+  std::string name_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> held_;
+  std::vector<std::function<void()>> finishers_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace braid_torch
