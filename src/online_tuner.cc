@@ -19,7 +19,7 @@ OnlineTuner::Choice OnlineTuner::next(const Key& key,
   if (fresh) {
     s.candidates.assign(candidates.begin(), candidates.end());
     s.modelChoice = modelChoice;
-    s.best.assign(s.candidates.size(), std::numeric_limits<double>::infinity());
+    s.timed.assign(s.candidates.size(), {});
   }
   const int call = s.calls++;
   if (s.decided) return {s.decided, -1};
@@ -28,18 +28,30 @@ OnlineTuner::Choice OnlineTuner::next(const Key& key,
     return {s.decided, -1};
   }
   if (call == 0) return {s.modelChoice, -1};  // warm-up, untimed
-  const int trial = (call - 1) % static_cast<int>(s.candidates.size());
-  return {s.candidates[trial], trial};
+  const int block = (call - 1) / kBlockCalls;
+  const int candidate = block % static_cast<int>(s.candidates.size());
+  const bool settles = (call - 1) % kBlockCalls == 0;
+  return {s.candidates[candidate], settles ? -1 : candidate};
 }
 
 bool OnlineTuner::record(const Key& key, int trial, double seconds) {
   State& s = states_.at(key);
-  s.best[trial] = std::min(s.best[trial], seconds);
-  return s.calls - 1 == kTrials * static_cast<int>(s.candidates.size());
+  s.timed[trial].push_back(seconds);
+  return s.calls - 1 == trialCalls(s.candidates.size());
 }
 
 std::vector<double> OnlineTuner::times(const Key& key) const {
-  return states_.at(key).best;
+  std::vector<double> medians;
+  for (std::vector<double> t : states_.at(key).timed) {
+    if (t.empty()) {
+      medians.push_back(std::numeric_limits<double>::infinity());
+      continue;
+    }
+    std::sort(t.begin(), t.end());
+    const size_t mid = t.size() / 2;
+    medians.push_back(t.size() % 2 ? t[mid] : (t[mid - 1] + t[mid]) / 2);
+  }
+  return medians;
 }
 
 const algo::Algorithm* OnlineTuner::decide(const Key& key, std::span<const double> agreed) {

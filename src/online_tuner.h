@@ -4,11 +4,16 @@
 // (stream, collective, size class) the first call runs the model's choice
 // (and warms caches and pages up), the next ones try each candidate in turn
 // (the model's shortlist: those it predicts within a factor of its choice),
-// and once every one has run kTrials times the ranks agree on the times (an
-// AllReduce, the slowest rank's counting). The model's choice stays unless
-// another candidate was faster by more than kMargin: a timing that close is
-// within the noise of a few calls, and the model's reasons hold for every
-// call, not only the timed ones.
+// in blocks of kBlockCalls calls, kRounds blocks each. A block's first call
+// is not timed: it absorbs the skew the previous algorithm left between the
+// ranks (a fold's rank leaves later than the others, say), which otherwise
+// lands on the next call and is charged to the wrong candidate. A
+// candidate's figure is the median of its timed calls, so a call stretched
+// by a preemption does not count. Once every block has run the ranks agree
+// on the figures (an AllReduce, the slowest rank's counting). The model's
+// choice stays unless another candidate was faster by more than kMargin: a
+// timing that close is within the noise of a few calls, and the model's
+// reasons hold for every call, not only the timed ones.
 //
 // Every rank makes the same calls on a stream in the same order, so every
 // rank walks the same states and the choice needs no other coordination.
@@ -25,8 +30,14 @@ namespace braid {
 
 class OnlineTuner {
  public:
-  static constexpr int kTrials = 3;
+  static constexpr int kRounds = 3;
+  static constexpr int kBlockCalls = 3;
   static constexpr double kMargin = 0.05;
+  // Calls a key spends trying `candidates` algorithms (2 or more), after
+  // its warm-up call.
+  static constexpr int trialCalls(size_t candidates) {
+    return kRounds * kBlockCalls * static_cast<int>(candidates);
+  }
 
   struct Key {
     int stream;
@@ -52,6 +63,7 @@ class OnlineTuner {
   // Records a trial. True when the trials of `key` are complete: the caller
   // then combines times() over the ranks (maximum) and calls decide().
   bool record(const Key& key, int trial, double seconds);
+  // Per candidate, the median of its timed calls.
   std::vector<double> times(const Key& key) const;
   // Keeps the model's choice, unless a candidate's agreed time is lower by
   // more than kMargin: then the fastest. Returns it.
@@ -61,8 +73,8 @@ class OnlineTuner {
   struct State {
     std::vector<const algo::Algorithm*> candidates;
     const algo::Algorithm* modelChoice = nullptr;
-    std::vector<double> best;  // per candidate, the fastest of its trials
-    int calls = 0;             // calls of this key so far
+    std::vector<std::vector<double>> timed;  // per candidate, its timed calls
+    int calls = 0;                           // calls of this key so far
     const algo::Algorithm* decided = nullptr;
   };
   std::map<Key, State> states_;

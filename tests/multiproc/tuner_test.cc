@@ -18,7 +18,8 @@ void tuneAndAgree(RankContext& ctx, braidStream_t stream) {
   const std::vector<size_t> counts = {10, 3000, 70000};
   for (size_t count : counts) {
     std::vector<float> x(count);
-    for (int call = 0; call < 14; ++call) {  // > 1 + 2 trials x 4 algorithms
+    // Past the trials: 1 warm-up + 3 rounds x 3 calls x 4 algorithms (OnlineTuner).
+    for (int call = 0; call < 40; ++call) {
       for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(ctx.rank + 1 + (i % 5));
       RANK_ASSERT_OK(
           braidAllReduce(x.data(), x.data(), count, braidFloat32, braidSum, ctx.comm, stream));
