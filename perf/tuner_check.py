@@ -22,9 +22,15 @@ launch), is printed too ("per-launch"). It is biased against the tuner:
 the fastest of four noisy timings is lower than any one of them, so even
 among algorithms of equal speed the picked one is "slower" than the minimum
 in most launches. Taking the minimum after the medians leaves less of that
-bias.
+bias. "paired" compares the pick with each algorithm launch by launch: per
+algorithm, the median over launches of (picked / that algorithm), and the
+largest of those; a launch's speed cancels in each ratio.
 
-  perf/tuner_check.py --build build -P 2,3,4 --launches 5
+The verdict's own noise falls with the launches: with 5, runs a few minutes
+apart each found one or two sizes over 1.10, never the same ones, all where
+two algorithms are within 10% of each other (docs/ALGORITHMS.md).
+
+  perf/tuner_check.py --build build -P 2,3,4 --launches 9 --reps 3 --iters 10
 Exits 1 if any size fails.
 """
 import argparse
