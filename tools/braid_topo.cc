@@ -75,6 +75,7 @@ std::string describeDevices(const topo::RankTopology& r) {
     out += line;
     for (const auto& n : d.netNames) out += braid::strCat("  net ", n);
     for (const auto& n : d.ibNames) out += braid::strCat("  ib ", n);
+    if (!d.uuid.empty()) out += braid::strCat("  ", d.uuid);
     out += '\n';
   }
   return out;

@@ -27,6 +27,7 @@ namespace {
 
 constexpr const char* kPciRoot = "/sys/bus/pci/devices";
 constexpr const char* kNodeRoot = "/sys/devices/system/node";
+constexpr const char* kNvidiaGpuRoot = "/proc/driver/nvidia/gpus";
 
 // "" when missing; the trailing newline of sysfs files is dropped.
 std::string readSmall(const std::string& path) {
@@ -189,6 +190,9 @@ std::vector<PciDevice> pciDevices() {
     d.device = static_cast<uint16_t>(parseNumber(readSmall(base + "/device"), 16, 0));
     d.numaNode =
         static_cast<int>(std::max(-1L, parseNumber(readSmall(base + "/numa_node"), 10, -1)));
+    // The kernel driver's own description: no CUDA library loaded for it.
+    if (d.kind == DeviceKind::kGpu && vendor == kNvidiaVendor)
+      d.uuid = nvidiaGpuUuid(readSmall(strCat(kNvidiaGpuRoot, '/', bus, "/information")));
     devices.push_back(std::move(d));
     virtualFunction.push_back(::access((base + "/physfn").c_str(), F_OK) == 0);
   }

@@ -18,7 +18,7 @@ namespace {
 constexpr int kMaxCpu = (1 << 20) - 1;
 constexpr size_t kMaxCpuCount = 1 << 16;
 constexpr int kMaxDevices = 256;
-constexpr std::string_view kVersionTag = "T1";
+constexpr std::string_view kVersionTag = "T2";
 constexpr std::string_view kEmpty = "~";
 
 bool plainChar(char c) {
@@ -135,7 +135,7 @@ char deviceLetter(DeviceKind kind) {
 std::string encodeDevice(const PciDevice& d) {
   return strCat(deviceLetter(d.kind), ',', escape(d.busId), ',', hex4(d.vendor), ',',
                 hex4(d.device), ',', d.numaNode, ',', encodeNames(d.netNames), ',',
-                encodeNames(d.ibNames));
+                encodeNames(d.ibNames), ',', d.uuid.empty() ? std::string(kEmpty) : escape(d.uuid));
 }
 
 Result<PciDevice> decodeDevice(std::string_view text) {
@@ -143,7 +143,7 @@ Result<PciDevice> decodeDevice(std::string_view text) {
     return invalidArgument(strCat("malformed device '", text.substr(0, 64), "': ", why));
   };
   std::vector<std::string_view> f = split(text, ',');
-  if (f.size() != 7) return bad("expected 7 fields");
+  if (f.size() != 8) return bad("expected 8 fields");
   PciDevice d;
   if (f[0] == "g") {
     d.kind = DeviceKind::kGpu;
@@ -160,16 +160,19 @@ Result<PciDevice> decodeDevice(std::string_view text) {
   auto numa = parseInt<int>(f[4]);
   auto net = decodeNames(f[5]);
   auto ib = decodeNames(f[6]);
+  auto uuid = f[7] == kEmpty ? std::optional<std::string>("") : unescape(f[7]);
   if (!bus || bus->empty()) return bad("bus id");
   if (!vendor || !device) return bad("PCI id");
   if (!numa || *numa < -1) return bad("NUMA node");
   if (!net || !ib) return bad("names");
+  if (!uuid || (!uuid->empty() && d.kind != DeviceKind::kGpu)) return bad("UUID");
   d.busId = std::move(*bus);
   d.vendor = *vendor;
   d.device = *device;
   d.numaNode = *numa;
   d.netNames = std::move(*net);
   d.ibNames = std::move(*ib);
+  d.uuid = std::move(*uuid);
   return d;
 }
 
@@ -186,6 +189,25 @@ std::string encodeWith(const RankTopology& r, size_t numDevices, bool withCores)
 }
 
 }  // namespace
+
+std::string nvidiaGpuUuid(std::string_view information) {
+  constexpr std::string_view kLabel = "GPU UUID:";
+  while (!information.empty()) {
+    const size_t end = information.find('\n');
+    std::string_view line = information.substr(0, end);
+    information = end == std::string_view::npos ? std::string_view{} : information.substr(end + 1);
+    if (!line.starts_with(kLabel)) continue;
+    line.remove_prefix(kLabel.size());
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos) return "";
+    line.remove_prefix(first);
+    line = line.substr(0, line.find_last_not_of(" \t\r") + 1);
+    // One word: the driver prints "GPU-" and the UUID's hex groups.
+    if (line.find_first_of(" \t") != std::string_view::npos) return "";
+    return std::string(line);
+  }
+  return "";
+}
 
 int deviceOrder(const PciDevice& d) {
   if (d.kind == DeviceKind::kGpu) return 0;

@@ -32,6 +32,10 @@ struct PciDevice {
   int numaNode = -1;                  // -1: unknown (single-node machine, or firmware is silent)
   std::vector<std::string> netNames;  // network interfaces on it: eth0, ib0
   std::vector<std::string> ibNames;   // verbs devices on it: mlx5_0 (also RoCE Ethernet NICs)
+  // NVIDIA GPUs: the UUID the driver reports ("GPU-8f6c2e1a-..."), which names
+  // the physical GPU whatever CUDA_VISIBLE_DEVICES makes of its index; "" when
+  // the driver is not loaded or the GPU is another maker's.
+  std::string uuid;
 
   bool operator==(const PciDevice&) const = default;
 };
@@ -44,6 +48,10 @@ std::optional<DeviceKind> pciDeviceKind(uint32_t classCode, uint16_t vendor);
 
 // Sort key of device lists: GPUs, then verbs-capable NICs, then Ethernet.
 int deviceOrder(const PciDevice& device);
+
+// The "GPU UUID:" line of the NVIDIA driver's description of one GPU
+// (/proc/driver/nvidia/gpus/<bus id>/information), "" when it has none.
+std::string nvidiaGpuUuid(std::string_view information);
 
 // Transports that a rank may use besides tcp, which is always possible.
 struct TransportSet {

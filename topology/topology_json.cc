@@ -98,8 +98,8 @@ Status getNames(const json& object, const char* key, std::string_view what,
 }
 
 Result<PciDevice> deviceFromJson(const json& value, const std::string& what) {
-  BRAID_RETURN_IF_ERROR(
-      checkMembers(value, what, {"kind", "bus_id", "vendor", "device", "numa_node", "net", "ib"}));
+  BRAID_RETURN_IF_ERROR(checkMembers(
+      value, what, {"kind", "bus_id", "vendor", "device", "numa_node", "net", "ib", "uuid"}));
   PciDevice d;
   auto kind = value.find("kind");
   if (kind == value.end() || !kind->is_string())
@@ -120,6 +120,9 @@ Result<PciDevice> deviceFromJson(const json& value, const std::string& what) {
   BRAID_RETURN_IF_ERROR(getInt(value, "numa_node", what, -1, 1 << 20, &d.numaNode));
   BRAID_RETURN_IF_ERROR(getNames(value, "net", what, &d.netNames));
   BRAID_RETURN_IF_ERROR(getNames(value, "ib", what, &d.ibNames));
+  BRAID_RETURN_IF_ERROR(getString(value, "uuid", what, &d.uuid));
+  if (d.kind != DeviceKind::kGpu && !d.uuid.empty())
+    return invalidArgument(strCat(what, ": 'uuid' is for GPUs"));
   // An InfiniBand card is usable through its verbs device; a file that names
   // none still means "this rank has InfiniBand".
   if (d.kind == DeviceKind::kInfiniband && d.ibNames.empty() && value.find("ib") == value.end())
@@ -212,6 +215,7 @@ json toJsonValue(const RankTopology& r) {
     // Always for NICs: a missing "ib" on an InfiniBand card means "has one".
     if (d.kind != DeviceKind::kGpu || !d.netNames.empty()) dev["net"] = d.netNames;
     if (d.kind != DeviceKind::kGpu || !d.ibNames.empty()) dev["ib"] = d.ibNames;
+    if (!d.uuid.empty()) dev["uuid"] = d.uuid;
     devices.push_back(std::move(dev));
   }
   json out = {{"hostname", r.hostname},

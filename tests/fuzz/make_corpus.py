@@ -14,8 +14,9 @@ import sys
 ROOT = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).parent / "corpus"
 
 SECRET = bytes(range(16))
-TOPOLOGY = ("T1 node-a node-a/5f1c2e 4242 0 0-3,8 7 2 "
-            "g,0000:3b:00.0,10de,2330,0,~,~ i,0000:5e:00.0,15b3,1017,0,ib0,mlx5_0")
+TOPOLOGY = ("T2 node-a node-a/5f1c2e 4242 0 0-3,8 7 2 "
+            "g,0000:3b:00.0,10de,2330,0,~,~,GPU-5f1c2e00-aaaa-bbbb-cccc-0123456789ab "
+            "i,0000:5e:00.0,15b3,1017,0,ib0,mlx5_0,~")
 
 
 def write(target, name, data):
@@ -63,7 +64,7 @@ write("rendezvous", "greet_wrong_purpose", b"\x00" + proof[:4] + u32(2) + proof[
 write("rendezvous", "greet_truncated", b"\x00" + proof[:30])
 published = "127.0.0.1:4000\n" + TOPOLOGY
 write("rendezvous", "join", b"\x01" + u32(4) + string(published))
-write("rendezvous", "join_long", b"\x01" + u32(2) + string("127.0.0.1:4000\nT1 " + "h" * 1000 +
+write("rendezvous", "join_long", b"\x01" + u32(2) + string("127.0.0.1:4000\nT2 " + "h" * 1000 +
                                                               " h 1 0 ~ 7 0"))
 write("rendezvous", "join_length_too_large", b"\x01" + u32(2) + u32(0xFFFFFFF0) + b"x" * 8)
 write("rendezvous", "join_truncated", b"\x01" + u32(2) + u32(100) + b"127.0")
@@ -155,13 +156,13 @@ write("stream_connection", "huge_descriptor",
 # ---- topology: BRAID_TRANSPORT, then one encoded description per line ----
 write("topology", "two_hosts",
       "\n" + TOPOLOGY + "\n" + TOPOLOGY.replace("4242", "4243").replace("0-3,8", "16-19") + "\n" +
-      "T1 node-b node-b/77aa 1 1 ~ 3 1 e,0000:01:00.0,8086,1572,-1,eth0,~\n")
-write("topology", "forced_shm", "shm\n" + TOPOLOGY + "\nT1 node-b node-b/77aa 1 -1 ~ 7 0\n")
+      "T2 node-b node-b/77aa 1 1 ~ 3 1 e,0000:01:00.0,8086,1572,-1,eth0,~,~\n")
+write("topology", "forced_shm", "shm\n" + TOPOLOGY + "\nT2 node-b node-b/77aa 1 -1 ~ 7 0\n")
 write("topology", "forced_unknown", "ib\n" + TOPOLOGY + "\n" + TOPOLOGY + "\n")
-write("topology", "escaped", "\nT1 h%20a%25 ~ 0 -1 0 0 0\nT1 h%20a%25 ~ 1 -1 0 0 0\x00\x00\x00\n")
+write("topology", "escaped", "\nT2 h%20a%25 ~ 0 -1 0 0 0\nT2 h%20a%25 ~ 1 -1 0 0 0\x00\x00\x00\n")
 write("topology", "near_misses",
-      "tcp\nT1 h h 1 0 0 7 0 extra\nT1 h h 1 0 0-999999999 7 0\nT1 h h 1 0 0 7 99999999999\n"
-      "T1 h h 1 0 0 7 1 g,bus,zzzz,0,0,~,~\nT1 h%4 h 1 0 0 7 0\nT2 h h 1 0 0 7 0\n")
+      "tcp\nT2 h h 1 0 0 7 0 extra\nT2 h h 1 0 0-999999999 7 0\nT2 h h 1 0 0 7 99999999999\n"
+      "T2 h h 1 0 0 7 1 g,bus,zzzz,0,0,~,~\nT2 h%4 h 1 0 0 7 0\nT2 h h 1 0 0 7 0\n")
 
 # ---- topology_json: BRAID_TOPO_FILE contents ----
 write("topology_json", "array", """[

@@ -161,6 +161,29 @@ TEST(BraidTopo, Standalone) {
   EXPECT_NE(text.out.find("pairs: shm 1 tcp 2"), std::string::npos) << text.out;
 }
 
+// Two processes on one GPU, as on a one-GPU machine: both list it, with the
+// UUID that names it, in the text and in the JSON.
+TEST(BraidTopo, ShowsGpusWithTheirUuid) {
+  TopoFile file(R"([
+    {"hostname": "g", "numa_node": 0, "cores": "0-7", "devices": [{"kind": "gpu",
+     "bus_id": "0000:3b:00.0", "vendor": "0x10de", "device": "0x2330", "numa_node": 0,
+     "uuid": "GPU-0c2f9d3e-51a7-4b1e-9d0a-7e3f2b6c8a41"}]},
+    {"hostname": "g", "numa_node": 0, "cores": "0-7", "devices": [{"kind": "gpu",
+     "bus_id": "0000:3b:00.0", "vendor": "0x10de", "device": "0x2330", "numa_node": 0,
+     "uuid": "GPU-0c2f9d3e-51a7-4b1e-9d0a-7e3f2b6c8a41"}]}
+  ])");
+  Outcome text = run(topo() + " --available shm --file " + quote(file.path()));
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find(
+                "gpu  0000:3b:00.0  10de:2330  NUMA 0  GPU-0c2f9d3e-51a7-4b1e-9d0a-7e3f2b6c8a41"),
+            std::string::npos)
+      << text.out;
+  Outcome asJson = run(topo() + " --json --available shm --file " + quote(file.path()));
+  ASSERT_EQ(asJson.exitCode, 0) << asJson.err;
+  json doc = json::parse(asJson.out);
+  EXPECT_EQ(doc["ranks"][1]["devices"][0]["uuid"], "GPU-0c2f9d3e-51a7-4b1e-9d0a-7e3f2b6c8a41");
+}
+
 TEST(BraidTopo, BadUsage) {
   EXPECT_EQ(run(topo() + " --bogus").exitCode, 2);
   Outcome unknown = run(topo() + " --available carrier-pigeon");

@@ -56,6 +56,7 @@ RankTopology awkward() {
   r.pid = 4194304;
   r.cores = {0, 1, 2, 3, 8, 10, 11, 1023};
   r.devices[2].netNames = {"eth0", "ens1f0 np0", "ü"};
+  r.devices[0].uuid = "GPU-5f1c2e00-aaaa-bbbb-cccc-0123456789ab";
   r.transports = {true, false, true};
   return r;
 }
@@ -81,26 +82,29 @@ TEST(Encoding, RejectsGarbage) {
   std::vector<std::string> bad = {
       "",
       std::string(64, '\0'),
-      "T1",
-      "T2 h h 1 0 0 7 0",
-      "T1 h h 1 0 0 7 0 ",
-      "T1 h h 1 0 0 7 0 extra",
-      "T1 h h -1 0 0 7 0",
-      "T1 h h 1 -2 0 7 0",
-      "T1 h h 1 0 5-3 7 0",
-      "T1 h h 1 0 0-999999999 7 0",
-      "T1 h h 1 0 0 8 0",
-      "T1 h h 1 0 0 7 1",
-      "T1 h h 1 0 0 7 99999999999",
-      "T1 h%G1 h 1 0 0 7 0",
-      "T1 h%4 h 1 0 0 7 0",
-      "T1 h  1 0 0 7 0",
-      "T1 h h 1 0 0 7 1 x,0000:01:00.0,10de,2330,0,~,~",
-      "T1 h h 1 0 0 7 1 g,0000:01:00.0,10de,2330,0,~",
-      "T1 h h 1 0 0 7 1 g,0000:01:00.0,110de,2330,0,~,~",
-      "T1 h h 1 0 0 7 1 g,~,10de,2330,0,~,~",
-      "T1 h h 1 0 0 7 1 g,0000:01:00.0,10de,2330,0,a++b,~",
-      std::string("T1 h h 1 0 0 7 0\0x", 18),
+      "T2",
+      "T3 h h 1 0 0 7 0",
+      "T2 h h 1 0 0 7 0 ",
+      "T2 h h 1 0 0 7 0 extra",
+      "T2 h h -1 0 0 7 0",
+      "T2 h h 1 -2 0 7 0",
+      "T2 h h 1 0 5-3 7 0",
+      "T2 h h 1 0 0-999999999 7 0",
+      "T2 h h 1 0 0 8 0",
+      "T2 h h 1 0 0 7 1",
+      "T2 h h 1 0 0 7 99999999999",
+      "T2 h%G1 h 1 0 0 7 0",
+      "T2 h%4 h 1 0 0 7 0",
+      "T2 h  1 0 0 7 0",
+      "T2 h h 1 0 0 7 1 x,0000:01:00.0,10de,2330,0,~,~,~",
+      "T2 h h 1 0 0 7 1 g,0000:01:00.0,10de,2330,0,~,~",
+      "T2 h h 1 0 0 7 1 g,0000:01:00.0,110de,2330,0,~,~,~",
+      "T2 h h 1 0 0 7 1 g,~,10de,2330,0,~,~,~",
+      "T2 h h 1 0 0 7 1 g,0000:01:00.0,10de,2330,0,a++b,~,~",
+      "T2 h h 1 0 0 7 1 g,0000:01:00.0,10de,2330,0,~,~,GPU-%G1",
+      "T2 h h 1 0 0 7 1 e,0000:01:00.0,8086,1572,-1,eth0,~,GPU-1",
+      "T1 h h 1 0 0 7 0",
+      std::string("T2 h h 1 0 0 7 0\0x", 18),
   };
   for (const std::string& text : bad) {
     auto r = RankTopology::decode(text);
@@ -121,9 +125,34 @@ TEST(Encoding, RejectsGarbage) {
   for (int i = 0; i < 2000; ++i) {
     std::string text(rng() % 200, '\0');
     for (char& c : text) c = static_cast<char>(rng() % 256);
-    if (i % 2) text = "T1 " + text;
+    if (i % 2) text = "T2 " + text;
     (void)RankTopology::decode(text);
   }
+}
+
+TEST(Encoding, TheVersionTagNamesTheMismatch) {
+  auto r = RankTopology::decode("T1 h h 1 0 0 7 0");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("another braid version"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(NvidiaGpuUuid, ReadsTheDriversLine) {
+  // The layout of /proc/driver/nvidia/gpus/<bus id>/information: a label,
+  // then tabs and spaces, then the value.
+  const std::string information =
+      "Model: \t\t NVIDIA H100 80GB HBM3\n"
+      "IRQ:   \t\t 255\n"
+      "GPU UUID: \t GPU-0c2f9d3e-51a7-4b1e-9d0a-7e3f2b6c8a41\n"
+      "Video BIOS: \t 96.00.99.00.01\n"
+      "Bus Location: \t 0000:3b:00.0\n";
+  EXPECT_EQ(nvidiaGpuUuid(information), "GPU-0c2f9d3e-51a7-4b1e-9d0a-7e3f2b6c8a41");
+  EXPECT_EQ(nvidiaGpuUuid("GPU UUID: GPU-1\r"), "GPU-1") << "the last line, no newline";
+  EXPECT_EQ(nvidiaGpuUuid(""), "");
+  EXPECT_EQ(nvidiaGpuUuid("Model: \t NVIDIA H100\nIRQ: 5\n"), "") << "no UUID line";
+  EXPECT_EQ(nvidiaGpuUuid("GPU UUID: \t \n"), "") << "an empty value";
+  EXPECT_EQ(nvidiaGpuUuid("GPU UUID: not a uuid\n"), "") << "more than one word";
+  EXPECT_EQ(nvidiaGpuUuid(" GPU UUID: GPU-1\n"), "") << "a label not at the line's start";
 }
 
 TEST(Encoding, OversizedDescriptionKeepsWhatTransportsNeed) {
@@ -197,6 +226,8 @@ TEST(Json, RejectsMalformed) {
            R"({"hostname": "a", "devices": [{"kind": "tpu"}]})",
            R"({"hostname": "a", "devices": [{"kind": "gpu", "vendor": "0x1234567"}]})",
            R"({"hostname": "a", "devices": [{"kind": "eth", "net": [""]}]})",
+           R"({"hostname": "a", "devices": [{"kind": "eth", "uuid": "GPU-1"}]})",
+           R"({"hostname": "a", "devices": [{"kind": "gpu", "uuid": 7}]})",
            R"({"hostname": "a", "transports": ["shm", "carrier-pigeon"]})",
        }) {
     auto r = rankFromJson(text);
