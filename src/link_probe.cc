@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "src/common/log.h"
+#include "src/common/median.h"
 #include "src/common/reduce.h"
 #include "src/communicator.h"
 
@@ -286,10 +287,7 @@ double medianRatio(const std::vector<double>& numerators, const std::vector<doub
   std::vector<double> ratios;
   for (size_t i = 0; i < std::min(numerators.size(), denominators.size()); ++i)
     if (denominators[i] > 0) ratios.push_back(numerators[i] / denominators[i]);
-  if (ratios.empty()) return 1.0;
-  std::sort(ratios.begin(), ratios.end());
-  const size_t middle = ratios.size() / 2;
-  return ratios.size() % 2 ? ratios[middle] : (ratios[middle - 1] + ratios[middle]) / 2;
+  return ratios.empty() ? 1.0 : median(std::move(ratios));
 }
 
 // The cores this process may run on: what its ranks on the host share.

@@ -1,8 +1,9 @@
 #include "src/online_tuner.h"
 
-#include <algorithm>
 #include <bit>
 #include <limits>
+
+#include "src/common/median.h"
 
 namespace braid {
 
@@ -42,15 +43,8 @@ bool OnlineTuner::record(const Key& key, int trial, double seconds) {
 
 std::vector<double> OnlineTuner::times(const Key& key) const {
   std::vector<double> medians;
-  for (std::vector<double> t : states_.at(key).timed) {
-    if (t.empty()) {
-      medians.push_back(std::numeric_limits<double>::infinity());
-      continue;
-    }
-    std::sort(t.begin(), t.end());
-    const size_t mid = t.size() / 2;
-    medians.push_back(t.size() % 2 ? t[mid] : (t[mid - 1] + t[mid]) / 2);
-  }
+  for (const std::vector<double>& t : states_.at(key).timed)
+    medians.push_back(t.empty() ? std::numeric_limits<double>::infinity() : median(t));
   return medians;
 }
 

@@ -192,10 +192,7 @@ std::string encodeWith(const RankTopology& r, size_t numDevices, bool withCores)
 
 std::string nvidiaGpuUuid(std::string_view information) {
   constexpr std::string_view kLabel = "GPU UUID:";
-  while (!information.empty()) {
-    const size_t end = information.find('\n');
-    std::string_view line = information.substr(0, end);
-    information = end == std::string_view::npos ? std::string_view{} : information.substr(end + 1);
+  for (std::string_view line : split(information, '\n')) {
     if (!line.starts_with(kLabel)) continue;
     line.remove_prefix(kLabel.size());
     const size_t first = line.find_first_not_of(" \t");
