@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_buffers.h"
 #include "perf_registration.h"
 #include "src/common/byte_size.h"
 
@@ -62,6 +63,7 @@ struct Options {
   bool allRoots = false;
   bool showAlgorithm = false;
   bool localRegister = false;
+  bool cudaMemory = false;  // --mem cuda: the calls' buffers are GPU memory
   std::vector<const DataType*> types;
   std::vector<RedOp> ops;
   std::string typeArg, opArg, rootArg;  // as given, for the JSON record
@@ -101,6 +103,10 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
       "1: declare the send and receive buffers with braidCommRegister, so that RDMA moves "
       "large messages from and into them with one read",
       number("0"));
+  add("M,mem",
+      "host: the calls' buffers are host memory; cuda: GPU memory (cuMemAlloc on GPU rank "
+      "modulo the GPUs a process sees), filled and checked through host copies",
+      text("host"));
   add("J,json", "rank 0 writes the whole run to this JSON file", text(""));
   add("h,help", "print this help");
   spec.add_options("Testing")(
@@ -124,6 +130,10 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   options.showAlgorithm = args["algorithm"].as<int>() != 0;
   options.localRegister = args["local_register"].as<int>() != 0;
   options.jsonPath = args["json"].as<std::string>();
+  const std::string mem = args["mem"].as<std::string>();
+  if (mem != "host" && mem != "cuda")
+    throw std::invalid_argument("mem is host or cuda, not '" + mem + "'");
+  options.cudaMemory = mem == "cuda";
   options.corruptRank = args["corrupt_rank"].as<int>();
   if (options.iters < 1 || options.warmupIters < 0 || options.checkIters < 0) {
     throw std::invalid_argument("iters must be >= 1, warmup_iters and check >= 0");
@@ -238,6 +248,7 @@ class PerfRun {
       throw std::invalid_argument("root " + std::to_string(options_.root) + " is not a rank");
     }
     if (options_.blocking == 0) expectOk(braidStreamCreate(comm_, &stream_), "braidStreamCreate");
+    if (options_.cudaMemory) cuda_.emplace(rank_);
   }
 
   ~PerfRun() { (void)braidStreamDestroy(stream_); }
@@ -259,10 +270,20 @@ class PerfRun {
       Buffer send = allocateBuffer(largest.sendCount * type->size);
       const size_t recvBytes = std::max(largest.sendCount, largest.recvCount) * type->size;
       Buffer recv = allocateBuffer(recvBytes);
+      // With --mem cuda, GPU buffers of the same shape: the calls use them,
+      // and the host ones stage the inputs and the results to check.
+      std::optional<CudaDriver::Buffer> deviceSend, deviceRecv;
+      GpuMirror mirror;
+      if (cuda_) {
+        deviceSend.emplace(cuda_->allocate(largest.sendCount * type->size));
+        deviceRecv.emplace(cuda_->allocate(recvBytes));
+        mirror = {deviceSend->get(), deviceRecv->get()};
+      }
       Registration sendDeclared, recvDeclared;
       if (options_.localRegister) {
-        sendDeclared = Registration(comm_, send.get(), largest.sendCount * type->size);
-        recvDeclared = Registration(comm_, recv.get(), recvBytes);
+        sendDeclared =
+            Registration(comm_, cuda_ ? mirror.send : send.get(), largest.sendCount * type->size);
+        recvDeclared = Registration(comm_, cuda_ ? mirror.recv : recv.get(), recvBytes);
       }
       for (const RedOp& op : options_.ops) {
         for (int root : roots) {
@@ -276,9 +297,10 @@ class PerfRun {
                             .sizes = collective_.sizesFor(bytes, type->size, nranks_),
                             .inPlace = false,
                             .stream = stream_};
-            Measurement outOfPlace = measure(ctx, send, recv);
+            Measurement outOfPlace = measure(ctx, send, recv, mirror);
             ctx.inPlace = true;
-            Measurement inPlace = collective_.hasInPlace ? measure(ctx, send, recv) : Measurement{};
+            Measurement inPlace =
+                collective_.hasInPlace ? measure(ctx, send, recv, mirror) : Measurement{};
             printRow(ctx, op, outOfPlace, inPlace);
           }
         }
@@ -309,7 +331,8 @@ class PerfRun {
 
   struct RankInfo {
     int32_t pid;
-    char host[124];
+    int32_t gpu;  // the GPU's ordinal with --mem cuda, else -1
+    char host[120];
   };
 
   void printPreamble() {
@@ -317,6 +340,7 @@ class PerfRun {
     rankInfos_.assign(static_cast<size_t>(nranks_), RankInfo{});
     RankInfo& mine = rankInfos_[static_cast<size_t>(rank_)];
     mine.pid = static_cast<int32_t>(::getpid());
+    mine.gpu = cuda_ ? cuda_->ordinal() : -1;
     ::gethostname(mine.host, sizeof(mine.host) - 1);
     expectOk(
         braidAllReduce(rankInfos_.data(), rankInfos_.data(), rankInfos_.size() * sizeof(RankInfo),
@@ -329,14 +353,17 @@ class PerfRun {
                 version / 100 % 100, version % 100);
     std::printf(
         "# nranks %d minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d "
-        "validation: %d average: %d blocking: %d\n",
+        "validation: %d average: %d blocking: %d mem: %s\n",
         nranks_, options_.minBytes, options_.maxBytes, options_.stepText.c_str(),
         options_.warmupIters, options_.iters, options_.checkIters, options_.average,
-        options_.blocking);
+        options_.blocking, options_.cudaMemory ? "cuda" : "host");
     std::printf("#\n# Using ranks\n");
     for (int r = 0; r < nranks_; ++r) {
       const RankInfo& info = rankInfos_[static_cast<size_t>(r)];
-      std::printf("#  Rank %2d Pid %6d on %10s\n", r, info.pid, info.host);
+      if (info.gpu >= 0)
+        std::printf("#  Rank %2d Pid %6d on %10s GPU %d\n", r, info.pid, info.host, info.gpu);
+      else
+        std::printf("#  Rank %2d Pid %6d on %10s\n", r, info.pid, info.host);
     }
     const char* row = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s%s\n";
     std::printf(
@@ -361,24 +388,46 @@ class PerfRun {
     return !collective_.resultAtRootOnly || ctx.rank == ctx.root;
   }
 
-  Measurement measure(const TestContext& ctx, Buffer& send, Buffer& recv) {
+  // GPU buffers shaped like the host ones (--mem cuda), or none.
+  struct GpuMirror {
+    std::byte* send = nullptr;
+    std::byte* recv = nullptr;
+  };
+
+  Measurement measure(const TestContext& ctx, Buffer& send, Buffer& recv, const GpuMirror& gpu) {
     const size_t eltSize = ctx.type->size;
     const size_t rank = static_cast<size_t>(rank_);
     std::byte* sendPtr =
         ctx.inPlace ? recv.get() + ctx.sizes.sendInPlaceOffset * rank * eltSize : send.get();
     std::byte* recvPtr =
         recv.get() + (ctx.inPlace ? ctx.sizes.recvInPlaceOffset * rank * eltSize : 0);
+    const size_t sendBytes = ctx.sizes.sendCount * eltSize;
+    const size_t recvBytes = std::max(ctx.sizes.sendCount, ctx.sizes.recvCount) * eltSize;
+    // The calls' buffers: the host ones, or the same offsets in GPU memory,
+    // where the inputs are copied before the calls and the results back after.
+    std::byte* callSend = sendPtr;
+    std::byte* callRecv = recvPtr;
+    if (cuda_) {
+      callSend = ctx.inPlace ? gpu.recv + (sendPtr - recv.get()) : gpu.send;
+      callRecv = gpu.recv + (recvPtr - recv.get());
+    }
+    auto upload = [&] {
+      if (!cuda_) return;
+      if (!ctx.inPlace) cuda_->toDevice(callSend, sendPtr, sendBytes);
+      cuda_->toDevice(gpu.recv, recv.get(), recvBytes);  // in place, the inputs are in it
+    };
     const std::string what = std::string(ctx.inPlace ? "in-place" : "out-of-place") + " run at " +
                              std::to_string(ctx.sizes.bytes) + " B";
 
     collective_.initData(ctx, sendPtr);
+    upload();
     for (int i = 0; i < options_.warmupIters; ++i) {
-      issue(ctx, sendPtr, recvPtr, what);
+      issue(ctx, callSend, callRecv, what);
       complete(what);
     }
     expectOk(braidBarrier(comm_, nullptr), "braidBarrier");
     auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < options_.iters; ++i) issue(ctx, sendPtr, recvPtr, what);
+    for (int i = 0; i < options_.iters; ++i) issue(ctx, callSend, callRecv, what);
     complete(what);
     std::chrono::duration<double, std::micro> elapsed = std::chrono::steady_clock::now() - start;
 
@@ -405,14 +454,15 @@ class PerfRun {
 
     // Checked on fresh inputs, into a poisoned receive buffer, so that
     // neither the timed runs' results nor stale data can pass for correct.
-    const size_t recvBytes = std::max(ctx.sizes.sendCount, ctx.sizes.recvCount) * eltSize;
     const bool corrupt =
         rank_ == options_.corruptRank && holdsResult(ctx) && ctx.sizes.recvCount > 0;
     for (int i = 0; i < options_.checkIters; ++i) {
       std::memset(recv.get(), 0xa5, recvBytes);
       collective_.initData(ctx, sendPtr);
-      issue(ctx, sendPtr, recvPtr, what);
+      upload();
+      issue(ctx, callSend, callRecv, what);
       complete(what);
+      if (cuda_) cuda_->toHost(recv.get(), gpu.recv, recvBytes);
       // Bit 6 of the first byte: more than the 2 ULPs an average may be off,
       // in every datatype.
       if (corrupt) recvPtr[0] ^= std::byte{0x40};
@@ -488,7 +538,10 @@ class PerfRun {
     Json ranks = Json::array();
     for (int r = 0; r < nranks_; ++r) {
       const RankInfo& info = rankInfos_[static_cast<size_t>(r)];
-      ranks.push_back(Json{{"rank", r}, {"pid", info.pid}, {"hostname", info.host}});
+      ranks.push_back(Json{{"rank", r},
+                           {"pid", info.pid},
+                           {"hostname", info.host},
+                           {"gpu", info.gpu >= 0 ? Json(info.gpu) : Json(nullptr)}});
     }
     Json document{
         {"benchmark", collective_.name},
@@ -510,6 +563,7 @@ class PerfRun {
           {"root", collective_.usesRoot ? Json(options_.rootArg) : Json(nullptr)},
           {"average", kTimeReported[options_.average]},
           {"blocking", options_.blocking},
+          {"mem", options_.cudaMemory ? "cuda" : "host"},
           {"busbw_factor", collective_.busBwFactor(nranks_)}}},
         {"machine",
          {{"hostname", rankInfos_[0].host}, {"nranks", nranks_}, {"ranks", std::move(ranks)}}},
@@ -534,7 +588,8 @@ class PerfRun {
   int rank_ = 0;
   int nranks_ = 1;
   std::vector<RankInfo> rankInfos_;
-  int failedMeasurements_ = 0;  // (size, placement) pairs with #wrong > 0
+  std::optional<CudaDriver> cuda_;  // --mem cuda
+  int failedMeasurements_ = 0;      // (size, placement) pairs with #wrong > 0
   double busBwSum_ = 0;
   int busBwCount_ = 0;
   Json jsonRows_ = Json::array();

@@ -4,6 +4,9 @@
   perf_suite_test.py sweep   --braidrun B --binary X --ranks 3 -- FLAGS...
       exit 0, every #wrong 0, the footer, and nccl-tests' size, count and
       bandwidth conventions, checked on the --json record's exact values.
+      With --fake-cuda F (tests/unit/fake_libcuda.c, built): the same with
+      --mem cuda against that stand-in driver, and braid staged the buffers
+      through the driver on every rank.
   perf_suite_test.py format  --braidrun B --binary X [--binary Y ...]
       the table as nccl-tests prints it, --help, bad flags.
   perf_suite_test.py corrupt --braidrun B --binary X [--binary Y ...]
@@ -15,6 +18,7 @@ Exits 0 on success, 1 on failure, 77 (Meson's skip) when the plot has no
 backend to draw with.
 """
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -130,6 +134,35 @@ def check_footer(lines, name, failed):
     return float(avg.group(1))
 
 
+def fake_cuda_env(fake, tmp):
+    """The environment of a run whose libcuda.so.1 is the stand-in `fake`."""
+    driver_dir = os.path.join(tmp, "driver")
+    os.makedirs(driver_dir)
+    os.symlink(os.path.abspath(fake), os.path.join(driver_dir, "libcuda.so.1"))
+    os.makedirs(os.path.join(tmp, "report"))
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = driver_dir + (":" + env["LD_LIBRARY_PATH"] if "LD_LIBRARY_PATH" in env else "")
+    env["FAKE_CUDA_REPORT"] = os.path.join(tmp, "report")
+    return env
+
+
+def check_gpu_run(args, record, report_dir, output):
+    """A --mem cuda run: recorded as such, every rank on a GPU, and braid
+    copied every rank's buffers through the driver (a call that read the
+    GPU buffers as host memory would pass the checks on the stand-in, whose
+    GPU memory is host memory)."""
+    expect(record["parameters"]["mem"] == "cuda", f"parameters {record['parameters']}")
+    expect(all(r["gpu"] == 0 for r in record["machine"]["ranks"]),
+           f"ranks {record['machine']['ranks']}")
+    reports = os.listdir(report_dir)
+    expect(len(reports) == args.ranks, f"{len(reports)} driver reports for {args.ranks} ranks")
+    for name in reports:
+        with open(os.path.join(report_dir, name)) as f:
+            copies, staged = (int(x) for x in f.read().split())
+        expect(staged > 0 and copies > staged,
+               f"pid {name}: {copies} copies, {staged} by braid's staging:\n{output}")
+
+
 def sweep(args):
     binary = args.binary[0]
     name = os.path.basename(binary)
@@ -137,10 +170,16 @@ def sweep(args):
     flags = args.flags
     with tempfile.TemporaryDirectory() as tmp:
         record_path = os.path.join(tmp, "run.json")
-        code, lines, output = run(args, binary, flags + ["--json", record_path])
+        env = None
+        if args.fake_cuda:
+            env = fake_cuda_env(args.fake_cuda, tmp)
+            flags = flags + ["--mem", "cuda"]
+        code, lines, output = run(args, binary, flags + ["--json", record_path], env)
         expect(code == 0, f"exit code {code}:\n{output}")
         with open(record_path) as f:
             record = json.load(f)
+        if args.fake_cuda:
+            check_gpu_run(args, record, os.path.join(tmp, "report"), output)
     table = rows_of(lines)
     want = expected_rows(name, flags, args.ranks)
     expect(len(table) == len(want), f"{len(table)} rows, expected {len(want)}:\n{output}")
@@ -174,6 +213,14 @@ def sweep(args):
     expect(math.isclose(record["avg_busbw_gbps"], avg, rel_tol=1e-4, abs_tol=1e-6),
            "JSON avg_busbw_gbps differs from the footer")
     print(f"{name}: {len(table)} rows, #wrong 0, conventions hold")
+
+
+def cuda_driver_loadable():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
 
 
 def format_check(args):
@@ -230,16 +277,24 @@ def format_check(args):
         for option in ["-b, --minbytes", "-e, --maxbytes", "-i, --stepbytes", "-f, --stepfactor",
                        "-n, --iters", "-w, --warmup_iters", "-c, --check", "-o, --op",
                        "-d, --datatype", "-r, --root", "-a, --average", "-z, --blocking",
-                       "-J, --json"]:
+                       "-M, --mem", "-J, --json"]:
             expect(option in text, f"--help lacks {option}")
         testing = text.find("Testing options")
         expect(testing > 0 and text.find("corrupt_rank") > testing,
                "the test-only option is not apart under 'Testing options'")
         for bad in (["-d", "nosuch"], ["-o", "mulsum"], ["-r", "x"], ["-b", "1X"],
-                    ["-b", "2M", "-e", "1M"], ["-a", "4"]):
+                    ["-b", "2M", "-e", "1M"], ["-a", "4"], ["-M", "gpu"]):
             result = subprocess.run([binary] + bad, capture_output=True, text=True, timeout=30)
             expect(result.returncode == 2 and "see --help" in result.stderr,
                    f"{bad}: exit {result.returncode}, {result.stderr!r}")
+        # --mem cuda where no CUDA driver can be loaded: the run fails saying so
+        # (braidrun stops the other ranks once one fails; on a machine with a
+        # driver, there is nothing to see).
+        if not cuda_driver_loadable():
+            code, _, output = run(args, binary, ["-b", "8", "-e", "8", "-M", "cuda"])
+            expect(code != 0 and "--mem cuda: the CUDA driver (libcuda.so.1) could not be "
+                                 "loaded" in output,
+                   f"--mem cuda without a driver: exit {code}:\n{output}")
         print(f"{name}: table, footer and flags as nccl-tests")
 
 
@@ -335,6 +390,7 @@ def main():
     p.add_argument("--binary", action="append", required=True)
     p.add_argument("--ranks", type=int, default=3)
     p.add_argument("--plot")
+    p.add_argument("--fake-cuda", help="sweep: run with --mem cuda against this stand-in driver")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:split])

@@ -1,6 +1,8 @@
 /* A stand-in for the CUDA driver, libcuda.so.1, with the entry points braid
  * uses: cuPointerGetAttribute to ask about buffers, and the context and copy
- * calls that stage GPU buffers through host memory. It answers as the driver
+ * calls that stage GPU buffers through host memory; and those the perf
+ * tests' --mem cuda uses to pick a GPU and allocate its memory
+ * (perf/cuda_buffers.h), which come from an arena that becomes the range. It answers as the driver
  * does, with one address range that a test marks as GPU memory
  * (fakeCudaSetDeviceRange): ordinary host memory standing in for device
  * memory, so copies are memcpy, checked to stay inside the range. Every
@@ -9,15 +11,22 @@
  * range from the thread that later makes the calls, so plain statics
  * suffice.
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* The driver API's values (cuda.h): CUresult, CUpointer_attribute and
  * CUmemorytype. */
 enum {
   FAKE_CUDA_SUCCESS = 0,
   FAKE_CUDA_ERROR_INVALID_VALUE = 1,
+  FAKE_CUDA_ERROR_OUT_OF_MEMORY = 2,
+  FAKE_CUDA_ERROR_NOT_INITIALIZED = 3,
   FAKE_CUDA_ERROR_INVALID_CONTEXT = 201,
   FAKE_CUDA_ERROR_ILLEGAL_ADDRESS = 700,
   FAKE_CU_POINTER_ATTRIBUTE_CONTEXT = 1,
@@ -31,7 +40,12 @@ static uintptr_t rangeBegin, rangeEnd;
 static int rangeDevice, rangeManaged;
 static unsigned long queries;
 static unsigned long copies, waits;
+/* Copies made with a context pushed, as braid stages a GPU buffer; the perf
+ * tests copy in the current context instead. */
+static unsigned long pushedCopies;
 static int contextDepth, failCopies;
+/* cuInit called; the one context made current with cuCtxSetCurrent. */
+static int initialized, contextCurrent;
 /* The one context, owner of the range. */
 static int theContext;
 
@@ -105,17 +119,18 @@ int cuCtxPopCurrent_v2(void** context) {
 }
 
 int cuCtxSynchronize(void) {
-  if (contextDepth == 0) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+  if (contextDepth == 0 && !contextCurrent) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   ++waits;
   return FAKE_CUDA_SUCCESS;
 }
 
 /* A copy must lie inside the range and run in its context. */
 static int checkCopy(unsigned long long device, size_t bytes) {
-  if (contextDepth == 0) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+  if (contextDepth == 0 && !contextCurrent) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (device < rangeBegin || device + bytes > rangeEnd) return FAKE_CUDA_ERROR_INVALID_VALUE;
   if (failCopies) return FAKE_CUDA_ERROR_ILLEGAL_ADDRESS;
   ++copies;
+  if (contextDepth > 0) ++pushedCopies;
   return FAKE_CUDA_SUCCESS;
 }
 
@@ -131,6 +146,73 @@ int cuMemcpyHtoD_v2(unsigned long long device, const void* host, size_t bytes) {
   return result;
 }
 
+/* One GPU, with one context. */
+int cuInit(unsigned flags) {
+  if (flags != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  initialized = 1;
+  return FAKE_CUDA_SUCCESS;
+}
+
+int cuDeviceGetCount(int* count) {
+  if (!initialized) return FAKE_CUDA_ERROR_NOT_INITIALIZED;
+  *count = 1;
+  return FAKE_CUDA_SUCCESS;
+}
+
+int cuDeviceGet(int* device, int ordinal) {
+  if (!initialized) return FAKE_CUDA_ERROR_NOT_INITIALIZED;
+  if (ordinal != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  *device = 0;
+  return FAKE_CUDA_SUCCESS;
+}
+
+int cuDevicePrimaryCtxRetain(void** context, int device) {
+  if (!initialized) return FAKE_CUDA_ERROR_NOT_INITIALIZED;
+  if (device != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  *context = &theContext;
+  return FAKE_CUDA_SUCCESS;
+}
+
+int cuDevicePrimaryCtxRelease_v2(int device) {
+  return device == 0 ? FAKE_CUDA_SUCCESS : FAKE_CUDA_ERROR_INVALID_VALUE;
+}
+
+int cuCtxSetCurrent(void* context) {
+  if (context != NULL && context != &theContext) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+  contextCurrent = context != NULL;
+  return FAKE_CUDA_SUCCESS;
+}
+
+/* Device memory: a bump allocator over an arena reserved at the first
+ * allocation, which becomes the range of GPU memory. Freeing returns
+ * nothing; a perf run allocates a few buffers per datatype. */
+enum { FAKE_ARENA_BYTES = 1 << 30, FAKE_ALIGNMENT = 256 };
+static unsigned char* arena;
+static size_t arenaUsed;
+
+int cuMemAlloc_v2(unsigned long long* device, size_t bytes) {
+  if (!contextCurrent && contextDepth == 0) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+  if (device == NULL || bytes == 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (arena == NULL) {
+    void* memory = mmap(NULL, FAKE_ARENA_BYTES, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory == MAP_FAILED) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+    arena = memory;
+    fakeCudaSetDeviceRange(arena, FAKE_ARENA_BYTES, 0, 0);
+  }
+  size_t rounded = (bytes + FAKE_ALIGNMENT - 1) / FAKE_ALIGNMENT * FAKE_ALIGNMENT;
+  if (rounded > FAKE_ARENA_BYTES - arenaUsed) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  *device = (unsigned long long)(uintptr_t)(arena + arenaUsed);
+  arenaUsed += rounded;
+  return FAKE_CUDA_SUCCESS;
+}
+
+int cuMemFree_v2(unsigned long long device) {
+  if (arena == NULL || device < (uintptr_t)arena || device >= (uintptr_t)arena + arenaUsed)
+    return FAKE_CUDA_ERROR_INVALID_VALUE;
+  return FAKE_CUDA_SUCCESS;
+}
+
 int cuGetErrorString(int error, const char** text) {
   switch (error) {
     case FAKE_CUDA_SUCCESS:
@@ -138,6 +220,12 @@ int cuGetErrorString(int error, const char** text) {
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_INVALID_VALUE:
       *text = "invalid argument";
+      return FAKE_CUDA_SUCCESS;
+    case FAKE_CUDA_ERROR_OUT_OF_MEMORY:
+      *text = "out of memory";
+      return FAKE_CUDA_SUCCESS;
+    case FAKE_CUDA_ERROR_NOT_INITIALIZED:
+      *text = "initialization error";
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_INVALID_CONTEXT:
       *text = "invalid device context";
@@ -149,4 +237,18 @@ int cuGetErrorString(int error, const char** text) {
       *text = NULL;
       return FAKE_CUDA_ERROR_INVALID_VALUE;
   }
+}
+
+/* For tests that cannot call in: with FAKE_CUDA_REPORT naming a directory,
+ * each process writes "<copies> <copies with a context pushed>" to a file
+ * named by its pid there when it exits. */
+__attribute__((destructor)) static void writeReport(void) {
+  const char* directory = getenv("FAKE_CUDA_REPORT");
+  if (directory == NULL) return;
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%d", directory, (int)getpid());
+  FILE* out = fopen(path, "w");
+  if (out == NULL) return;
+  fprintf(out, "%lu %lu\n", copies, pushedCopies);
+  fclose(out);
 }
