@@ -8,8 +8,8 @@
  * memory, so copies are memcpy, checked to stay inside the range. Every
  * other address is memory the driver does not know
  * (CUDA_ERROR_INVALID_VALUE), as unregistered host memory is. Tests set the
- * range from the thread that later makes the calls, so plain statics
- * suffice.
+ * range before any thread uses it. Contexts are per thread, as in CUDA.
+ * Streams live in fake_libcuda_streams.c.
  */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include <stddef.h>
@@ -20,34 +20,34 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* The driver API's values (cuda.h): CUresult, CUpointer_attribute and
- * CUmemorytype. */
-enum {
-  FAKE_CUDA_SUCCESS = 0,
-  FAKE_CUDA_ERROR_INVALID_VALUE = 1,
-  FAKE_CUDA_ERROR_OUT_OF_MEMORY = 2,
-  FAKE_CUDA_ERROR_NOT_INITIALIZED = 3,
-  FAKE_CUDA_ERROR_INVALID_CONTEXT = 201,
-  FAKE_CUDA_ERROR_ILLEGAL_ADDRESS = 700,
-  FAKE_CU_POINTER_ATTRIBUTE_CONTEXT = 1,
-  FAKE_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
-  FAKE_CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
-  FAKE_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
-  FAKE_CU_MEMORYTYPE_DEVICE = 2
-};
+#include "fake_libcuda_internal.h"
 
 static uintptr_t rangeBegin, rangeEnd;
 static int rangeDevice, rangeManaged;
+/* Counters: updated from braid's threads and the streams' too. */
 static unsigned long queries;
 static unsigned long copies, waits;
 /* Copies made with a context pushed, as braid stages a GPU buffer; the perf
  * tests copy in the current context instead. */
 static unsigned long pushedCopies;
-static int contextDepth, failCopies;
-/* cuInit called; the one context made current with cuCtxSetCurrent. */
-static int initialized, contextCurrent;
+static int failCopies;
+/* Per thread, as CUDA's current context: contexts pushed, and the one
+ * context made current with cuCtxSetCurrent. */
+static __thread int contextDepth, contextCurrent;
+static int initialized;
 /* The one context, owner of the range. */
 static int theContext;
+
+#define BUMP(counter) __atomic_add_fetch(&(counter), 1, __ATOMIC_RELAXED)
+#define READ(counter) __atomic_load_n(&(counter), __ATOMIC_RELAXED)
+
+void* fakeContext(void) {
+  return &theContext;
+}
+
+int fakeHasContext(void) {
+  return contextDepth > 0 || contextCurrent;
+}
 
 /* Marks [begin, begin + bytes) as memory of GPU `device`, managed or not;
  * bytes = 0 clears it. */
@@ -61,10 +61,10 @@ void fakeCudaSetDeviceRange(void* begin, size_t bytes, int device, int managed) 
 /* How many copies to or from the range were made, and how many times a
  * context was waited for. */
 unsigned long fakeCudaCopyCount(void) {
-  return copies;
+  return READ(copies);
 }
 unsigned long fakeCudaWaitCount(void) {
-  return waits;
+  return READ(waits);
 }
 
 /* Contexts pushed and not popped: 0 between calls. */
@@ -74,16 +74,16 @@ int fakeCudaContextDepth(void) {
 
 /* Nonzero: every copy fails with CUDA_ERROR_ILLEGAL_ADDRESS. */
 void fakeCudaFailCopies(int fail) {
-  failCopies = fail;
+  __atomic_store_n(&failCopies, fail, __ATOMIC_RELAXED);
 }
 
 /* How many times cuPointerGetAttribute was called. */
 unsigned long fakeCudaQueryCount(void) {
-  return queries;
+  return READ(queries);
 }
 
 int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
-  ++queries;
+  BUMP(queries);
   if (data == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
   if (ptr < rangeBegin || ptr >= rangeEnd) return FAKE_CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
@@ -118,20 +118,32 @@ int cuCtxPopCurrent_v2(void** context) {
   return FAKE_CUDA_SUCCESS;
 }
 
+/* Waits for every stream of the context. One that waits for a value only
+ * the host writes would never end if that host thread is the one waiting
+ * here: the stand-in says so at once instead of hanging. */
 int cuCtxSynchronize(void) {
-  if (contextDepth == 0 && !contextCurrent) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
-  ++waits;
+  if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+  if (fakeStreamsWaitingOnValue(0)) return FAKE_CUDA_ERROR_WOULD_DEADLOCK;
+  fakeSynchronizeStreams();
+  BUMP(waits);
   return FAKE_CUDA_SUCCESS;
 }
 
-/* A copy must lie inside the range and run in its context. */
-static int checkCopy(unsigned long long device, size_t bytes) {
-  if (contextDepth == 0 && !contextCurrent) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+int fakeCheckCopy(unsigned long long device, size_t bytes) {
+  if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (device < rangeBegin || device + bytes > rangeEnd) return FAKE_CUDA_ERROR_INVALID_VALUE;
-  if (failCopies) return FAKE_CUDA_ERROR_ILLEGAL_ADDRESS;
-  ++copies;
-  if (contextDepth > 0) ++pushedCopies;
+  if (__atomic_load_n(&failCopies, __ATOMIC_RELAXED)) return FAKE_CUDA_ERROR_ILLEGAL_ADDRESS;
+  BUMP(copies);
+  if (contextDepth > 0) BUMP(pushedCopies);
   return FAKE_CUDA_SUCCESS;
+}
+
+/* The synchronous copies run on the legacy default stream, which first
+ * waits for every blocking stream: one held by a value the host has not
+ * written would hang them (as cuCtxSynchronize). */
+static int checkCopy(unsigned long long device, size_t bytes) {
+  if (fakeStreamsWaitingOnValue(1)) return FAKE_CUDA_ERROR_WOULD_DEADLOCK;
+  return fakeCheckCopy(device, bytes);
 }
 
 int cuMemcpyDtoH_v2(void* host, unsigned long long device, size_t bytes) {
@@ -191,7 +203,7 @@ static unsigned char* arena;
 static size_t arenaUsed;
 
 int cuMemAlloc_v2(unsigned long long* device, size_t bytes) {
-  if (!contextCurrent && contextDepth == 0) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+  if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (device == NULL || bytes == 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
   if (arena == NULL) {
     void* memory = mmap(NULL, FAKE_ARENA_BYTES, PROT_READ | PROT_WRITE,
@@ -233,6 +245,14 @@ int cuGetErrorString(int error, const char** text) {
     case FAKE_CUDA_ERROR_ILLEGAL_ADDRESS:
       *text = "an illegal memory access was encountered";
       return FAKE_CUDA_SUCCESS;
+    case FAKE_CUDA_ERROR_NOT_READY:
+      *text = "device not ready";
+      return FAKE_CUDA_SUCCESS;
+    case FAKE_CUDA_ERROR_WOULD_DEADLOCK:
+      *text =
+          "the stand-in driver: a wait for every stream while one waits for a value only the "
+          "host writes (this hangs on a GPU)";
+      return FAKE_CUDA_SUCCESS;
     default:
       *text = NULL;
       return FAKE_CUDA_ERROR_INVALID_VALUE;
@@ -249,6 +269,6 @@ __attribute__((destructor)) static void writeReport(void) {
   snprintf(path, sizeof(path), "%s/%d", directory, (int)getpid());
   FILE* out = fopen(path, "w");
   if (out == NULL) return;
-  fprintf(out, "%lu %lu\n", copies, pushedCopies);
+  fprintf(out, "%lu %lu\n", READ(copies), READ(pushedCopies));
   fclose(out);
 }

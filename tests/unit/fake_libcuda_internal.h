@@ -1,0 +1,40 @@
+/* What the two files of the stand-in CUDA driver share (fake_libcuda.c:
+ * memory, contexts and copies; fake_libcuda_streams.c: streams). */
+#pragma once
+
+#include <stddef.h>
+
+/* The driver API's values (cuda.h): CUresult, CUpointer_attribute,
+ * CUmemorytype, CUstreamWaitValue_flags. */
+enum {
+  FAKE_CUDA_SUCCESS = 0,
+  FAKE_CUDA_ERROR_INVALID_VALUE = 1,
+  FAKE_CUDA_ERROR_OUT_OF_MEMORY = 2,
+  FAKE_CUDA_ERROR_NOT_INITIALIZED = 3,
+  FAKE_CUDA_ERROR_INVALID_CONTEXT = 201,
+  FAKE_CUDA_ERROR_INVALID_HANDLE = 400,
+  FAKE_CUDA_ERROR_NOT_READY = 600,
+  FAKE_CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+  /* Not CUDA's: a call that would hang on a GPU (see cuCtxSynchronize). */
+  FAKE_CUDA_ERROR_WOULD_DEADLOCK = 9001,
+  FAKE_CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+  FAKE_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+  FAKE_CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
+  FAKE_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+  FAKE_CU_MEMORYTYPE_DEVICE = 2,
+  FAKE_CU_STREAM_NON_BLOCKING = 1,
+  FAKE_CU_STREAM_WAIT_VALUE_GEQ = 1
+};
+
+/* The one context. */
+void* fakeContext(void);
+/* Whether the calling thread has a context (pushed or current). */
+int fakeHasContext(void);
+/* Checks a copy touching [device, device + bytes) of GPU memory, made by
+ * the calling thread, and counts it. */
+int fakeCheckCopy(unsigned long long device, size_t bytes);
+/* Whether some stream (only blocking ones, if blockingOnly) is held by a
+ * wait for a value. */
+int fakeStreamsWaitingOnValue(int blockingOnly);
+/* Waits until every stream has run all it was given. */
+void fakeSynchronizeStreams(void);

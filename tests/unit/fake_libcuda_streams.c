@@ -1,0 +1,268 @@
+/* Streams of the stand-in CUDA driver: each a thread that runs what it is
+ * given in order, as a GPU runs a stream's work. Work is host functions
+ * (cuLaunchHostFunc), waits for a 32-bit value (cuStreamWaitValue32),
+ * asynchronous copies (checked when queued, as the driver validates its
+ * arguments), and "kernels": functions a test queues with
+ * fakeCudaLaunchKernel to stand for GPU work before and after a call. Host
+ * memory from cuMemHostAlloc is ordinary memory, its device address itself.
+ * fakeCudaFailStream puts a stream in the state of a faulted kernel: what is
+ * queued after is dropped, and queries return the error, as CUDA's sticky
+ * errors do.
+ */
+#define _DEFAULT_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fake_libcuda_internal.h"
+
+enum { WORK_FUNCTION, WORK_WAIT_VALUE, WORK_COPY };
+
+typedef struct Work {
+  int kind;
+  void (*function)(void*);
+  void* argument;
+  const volatile uint32_t* address;
+  uint32_t value;
+  void* destination;
+  const void* source;
+  size_t bytes;
+  struct Work* next;
+} Work;
+
+typedef struct FakeStream {
+  unsigned flags;
+  pthread_t thread;
+  Work *head, *tail;
+  int running; /* a work item is being run */
+  int stop;
+  int failed; /* the sticky error, or 0 */
+  struct FakeStream* nextStream;
+} FakeStream;
+
+/* One lock for every stream: the stand-in is about order, not speed. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
+static FakeStream* streams;
+
+static void pause50us(void) {
+  struct timespec delay = {0, 50000};
+  nanosleep(&delay, NULL);
+}
+
+static void* runStream(void* argument) {
+  FakeStream* s = argument;
+  pthread_mutex_lock(&lock);
+  for (;;) {
+    while (s->head == NULL && !s->stop) pthread_cond_wait(&changed, &lock);
+    if (s->head == NULL) break;
+    Work* w = s->head;
+    s->running = 1;
+    int dropped = s->failed != 0;
+    pthread_mutex_unlock(&lock);
+    if (!dropped) {
+      if (w->kind == WORK_FUNCTION) {
+        w->function(w->argument);
+      } else if (w->kind == WORK_WAIT_VALUE) {
+        /* CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*address - value) >= 0. */
+        while ((int32_t)(__atomic_load_n(w->address, __ATOMIC_ACQUIRE) - w->value) < 0) pause50us();
+      } else {
+        memcpy(w->destination, w->source, w->bytes);
+      }
+    }
+    pthread_mutex_lock(&lock);
+    s->head = w->next;
+    if (s->head == NULL) s->tail = NULL;
+    s->running = 0;
+    free(w);
+    pthread_cond_broadcast(&changed);
+  }
+  pthread_mutex_unlock(&lock);
+  return NULL;
+}
+
+static int queueWork(void* stream, Work* w) {
+  FakeStream* s = stream;
+  if (s == NULL) {
+    free(w);
+    return FAKE_CUDA_ERROR_INVALID_HANDLE; /* the stand-in has no legacy stream to queue on */
+  }
+  w->next = NULL;
+  pthread_mutex_lock(&lock);
+  if (s->tail)
+    s->tail->next = w;
+  else
+    s->head = w;
+  s->tail = w;
+  pthread_cond_broadcast(&changed);
+  pthread_mutex_unlock(&lock);
+  return FAKE_CUDA_SUCCESS;
+}
+
+static Work* newWork(int kind) {
+  Work* w = calloc(1, sizeof(Work));
+  if (w) w->kind = kind;
+  return w;
+}
+
+int cuStreamCreate(void** stream, unsigned flags) {
+  if (stream == NULL || !fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+  FakeStream* s = calloc(1, sizeof(FakeStream));
+  if (s == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  s->flags = flags;
+  pthread_mutex_lock(&lock);
+  s->nextStream = streams;
+  streams = s;
+  pthread_mutex_unlock(&lock);
+  pthread_create(&s->thread, NULL, runStream, s);
+  *stream = s;
+  return FAKE_CUDA_SUCCESS;
+}
+
+/* Waits for the stream's work, then ends it (as the driver's destroy, which
+ * returns at once but frees the stream only when its work is done). */
+int cuStreamDestroy_v2(void* stream) {
+  FakeStream* s = stream;
+  if (s == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&lock);
+  s->stop = 1;
+  pthread_cond_broadcast(&changed);
+  pthread_mutex_unlock(&lock);
+  pthread_join(s->thread, NULL);
+  pthread_mutex_lock(&lock);
+  for (FakeStream** at = &streams; *at; at = &(*at)->nextStream)
+    if (*at == s) {
+      *at = s->nextStream;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  free(s);
+  return FAKE_CUDA_SUCCESS;
+}
+
+int cuStreamGetCtx(void* stream, void** context) {
+  if (stream == NULL || context == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
+  *context = fakeContext();
+  return FAKE_CUDA_SUCCESS;
+}
+
+int cuStreamSynchronize(void* stream) {
+  FakeStream* s = stream;
+  if (s == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&lock);
+  while (s->head != NULL) pthread_cond_wait(&changed, &lock);
+  int failed = s->failed;
+  pthread_mutex_unlock(&lock);
+  return failed ? failed : FAKE_CUDA_SUCCESS;
+}
+
+int cuStreamQuery(void* stream) {
+  FakeStream* s = stream;
+  if (s == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&lock);
+  int result = s->failed ? s->failed : s->head ? FAKE_CUDA_ERROR_NOT_READY : FAKE_CUDA_SUCCESS;
+  pthread_mutex_unlock(&lock);
+  return result;
+}
+
+int cuLaunchHostFunc(void* stream, void (*function)(void*), void* argument) {
+  if (function == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  Work* w = newWork(WORK_FUNCTION);
+  if (w == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  w->function = function;
+  w->argument = argument;
+  return queueWork(stream, w);
+}
+
+int cuStreamWaitValue32_v2(void* stream, unsigned long long address, uint32_t value,
+                           unsigned flags) {
+  if (address == 0 || flags != FAKE_CU_STREAM_WAIT_VALUE_GEQ) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  Work* w = newWork(WORK_WAIT_VALUE);
+  if (w == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  w->address = (const volatile uint32_t*)(uintptr_t)address;
+  w->value = value;
+  return queueWork(stream, w);
+}
+
+static int queueCopy(void* stream, void* destination, const void* source, size_t bytes,
+                     unsigned long long device) {
+  int result = fakeCheckCopy(device, bytes);
+  if (result != FAKE_CUDA_SUCCESS) return result;
+  Work* w = newWork(WORK_COPY);
+  if (w == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  w->destination = destination;
+  w->source = source;
+  w->bytes = bytes;
+  return queueWork(stream, w);
+}
+
+int cuMemcpyDtoHAsync_v2(void* host, unsigned long long device, size_t bytes, void* stream) {
+  return queueCopy(stream, host, (const void*)(uintptr_t)device, bytes, device);
+}
+
+int cuMemcpyHtoDAsync_v2(unsigned long long device, const void* host, size_t bytes, void* stream) {
+  return queueCopy(stream, (void*)(uintptr_t)device, host, bytes, device);
+}
+
+int cuMemHostAlloc(void** memory, size_t bytes, unsigned flags) {
+  (void)flags;
+  if (memory == NULL || bytes == 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  *memory = calloc(1, bytes);
+  return *memory ? FAKE_CUDA_SUCCESS : FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+int cuMemHostGetDevicePointer_v2(unsigned long long* device, void* host, unsigned flags) {
+  if (device == NULL || host == NULL || flags != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  *device = (unsigned long long)(uintptr_t)host;
+  return FAKE_CUDA_SUCCESS;
+}
+
+int cuMemFreeHost(void* memory) {
+  free(memory);
+  return FAKE_CUDA_SUCCESS;
+}
+
+/* A stream is held when it has a value wait queued or running whose value
+ * has not been written: everything behind it waits for the host. */
+int fakeStreamsWaitingOnValue(int blockingOnly) {
+  int found = 0;
+  pthread_mutex_lock(&lock);
+  for (FakeStream* s = streams; s; s = s->nextStream) {
+    if (blockingOnly && (s->flags & FAKE_CU_STREAM_NON_BLOCKING)) continue;
+    for (Work* w = s->head; w; w = w->next)
+      if (w->kind == WORK_WAIT_VALUE &&
+          (int32_t)(__atomic_load_n(w->address, __ATOMIC_ACQUIRE) - w->value) < 0)
+        found = 1;
+  }
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
+void fakeSynchronizeStreams(void) {
+  pthread_mutex_lock(&lock);
+  for (;;) {
+    int busy = 0;
+    for (FakeStream* s = streams; s; s = s->nextStream) busy |= s->head != NULL;
+    if (!busy) break;
+    pthread_cond_wait(&changed, &lock);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+/* Test hooks. */
+
+/* Queues `kernel(argument)` on `stream`, standing for GPU work. */
+int fakeCudaLaunchKernel(void* stream, void (*kernel)(void*), void* argument) {
+  return cuLaunchHostFunc(stream, kernel, argument);
+}
+
+/* Puts `stream` in a kernel's sticky error: illegal address. */
+void fakeCudaFailStream(void* stream) {
+  FakeStream* s = stream;
+  pthread_mutex_lock(&lock);
+  s->failed = FAKE_CUDA_ERROR_ILLEGAL_ADDRESS;
+  pthread_cond_broadcast(&changed);
+  pthread_mutex_unlock(&lock);
+}
