@@ -349,7 +349,18 @@ braidResult_t braidGroupEnd(void);
  * a 126th stream). */
 braidResult_t braidStreamCreate(braidComm_t comm, braidStream_t* stream);
 
-/* Wraps a cudaStream_t (CUDA builds). braidNotSupported otherwise. */
+/* A stream of `comm` whose calls are ordered on the CUDA stream `cudaStream`
+ * (a cudaStream_t or CUstream of the driver the process loaded), as NCCL's
+ * calls are: a call on it returns at once, runs after the work queued on
+ * the CUDA stream before it, and the work queued after it sees its result.
+ * Host and GPU buffers both (GPU ones staged through host memory). Its
+ * errors come back from braidStreamSynchronize and braidCommGetAsyncError
+ * (braidUnhandledCudaError with CUDA's message for a failed CUDA stream);
+ * the CUDA stream is let go after a failed call too, never left waiting.
+ * Not yet in a group (braidNotSupported). Same numbering and limits as
+ * braidStreamCreate.
+ * Errors: braidNotSupported (a build without CUDA, or no CUDA driver
+ * loaded), braidUnhandledCudaError, as braidStreamCreate otherwise. */
 braidResult_t braidStreamCreateFromCuda(braidComm_t comm, void* cudaStream, braidStream_t* stream);
 
 /* Waits until every call queued on `stream` has finished; returns the first

@@ -48,13 +48,52 @@ Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
                              : refuseGpuMemory("recvbuff", recvMemory);
   const size_t sendSize = o.send ? braid::algo::sendBufferBytes(o.args) : 0;
   const size_t recvSize = o.recv ? braid::algo::recvBufferBytes(o.args) : 0;
-  BRAID_ASSIGN_OR_RETURN(braid::StagedBuffers staged,
-                         braid::StagedBuffers::stage(o.send, sendSize, onGpu(sendMemory), o.recv,
-                                                     recvSize, onGpu(recvMemory)));
+  BRAID_ASSIGN_OR_RETURN(
+      braid::StagedBuffers staged,
+      braid::StagedBuffers::stage(o.send, sendSize, onGpu(sendMemory), o.recv, recvSize,
+                                  onGpu(recvMemory), braid::contextOrderedCopies()));
   o.send = staged.send();
   o.recv = staged.recv();
   BRAID_RETURN_IF_ERROR(braid::api::submit(comm, nullptr, {std::move(o)}));
   return staged.finish();
+}
+
+// Runs `o` on a braid stream ordered on a CUDA stream (src/cuda_stream.h):
+// the CUDA stream is held at this point of its work, and the braid stream's
+// thread runs the call once the stream gets there, staging GPU buffers with
+// the bridge's copies, then lets the CUDA stream go on.
+Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
+  if (&stream->stream->communicator() != comm->comm.get())
+    return braid::invalidArgument("stream belongs to another communicator");
+  if (braid::api::groupOpen())
+    return braid::notSupported(
+        "calls on a CUDA stream (braidStreamCreateFromCuda) inside a group: not yet");
+  const size_t sendSize = o.send ? braid::algo::sendBufferBytes(o.args) : 0;
+  const size_t recvSize = o.recv ? braid::algo::recvBufferBytes(o.args) : 0;
+  const bool sendOnGpu = sendSize > 0 && onGpu(braid::memoryKindOf(o.send));
+  const bool recvOnGpu = recvSize > 0 && onGpu(braid::memoryKindOf(o.recv));
+  std::shared_ptr<braid::CudaStreamBridge> bridge = stream->cuda;
+  BRAID_ASSIGN_OR_RETURN(braid::CudaStreamBridge::Gate gate, bridge->hold());
+  braid::HostStream* host = stream->stream.get();  // outlives its queued tasks
+  host->enqueueTask([=, o = std::move(o)](const Status& earlier) mutable -> Status {
+    Status outcome = Status::ok();
+    if (earlier.isOk()) {
+      outcome = bridge->awaitReached(gate, host->communicator().timeout());
+      if (outcome.isOk())
+        outcome = [&]() -> Status {
+          BRAID_ASSIGN_OR_RETURN(braid::StagedBuffers staged,
+                                 braid::StagedBuffers::stage(o.send, sendSize, sendOnGpu, o.recv,
+                                                             recvSize, recvOnGpu, *bridge));
+          o.send = staged.send();
+          o.recv = staged.recv();
+          BRAID_RETURN_IF_ERROR(host->communicator().run({&o, 1}, host->index()));
+          return staged.finish();
+        }();
+    }
+    bridge->release(gate);  // after a failure too: the CUDA stream must not hang
+    return outcome;
+  });
+  return Status::ok();
 }
 
 struct Call {
@@ -155,6 +194,7 @@ Status checkAndSubmit(const Call& c, braidComm_t comm, braidStream_t stream) {
   }
   o.send = needSend ? c.send : nullptr;
   o.recv = needRecv ? c.recv : nullptr;
+  if (stream != nullptr && stream->cuda) return submitOnCudaStream(std::move(o), comm, stream);
   // While the process has no CUDA driver loaded this is an atomic load and a
   // coarse clock read. In place, both buffers lie in one allocation, so one
   // question to the driver answers for both.
@@ -200,6 +240,7 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
     o.send = buffer;
   else
     o.recv = const_cast<void*>(buffer);
+  if (stream != nullptr && stream->cuda) return submitOnCudaStream(std::move(o), comm, stream);
   if (onGpu(memory))
     return submitStaged(std::move(o), comm, stream, isSend ? memory : braid::BufferMemory{},
                         isSend ? braid::BufferMemory{} : memory);

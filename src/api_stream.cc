@@ -1,10 +1,30 @@
 // extern "C" stream calls.
 #include "src/common/log.h"
 #include "src/common/strcat.h"
+#include "src/device_staging.h"
 #include "src/handles.h"
 
 using braid::Status;
 using braid::api::guard;
+
+namespace {
+
+// The next stream of `comm`, ordered on a CUDA stream where `cuda` is set.
+Status makeStream(braidComm_t comm, std::shared_ptr<braid::CudaStreamBridge> cuda,
+                  braidStream_t* stream) {
+  BRAID_ASSIGN_OR_RETURN(int index, comm->comm->newStreamIndex());
+  auto* handle = new braidStream;
+  handle->stream = std::make_shared<braid::HostStream>(comm->comm, index);
+  handle->cuda = std::move(cuda);
+  {
+    std::lock_guard lock(comm->streamsMutex);
+    comm->streams.push_back(handle->stream);
+  }
+  *stream = handle;
+  return Status::ok();
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -13,15 +33,7 @@ braidResult_t braidStreamCreate(braidComm_t comm, braidStream_t* stream) {
     BRAID_RETURN_IF_ERROR(braid::api::checkComm(comm));
     if (!stream) return braid::invalidArgument("stream is NULL");
     *stream = nullptr;
-    BRAID_ASSIGN_OR_RETURN(int index, comm->comm->newStreamIndex());
-    auto* handle = new braidStream;
-    handle->stream = std::make_shared<braid::HostStream>(comm->comm, index);
-    {
-      std::lock_guard lock(comm->streamsMutex);
-      comm->streams.push_back(handle->stream);
-    }
-    *stream = handle;
-    return Status::ok();
+    return makeStream(comm, nullptr, stream);
   });
 }
 
@@ -29,8 +41,12 @@ braidResult_t braidStreamCreateFromCuda(braidComm_t comm, void* cudaStream, brai
   return guard("braidStreamCreateFromCuda", [&]() -> Status {
     BRAID_RETURN_IF_ERROR(braid::api::checkComm(comm));
     if (!stream) return braid::invalidArgument("stream is NULL");
-    (void)cudaStream;
-    return braid::notSupported("this build of braid has no CUDA support");
+    *stream = nullptr;
+    if (!braid::gpuStagingBuilt())
+      return braid::notSupported("this build of braid has no CUDA support");
+    BRAID_ASSIGN_OR_RETURN(std::shared_ptr<braid::CudaStreamBridge> bridge,
+                           braid::CudaStreamBridge::create(cudaStream));
+    return makeStream(comm, std::move(bridge), stream);
   });
 }
 

@@ -1,24 +1,20 @@
 #include "src/device_staging.h"
 
-#include <dlfcn.h>
-
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 #include "braid_config.h"
 #include "src/common/strcat.h"
+#include "src/cuda_driver.h"
 
 namespace braid {
 namespace {
 
-// The driver API's types and values (cuda.h), declared rather than included
-// so that the file builds without the CUDA headers.
-using CuResult = int;                    // CUresult
-using CuDevicePtr = unsigned long long;  // CUdeviceptr
-using CuContext = void*;                 // CUcontext
-constexpr CuResult kCudaSuccess = 0;
+using CuResult = cudadriver::Result;
+using CuDevicePtr = cudadriver::DevicePtr;
+using CuContext = cudadriver::Context;
+constexpr CuResult kCudaSuccess = cudadriver::kSuccess;
 constexpr int kAttributeContext = 1;  // CU_POINTER_ATTRIBUTE_CONTEXT
 
 // The entry points used here, from the driver the process loaded.
@@ -39,16 +35,8 @@ struct Driver {
 const Driver& driver() {
   static const Driver loaded = [] {
     Driver d;
-    void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (handle == nullptr) {
-      d.missing = "the CUDA driver (libcuda.so.1) is not loaded";
-      return d;
-    }
-    auto find = [&](auto& entry, const char* name) {
-      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(handle, name));
-      if (entry == nullptr && d.missing.empty())
-        d.missing = strCat("the CUDA driver has no ", name);
-    };
+    cudadriver::EntryFinder finder;
+    auto find = [&](auto& entry, const char* name) { finder.find(entry, name); };
     find(d.pointerGetAttribute, "cuPointerGetAttribute");
     find(d.ctxPushCurrent, "cuCtxPushCurrent_v2");
     find(d.ctxPopCurrent, "cuCtxPopCurrent_v2");
@@ -56,12 +44,16 @@ const Driver& driver() {
     find(d.memcpyDtoH, "cuMemcpyDtoH_v2");
     find(d.memcpyHtoD, "cuMemcpyHtoD_v2");
     find(d.getErrorString, "cuGetErrorString");
+    d.missing = finder.missing;
     return d;
   }();
   return loaded;
 }
 
-Status cudaError(const Driver& d, CuResult result, const std::string& what) {
+}  // namespace
+
+Status cudaDriverError(int result, const std::string& what) {
+  const Driver& d = driver();
   const char* text = nullptr;
   if (d.getErrorString == nullptr || d.getErrorString(result, &text) != kCudaSuccess ||
       text == nullptr)
@@ -69,6 +61,8 @@ Status cudaError(const Driver& d, CuResult result, const std::string& what) {
   return Status(ErrorCode::kUnhandledCudaError,
                 strCat(what, ": ", text, " (CUDA error ", result, ")"));
 }
+
+namespace {
 
 CuDevicePtr devicePointer(const void* p) {
   return static_cast<CuDevicePtr>(reinterpret_cast<uintptr_t>(p));
@@ -88,34 +82,36 @@ Status inContextOf(const void* gpu, const char* what, Wait wait, Work&& work) {
   CuContext context = nullptr;
   if (CuResult r = d.pointerGetAttribute(&context, kAttributeContext, devicePointer(gpu));
       r != kCudaSuccess)
-    return cudaError(d, r, strCat(what, ": the buffer's context"));
+    return cudaDriverError(r, strCat(what, ": the buffer's context"));
   if (CuResult r = d.ctxPushCurrent(context); r != kCudaSuccess)
-    return cudaError(d, r, strCat(what, ": entering the buffer's context"));
+    return cudaDriverError(r, strCat(what, ": entering the buffer's context"));
   Status status = Status::ok();
   if (wait == Wait::kBefore)
     if (CuResult r = d.ctxSynchronize(); r != kCudaSuccess)
-      status = cudaError(d, r, strCat(what, ": waiting for the GPU"));
+      status = cudaDriverError(r, strCat(what, ": waiting for the GPU"));
   if (status.isOk())
-    if (CuResult r = work(d); r != kCudaSuccess) status = cudaError(d, r, what);
+    if (CuResult r = work(d); r != kCudaSuccess) status = cudaDriverError(r, what);
   if (status.isOk() && wait == Wait::kAfter)
     if (CuResult r = d.ctxSynchronize(); r != kCudaSuccess)
-      status = cudaError(d, r, strCat(what, ": waiting for the copy"));
+      status = cudaDriverError(r, strCat(what, ": waiting for the copy"));
   CuContext popped = nullptr;
   (void)d.ctxPopCurrent(&popped);
   return status;
 }
 
-Status copyFromGpu(void* host, const void* gpu, size_t bytes, const char* what) {
-  return inContextOf(gpu, what, Wait::kBefore, [&](const Driver& d) {
-    return d.memcpyDtoH(host, devicePointer(gpu), bytes);
-  });
-}
-
-Status copyToGpu(void* gpu, const void* host, size_t bytes, const char* what) {
-  return inContextOf(gpu, what, Wait::kAfter, [&](const Driver& d) {
-    return d.memcpyHtoD(devicePointer(gpu), host, bytes);
-  });
-}
+class ContextOrderedCopies final : public GpuCopies {
+ public:
+  Status toHost(void* host, const void* gpu, size_t bytes, const char* what) override {
+    return inContextOf(gpu, what, Wait::kBefore, [&](const Driver& d) {
+      return d.memcpyDtoH(host, devicePointer(gpu), bytes);
+    });
+  }
+  Status toGpu(void* gpu, const void* host, size_t bytes, const char* what) override {
+    return inContextOf(gpu, what, Wait::kAfter, [&](const Driver& d) {
+      return d.memcpyHtoD(devicePointer(gpu), host, bytes);
+    });
+  }
+};
 
 bool encloses(const void* outer, size_t outerBytes, const void* inner, size_t innerBytes) {
   auto o = reinterpret_cast<uintptr_t>(outer), i = reinterpret_cast<uintptr_t>(inner);
@@ -123,6 +119,11 @@ bool encloses(const void* outer, size_t outerBytes, const void* inner, size_t in
 }
 
 }  // namespace
+
+GpuCopies& contextOrderedCopies() {
+  static ContextOrderedCopies copies;
+  return copies;
+}
 
 bool gpuStagingBuilt() {
 #ifdef BRAID_HAVE_CUDA
@@ -133,15 +134,17 @@ bool gpuStagingBuilt() {
 }
 
 Result<StagedBuffers> StagedBuffers::stage(const void* send, size_t sendBytes, bool sendOnGpu,
-                                           void* recv, size_t recvBytes, bool recvOnGpu) {
+                                           void* recv, size_t recvBytes, bool recvOnGpu,
+                                           GpuCopies& copies) {
   StagedBuffers s;
+  s.copies_ = &copies;
   s.send_ = send;
   s.recv_ = recv;
   // In place: one allocation, so one kind; the enclosing buffer goes over.
   if (send != nullptr && recv != nullptr && (sendOnGpu || recvOnGpu)) {
     if (encloses(recv, recvBytes, send, sendBytes)) {
       s.recvCopy_.resize(recvBytes);
-      BRAID_RETURN_IF_ERROR(copyFromGpu(s.recvCopy_.data(), recv, recvBytes, "staging recvbuff"));
+      BRAID_RETURN_IF_ERROR(copies.toHost(s.recvCopy_.data(), recv, recvBytes, "staging recvbuff"));
       s.gpuRecv_ = recv;
       s.recv_ = s.recvCopy_.data();
       s.send_ = s.recvCopy_.data() + (static_cast<const std::byte*>(send) -
@@ -152,7 +155,7 @@ Result<StagedBuffers> StagedBuffers::stage(const void* send, size_t sendBytes, b
       // recv inside send (ReduceScatter, Scatter in place): the result is
       // the part of the enclosing buffer recv covers.
       s.recvCopy_.resize(sendBytes);
-      BRAID_RETURN_IF_ERROR(copyFromGpu(s.recvCopy_.data(), send, sendBytes, "staging sendbuff"));
+      BRAID_RETURN_IF_ERROR(copies.toHost(s.recvCopy_.data(), send, sendBytes, "staging sendbuff"));
       s.gpuRecv_ = const_cast<void*>(send);
       s.send_ = s.recvCopy_.data();
       s.recv_ = s.recvCopy_.data() +
@@ -162,12 +165,12 @@ Result<StagedBuffers> StagedBuffers::stage(const void* send, size_t sendBytes, b
   }
   if (sendOnGpu && send != nullptr && sendBytes > 0) {
     s.sendCopy_.resize(sendBytes);
-    BRAID_RETURN_IF_ERROR(copyFromGpu(s.sendCopy_.data(), send, sendBytes, "staging sendbuff"));
+    BRAID_RETURN_IF_ERROR(copies.toHost(s.sendCopy_.data(), send, sendBytes, "staging sendbuff"));
     s.send_ = s.sendCopy_.data();
   }
   if (recvOnGpu && recv != nullptr && recvBytes > 0) {
     s.recvCopy_.resize(recvBytes);
-    BRAID_RETURN_IF_ERROR(copyFromGpu(s.recvCopy_.data(), recv, recvBytes, "staging recvbuff"));
+    BRAID_RETURN_IF_ERROR(copies.toHost(s.recvCopy_.data(), recv, recvBytes, "staging recvbuff"));
     s.gpuRecv_ = recv;
     s.recv_ = s.recvCopy_.data();
   }
@@ -176,7 +179,8 @@ Result<StagedBuffers> StagedBuffers::stage(const void* send, size_t sendBytes, b
 
 Status StagedBuffers::finish() {
   if (gpuRecv_ == nullptr) return Status::ok();
-  return copyToGpu(gpuRecv_, recvCopy_.data(), recvCopy_.size(), "copying the result to the GPU");
+  return copies_->toGpu(gpuRecv_, recvCopy_.data(), recvCopy_.size(),
+                        "copying the result to the GPU");
 }
 
 }  // namespace braid

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "src/common/status.h"
@@ -22,6 +23,26 @@ namespace braid {
 // refused with braidNotSupported.
 bool gpuStagingBuilt();
 
+// How staging copies GPU memory to and from host memory.
+class GpuCopies {
+ public:
+  virtual ~GpuCopies() = default;
+  // Copies GPU `gpu` to host `host`; the data is in `host` when it returns.
+  virtual Status toHost(void* host, const void* gpu, size_t bytes, const char* what) = 0;
+  // Copies host `host` to GPU `gpu`; work queued on the GPU after it returns
+  // sees the data.
+  virtual Status toGpu(void* gpu, const void* host, size_t bytes, const char* what) = 0;
+};
+
+// For calls on the calling thread (stream NULL): each copy waits for all
+// work queued on the buffer's context, on every stream, before (toHost) or
+// after (toGpu) it.
+GpuCopies& contextOrderedCopies();
+
+// The driver's error `result` of `what` as a Status with the code of
+// braidUnhandledCudaError and CUDA's message.
+Status cudaDriverError(int result, const std::string& what);
+
 class StagedBuffers {
  public:
   // Stages whichever of send (sendBytes) and recv (recvBytes) is on a GPU.
@@ -30,7 +51,7 @@ class StagedBuffers {
   // was. Buffers of a call in place (one inside the other) are staged once,
   // as the one that encloses the other.
   static Result<StagedBuffers> stage(const void* send, size_t sendBytes, bool sendOnGpu, void* recv,
-                                     size_t recvBytes, bool recvOnGpu);
+                                     size_t recvBytes, bool recvOnGpu, GpuCopies& copies);
 
   // The pointers the call uses: host copies, or the caller's host buffers.
   const void* send() const { return send_; }
@@ -40,6 +61,7 @@ class StagedBuffers {
   Status finish();
 
  private:
+  GpuCopies* copies_ = nullptr;
   std::vector<std::byte> sendCopy_, recvCopy_;
   const void* send_ = nullptr;
   void* recv_ = nullptr;

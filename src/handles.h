@@ -9,6 +9,7 @@
 #include "include/braid.h"
 #include "src/common/status.h"
 #include "src/communicator.h"
+#include "src/cuda_stream.h"
 #include "src/stream.h"
 
 struct braidComm {
@@ -23,6 +24,9 @@ struct braidStream {
   static constexpr uint64_t kMagic = 0x6272616964737472ULL;
   uint64_t magic = kMagic;
   std::shared_ptr<braid::HostStream> stream;
+  // Set for a stream made by braidStreamCreateFromCuda: its calls are
+  // ordered on that CUDA stream.
+  std::shared_ptr<braid::CudaStreamBridge> cuda;
 };
 
 namespace braid::api {

@@ -13,13 +13,19 @@ HostStream::~HostStream() {
 
 void HostStream::enqueue(std::vector<Operation> ops) {
   std::lock_guard lock(mutex_);
-  queue_.push_back({std::move(ops), nullptr});
+  queue_.push_back({std::move(ops), nullptr, nullptr});
   changed_.notify_all();
 }
 
 void HostStream::enqueueCallback(std::function<void(const Status&)> callback) {
   std::lock_guard lock(mutex_);
-  queue_.push_back({{}, std::move(callback)});
+  queue_.push_back({{}, std::move(callback), nullptr});
+  changed_.notify_all();
+}
+
+void HostStream::enqueueTask(std::function<Status(const Status& earlier)> task) {
+  std::lock_guard lock(mutex_);
+  queue_.push_back({{}, nullptr, std::move(task)});
   changed_.notify_all();
 }
 
@@ -55,11 +61,13 @@ void HostStream::work(std::stop_token stop) {
       changed_.notify_all();
       continue;
     }
-    bool skip = !firstError_.isOk();
+    const Status earlier = firstError_;
     lock.unlock();
     // After a failure the stream's state is undefined; later calls are not
     // run (their ranks would wait for a partner that already gave up).
-    Status s = skip ? Status::ok() : comm_->run(entry.ops, index_);
+    Status s = entry.task       ? entry.task(earlier)
+               : earlier.isOk() ? comm_->run(entry.ops, index_)
+                                : Status::ok();
     lock.lock();
     if (!s.isOk() && firstError_.isOk()) {
       firstError_ = s;

@@ -27,6 +27,11 @@ class HostStream {
   // Runs `callback` on the stream's thread once every call queued before it
   // has finished, with the first error so far (or ok).
   void enqueueCallback(std::function<void(const Status&)> callback);
+  // Runs `task` on the stream's thread once every call queued before it has
+  // finished, with the first error so far (or ok); what it returns counts as
+  // a call's outcome. Unlike a call it runs after an error too, so that it
+  // can release what waits on it (a CUDA stream held for the call).
+  void enqueueTask(std::function<Status(const Status& earlier)> task);
   // Fails with kInvalidUsage on the stream's own thread (inside a callback),
   // where waiting for the queue would wait for itself.
   Status synchronize();
@@ -37,6 +42,7 @@ class HostStream {
   struct Entry {
     std::vector<Operation> ops;
     std::function<void(const Status&)> callback;  // set: this entry is a callback
+    std::function<Status(const Status&)> task;    // set: this entry is a task
   };
   void work(std::stop_token stop);
 

@@ -6,7 +6,8 @@
       bandwidth conventions, checked on the --json record's exact values.
       With --fake-cuda F (tests/unit/fake_libcuda.c, built): the same with
       --mem cuda against that stand-in driver, and braid staged the buffers
-      through the driver on every rank.
+      through the driver on every rank; with --gpu-refused too (a build
+      without CUDA), the run fails with braid's refusal instead.
   perf_suite_test.py format  --braidrun B --binary X [--binary Y ...]
       the table as nccl-tests prints it, --help, bad flags.
   perf_suite_test.py corrupt --braidrun B --binary X [--binary Y ...]
@@ -175,6 +176,11 @@ def sweep(args):
             env = fake_cuda_env(args.fake_cuda, tmp)
             flags = flags + ["--mem", "cuda"]
         code, lines, output = run(args, binary, flags + ["--json", record_path], env)
+        if args.gpu_refused:
+            expect(code != 0 and "this build of braid moves host memory only" in output,
+                   f"GPU buffers in a build without CUDA: exit {code}:\n{output}")
+            print(f"{name}: GPU buffers refused, as a build without CUDA must")
+            return
         expect(code == 0, f"exit code {code}:\n{output}")
         with open(record_path) as f:
             record = json.load(f)
@@ -391,6 +397,8 @@ def main():
     p.add_argument("--ranks", type=int, default=3)
     p.add_argument("--plot")
     p.add_argument("--fake-cuda", help="sweep: run with --mem cuda against this stand-in driver")
+    p.add_argument("--gpu-refused", action="store_true",
+                   help="with --fake-cuda: braid has no CUDA and must refuse the buffers")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:split])

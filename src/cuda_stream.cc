@@ -1,0 +1,192 @@
+#include "src/cuda_stream.h"
+
+#include <chrono>
+#include <cstdint>
+
+#include "src/common/strcat.h"
+#include "src/cuda_driver.h"
+
+namespace braid {
+namespace {
+
+using cudadriver::DevicePtr;
+using CuResult = cudadriver::Result;
+using cudadriver::kSuccess;
+
+constexpr unsigned kStreamNonBlocking = 0x1;      // CU_STREAM_NON_BLOCKING
+constexpr unsigned kHostAllocPortable = 0x1;      // CU_MEMHOSTALLOC_PORTABLE
+constexpr unsigned kHostAllocDeviceMap = 0x2;     // CU_MEMHOSTALLOC_DEVICEMAP
+constexpr unsigned kWaitValueGreaterEqual = 0x1;  // CU_STREAM_WAIT_VALUE_GEQ
+
+struct StreamDriver {
+  CuResult (*streamGetCtx)(void*, void**) = nullptr;
+  CuResult (*streamCreate)(void**, unsigned) = nullptr;
+  CuResult (*streamDestroy)(void*) = nullptr;
+  CuResult (*streamSynchronize)(void*) = nullptr;
+  CuResult (*streamQuery)(void*) = nullptr;
+  CuResult (*launchHostFunc)(void*, void (*)(void*), void*) = nullptr;
+  CuResult (*streamWaitValue32)(void*, DevicePtr, uint32_t, unsigned) = nullptr;
+  CuResult (*memHostAlloc)(void**, size_t, unsigned) = nullptr;
+  CuResult (*memHostGetDevicePointer)(DevicePtr*, void*, unsigned) = nullptr;
+  CuResult (*memFreeHost)(void*) = nullptr;
+  CuResult (*memcpyDtoHAsync)(void*, DevicePtr, size_t, void*) = nullptr;
+  CuResult (*memcpyHtoDAsync)(DevicePtr, const void*, size_t, void*) = nullptr;
+  CuResult (*ctxPushCurrent)(void*) = nullptr;
+  CuResult (*ctxPopCurrent)(void**) = nullptr;
+  std::string missing;
+};
+
+const StreamDriver& driver() {
+  static const StreamDriver loaded = [] {
+    StreamDriver d;
+    cudadriver::EntryFinder finder;
+    finder.find(d.streamGetCtx, "cuStreamGetCtx");
+    finder.find(d.streamCreate, "cuStreamCreate");
+    finder.find(d.streamDestroy, "cuStreamDestroy_v2");
+    finder.find(d.streamSynchronize, "cuStreamSynchronize");
+    finder.find(d.streamQuery, "cuStreamQuery");
+    finder.find(d.launchHostFunc, "cuLaunchHostFunc");
+    // CUDA 11.7 named the stream memory operations that every CUDA 12
+    // device supports *_v2; the first names remain for older drivers.
+    cudadriver::EntryFinder optional;
+    optional.find(d.streamWaitValue32, "cuStreamWaitValue32_v2");
+    if (d.streamWaitValue32 == nullptr) finder.find(d.streamWaitValue32, "cuStreamWaitValue32");
+    finder.find(d.memHostAlloc, "cuMemHostAlloc");
+    finder.find(d.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+    finder.find(d.memFreeHost, "cuMemFreeHost");
+    finder.find(d.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+    finder.find(d.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+    finder.find(d.ctxPushCurrent, "cuCtxPushCurrent_v2");
+    finder.find(d.ctxPopCurrent, "cuCtxPopCurrent_v2");
+    d.missing = finder.missing;
+    return d;
+  }();
+  return loaded;
+}
+
+DevicePtr devicePointer(const void* p) {
+  return static_cast<DevicePtr>(reinterpret_cast<uintptr_t>(p));
+}
+
+// Runs on the CUDA stream's host-function thread: no CUDA call allowed.
+// `data` is a shared_ptr of its own, so the signal outlives a task that
+// stopped waiting for it.
+void markReached(void* data) {
+  std::unique_ptr<std::shared_ptr<CudaStreamBridge::Gate::Reached>> owner(
+      static_cast<std::shared_ptr<CudaStreamBridge::Gate::Reached>*>(data));
+  CudaStreamBridge::Gate::Reached& reached = **owner;
+  {
+    std::lock_guard lock(reached.mutex);
+    reached.reached = true;
+  }
+  reached.changed.notify_all();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStream) {
+  const StreamDriver& d = driver();
+  if (!d.missing.empty()) return notSupported(d.missing);
+  std::shared_ptr<CudaStreamBridge> bridge(new CudaStreamBridge);
+  bridge->stream_ = cudaStream;
+  if (CuResult r = d.streamGetCtx(cudaStream, &bridge->context_); r != kSuccess)
+    return cudaDriverError(r, "the CUDA stream's context");
+  BRAID_RETURN_IF_ERROR(bridge->inContext("making braid's copy stream", [&] {
+    return d.streamCreate(&bridge->copyStream_, kStreamNonBlocking);
+  }));
+  void* word = nullptr;
+  BRAID_RETURN_IF_ERROR(bridge->inContext("allocating the stream's release word", [&] {
+    return d.memHostAlloc(&word, sizeof(uint32_t), kHostAllocPortable | kHostAllocDeviceMap);
+  }));
+  bridge->released_ = static_cast<uint32_t*>(word);
+  *bridge->released_ = 0;
+  BRAID_RETURN_IF_ERROR(bridge->inContext("mapping the stream's release word", [&] {
+    return d.memHostGetDevicePointer(&bridge->releasedOnGpu_, word, 0);
+  }));
+  return bridge;
+}
+
+CudaStreamBridge::~CudaStreamBridge() {
+  const StreamDriver& d = driver();
+  if (copyStream_ != nullptr) (void)inContext("", [&] { return d.streamDestroy(copyStream_); });
+  if (released_ != nullptr) (void)inContext("", [&] { return d.memFreeHost(released_); });
+}
+
+Status CudaStreamBridge::inContext(const char* what, const std::function<int()>& work) {
+  const StreamDriver& d = driver();
+  if (CuResult r = d.ctxPushCurrent(context_); r != kSuccess)
+    return cudaDriverError(r, strCat(what, ": entering the CUDA stream's context"));
+  const CuResult r = work();
+  void* popped = nullptr;
+  (void)d.ctxPopCurrent(&popped);
+  return r == kSuccess ? Status::ok() : cudaDriverError(r, what);
+}
+
+Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
+  const StreamDriver& d = driver();
+  std::lock_guard lock(holdMutex_);
+  Gate gate;
+  gate.reached = std::make_shared<Gate::Reached>();
+  gate.release = held_ + 1;
+  // The host function owns a reference; on a stream that faults before it,
+  // it never runs and that small object is lost.
+  auto signal = std::make_unique<std::shared_ptr<Gate::Reached>>(gate.reached);
+  if (CuResult r = d.launchHostFunc(stream_, markReached, signal.get()); r != kSuccess)
+    return cudaDriverError(r, "queueing the call on the CUDA stream");
+  signal.release();
+  if (CuResult r =
+          d.streamWaitValue32(stream_, releasedOnGpu_, gate.release, kWaitValueGreaterEqual);
+      r != kSuccess) {
+    // The signal stays queued alone, which holds nothing. Releasing this
+    // value instead would let the waits of earlier calls still running pass.
+    return cudaDriverError(r, "making the CUDA stream wait for the call (cuStreamWaitValue32)");
+  }
+  held_ = gate.release;
+  return gate;
+}
+
+Status CudaStreamBridge::awaitReached(const Gate& gate, double timeoutSeconds) {
+  const StreamDriver& d = driver();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeoutSeconds));
+  std::unique_lock lock(gate.reached->mutex);
+  while (!gate.reached->reached) {
+    // A faulted kernel stops the stream for good, and its host functions
+    // never run: the stream's sticky error says so.
+    lock.unlock();
+    const CuResult state = d.streamQuery(stream_);
+    lock.lock();
+    if (gate.reached->reached) break;
+    if (state != kSuccess && state != cudadriver::kNotReady)
+      return cudaDriverError(state, "the CUDA stream failed before the call");
+    if (std::chrono::steady_clock::now() >= deadline)
+      return Status(ErrorCode::kTimeout,
+                    strCat("the CUDA stream did not reach the call in ", timeoutSeconds,
+                           " s (BRAID_TIMEOUT): the work queued before it is still running"));
+    gate.reached->changed.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  return Status::ok();
+}
+
+void CudaStreamBridge::release(const Gate& gate) {
+  __atomic_store_n(released_, gate.release, __ATOMIC_RELEASE);
+}
+
+Status CudaStreamBridge::toHost(void* host, const void* gpu, size_t bytes, const char* what) {
+  const StreamDriver& d = driver();
+  return inContext(what, [&] {
+    CuResult r = d.memcpyDtoHAsync(host, devicePointer(gpu), bytes, copyStream_);
+    return r != kSuccess ? r : d.streamSynchronize(copyStream_);
+  });
+}
+
+Status CudaStreamBridge::toGpu(void* gpu, const void* host, size_t bytes, const char* what) {
+  const StreamDriver& d = driver();
+  return inContext(what, [&] {
+    CuResult r = d.memcpyHtoDAsync(devicePointer(gpu), host, bytes, copyStream_);
+    return r != kSuccess ? r : d.streamSynchronize(copyStream_);
+  });
+}
+
+}  // namespace braid

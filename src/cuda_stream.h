@@ -1,0 +1,74 @@
+// A braid stream ordered on a CUDA stream (braidStreamCreateFromCuda).
+//
+// braid's transports are driven by host threads, so a call on a CUDA stream
+// is bridged: at enqueue, the CUDA stream is given a host function that says
+// "the work before this point is done" and then a wait for a 32-bit value in
+// pinned host memory (cuStreamWaitValue32), and the call goes to the braid
+// stream's thread. That thread waits for the host function, runs the call
+// (GPU buffers staged through host memory on a copy stream of braid's own),
+// and writes the value, which lets the CUDA stream go on: work queued after
+// the call sees its result. The calling thread never waits. No kernel spins
+// on the GPU, so processes sharing one GPU without MPS never wait on each
+// other's kernels. The value is written after a failure too, so the CUDA
+// stream never hangs; the error comes back from braidStreamSynchronize and
+// braidCommGetAsyncError.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "src/common/status.h"
+#include "src/device_staging.h"
+
+namespace braid {
+
+class CudaStreamBridge final : public GpuCopies {
+ public:
+  // `cudaStream` is a CUstream / cudaStream_t of the process's loaded driver.
+  static Result<std::shared_ptr<CudaStreamBridge>> create(void* cudaStream);
+  ~CudaStreamBridge() override;
+
+  // One call's hold on the CUDA stream.
+  struct Gate {
+    struct Reached {
+      std::mutex mutex;
+      std::condition_variable changed;
+      bool reached = false;
+    };
+    std::shared_ptr<Reached> reached;
+    uint32_t release = 0;  // the value that lets the CUDA stream pass
+  };
+
+  // Queues on the CUDA stream the signal that its earlier work is done, then
+  // the wait for this call. Returns at once.
+  Result<Gate> hold();
+  // Waits (on braid's stream thread) until the CUDA stream reaches `gate`;
+  // fails if the CUDA stream reports an error, or after `timeoutSeconds`.
+  Status awaitReached(const Gate& gate, double timeoutSeconds);
+  // Lets the CUDA stream pass `gate`. Gates are released in the order held.
+  void release(const Gate& gate);
+
+  // Staging copies on braid's own copy stream, which waits for nothing but
+  // itself: a copy that waited for the whole context would wait for the
+  // held CUDA stream, which waits for this call.
+  Status toHost(void* host, const void* gpu, size_t bytes, const char* what) override;
+  Status toGpu(void* gpu, const void* host, size_t bytes, const char* what) override;
+
+ private:
+  CudaStreamBridge() = default;
+  Status inContext(const char* what, const std::function<int()>& work);
+
+  void* stream_ = nullptr;        // the caller's CUstream
+  void* context_ = nullptr;       // its CUcontext
+  void* copyStream_ = nullptr;    // braid's, non-blocking
+  uint32_t* released_ = nullptr;  // pinned host memory the CUDA stream reads
+  unsigned long long releasedOnGpu_ = 0;
+  std::mutex holdMutex_;  // one hold() at a time: the signal and the wait stay together
+  uint32_t held_ = 0;     // the value of the last hold()
+};
+
+}  // namespace braid

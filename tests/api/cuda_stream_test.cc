@@ -1,0 +1,275 @@
+// Calls on a CUDA stream (braidStreamCreateFromCuda), against the stand-in
+// CUDA driver (tests/unit/fake_libcuda.c, path in FAKE_LIBCUDA), whose
+// streams are threads that run their work in order: "kernels" the test
+// queues (fakeCudaLaunchKernel), host functions, waits for a value. A call
+// must be enqueued after the work already on the stream, return at once,
+// and finish before the work queued after it starts; a faulted stream's
+// error comes back as braidUnhandledCudaError with CUDA's message. The
+// stand-in refuses (instead of hanging) a copy or a wait for the context
+// while a stream waits for a value the host has not written, which is how
+// staging that waited for the whole context would deadlock on a GPU.
+// Without CUDA in the build, braidStreamCreateFromCuda is refused.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "braid.h"
+#include "expect_braid.h"
+
+namespace {
+
+// The stand-in's entry points the test calls itself.
+struct FakeDriver {
+  int (*init)(unsigned);
+  int (*primaryCtxRetain)(void**, int);
+  int (*ctxSetCurrent)(void*);
+  int (*streamCreate)(void**, unsigned);
+  int (*streamDestroy)(void*);
+  int (*streamSynchronize)(void*);
+  int (*launchKernel)(void*, void (*)(void*), void*);
+  void (*failStream)(void*);
+  void (*setDeviceRange)(void*, size_t, int, int);
+  unsigned long (*copyCount)();
+
+  bool load() {
+    const char* path = std::getenv("FAKE_LIBCUDA");
+    if (path == nullptr) return false;
+    void* fake = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (fake == nullptr) return false;
+    auto find = [&](auto& entry, const char* name) {
+      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(fake, name));
+      return entry != nullptr;
+    };
+    return find(init, "cuInit") && find(primaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+           find(ctxSetCurrent, "cuCtxSetCurrent") && find(streamCreate, "cuStreamCreate") &&
+           find(streamDestroy, "cuStreamDestroy_v2") &&
+           find(streamSynchronize, "cuStreamSynchronize") &&
+           find(launchKernel, "fakeCudaLaunchKernel") && find(failStream, "fakeCudaFailStream") &&
+           find(setDeviceRange, "fakeCudaSetDeviceRange") && find(copyCount, "fakeCudaCopyCount");
+  }
+
+  // A context current on this thread and a blocking stream (flags 0), as
+  // cudaStreamCreate makes: the copies of the legacy stream wait for it.
+  void* makeStream() {
+    void* context = nullptr;
+    void* stream = nullptr;
+    if (init(0) != 0 || primaryCtxRetain(&context, 0) != 0 || ctxSetCurrent(context) != 0 ||
+        streamCreate(&stream, 0) != 0)
+      return nullptr;
+    return stream;
+  }
+};
+
+FakeDriver fake;
+
+class CudaStream : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(fake.load()) << "FAKE_LIBCUDA is not set or not the stand-in (meson sets it)";
+    // braid looks for a newly loaded driver at most once a millisecond.
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+};
+
+// "GPU work" queued on a stream: waits a while, then writes `value` to every
+// element of `data`, so that a call not ordered after it reads the old data.
+struct SlowFill {
+  float* data;
+  int count;
+  float value;
+  std::atomic<bool> done{false};
+  static void run(void* self) {
+    auto* f = static_cast<SlowFill*>(self);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < f->count; ++i) f->data[i] = f->value + static_cast<float>(i);
+    f->done.store(true);
+  }
+};
+
+// "GPU work" after the call: copies what the call left in `from`.
+struct Snapshot {
+  const float* from;
+  float* to;
+  int count;
+  static void run(void* self) {
+    auto* s = static_cast<Snapshot*>(self);
+    for (int i = 0; i < s->count; ++i) s->to[i] = s->from[i];
+  }
+};
+
+// "GPU work": x = x + 1 on every element.
+struct AddOne {
+  float* data;
+  int count;
+  static void run(void* self) {
+    auto* a = static_cast<AddOne*>(self);
+    for (int i = 0; i < a->count; ++i) a->data[i] += 1.0f;
+  }
+};
+
+braidComm_t oneRank() {
+  braidUniqueId id;
+  braidComm_t comm = nullptr;
+  if (braidGetUniqueId(&id) != braidSuccess || braidCommInitRank(&comm, 1, id, 0) != braidSuccess)
+    return nullptr;
+  return comm;
+}
+
+#ifdef BRAID_TEST_STAGING
+
+// One rank of two, in its own process: its "GPU memory" is `gpu`. Returns 0,
+// or the step that failed.
+int orderedRank(const braidUniqueId& id, int rank) {
+  constexpr int kCount = 64;
+  static float gpu[3 * kCount];  // send, recv, and the in-place buffer
+  float* send = gpu;
+  float* recv = gpu + kCount;
+  float* inPlace = gpu + 2 * kCount;
+  fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
+  void* cudaStream = fake.makeStream();
+  if (cudaStream == nullptr) return 10;
+  braidComm_t comm = nullptr;
+  if (braidCommInitRank(&comm, 2, id, rank) != braidSuccess) return 11;
+  braidStream_t stream = nullptr;
+  if (braidStreamCreateFromCuda(comm, cudaStream, &stream) != braidSuccess) return 12;
+
+  // Work before: the inputs are written 100 ms after the call is made.
+  for (int i = 0; i < kCount; ++i) send[i] = -1.0f;
+  SlowFill fill{send, kCount, static_cast<float>(100 * rank)};
+  if (fake.launchKernel(cudaStream, SlowFill::run, &fill) != 0) return 13;
+  const unsigned long copiesBefore = fake.copyCount();
+  if (braidAllReduce(send, recv, kCount, braidFloat32, braidSum, comm, stream) != braidSuccess)
+    return 14;
+  if (fill.done.load()) return 15;  // the call waited for the work before it
+  // Work after: reads the result.
+  float seen[kCount] = {};
+  Snapshot snapshot{recv, seen, kCount};
+  if (fake.launchKernel(cudaStream, Snapshot::run, &snapshot) != 0) return 16;
+
+  // Many calls in a row, each between two pieces of work: x = 2 (x + 1).
+  for (int i = 0; i < kCount; ++i) inPlace[i] = static_cast<float>(i);
+  AddOne addOne{inPlace, kCount};
+  for (int round = 0; round < 5; ++round) {
+    if (fake.launchKernel(cudaStream, AddOne::run, &addOne) != 0) return 17;
+    if (braidAllReduce(inPlace, inPlace, kCount, braidFloat32, braidSum, comm, stream) !=
+        braidSuccess)
+      return 18;
+  }
+  if (fake.streamSynchronize(cudaStream) != 0) return 19;
+  if (braidStreamSynchronize(stream) != braidSuccess) return 20;
+  for (int i = 0; i < kCount; ++i)
+    if (seen[i] != 100.0f + 2.0f * static_cast<float>(i)) return 21;  // (0 + i) + (100 + i)
+  for (int i = 0; i < kCount; ++i) {
+    float x = static_cast<float>(i);
+    for (int round = 0; round < 5; ++round) x = 2 * (x + 1);
+    if (inPlace[i] != x) return 22;
+  }
+  // The GPU buffers went through the driver's copies, not read in place.
+  if (fake.copyCount() - copiesBefore < 2 + 5 * 2) return 23;
+  braidResult_t async = braidSuccess;
+  if (braidCommGetAsyncError(comm, &async) != braidSuccess || async != braidSuccess) return 24;
+  if (braidStreamDestroy(stream) != braidSuccess) return 25;
+  if (braidCommDestroy(comm) != braidSuccess) return 26;
+  if (fake.streamDestroy(cudaStream) != 0) return 27;
+  return 0;
+}
+
+TEST_F(CudaStream, CallsRunBetweenTheWorkBeforeAndAfterThemWithoutBlockingTheCaller) {
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess) << braidGetLastError(nullptr);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(orderedRank(id, 1));
+  const int mine = orderedRank(id, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(mine, 0) << "rank 0 failed at step " << mine << ": " << braidGetLastError(nullptr);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "rank 1 failed at step " << WEXITSTATUS(status);
+}
+
+TEST_F(CudaStream, HostBuffersAreOrderedToo) {
+  braidComm_t comm = oneRank();
+  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
+  void* cudaStream = fake.makeStream();
+  ASSERT_NE(cudaStream, nullptr);
+  braidStream_t stream = nullptr;
+  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, cudaStream, &stream));
+  float in[16], out[16] = {}, seen[16] = {};
+  for (float& x : in) x = -1.0f;
+  SlowFill fill{in, 16, 7.0f};
+  ASSERT_EQ(fake.launchKernel(cudaStream, SlowFill::run, &fill), 0);
+  EXPECT_BRAID_OK(braidAllReduce(in, out, 16, braidFloat32, braidSum, comm, stream));
+  Snapshot snapshot{out, seen, 16};
+  ASSERT_EQ(fake.launchKernel(cudaStream, Snapshot::run, &snapshot), 0);
+  ASSERT_EQ(fake.streamSynchronize(cudaStream), 0);
+  EXPECT_BRAID_OK(braidStreamSynchronize(stream));
+  EXPECT_EQ(seen[0], 7.0f);
+  EXPECT_EQ(seen[15], 22.0f);
+  EXPECT_BRAID_OK(braidStreamDestroy(stream));
+  EXPECT_BRAID_OK(braidCommDestroy(comm));
+  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
+}
+
+TEST_F(CudaStream, AFaultedStreamFailsTheCallWithCudasMessageAndDoesNotHang) {
+  braidComm_t comm = oneRank();
+  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
+  void* cudaStream = fake.makeStream();
+  ASSERT_NE(cudaStream, nullptr);
+  braidStream_t stream = nullptr;
+  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, cudaStream, &stream));
+  float x = 1.0f, y = 0.0f;
+  fake.failStream(cudaStream);  // a kernel before the call faulted
+  EXPECT_BRAID_OK(braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm, stream));
+  EXPECT_BRAID_ERROR(braidStreamSynchronize(stream), braidUnhandledCudaError,
+                     "an illegal memory access was encountered", "CUDA error 700");
+  braidResult_t async = braidSuccess;
+  EXPECT_BRAID_OK(braidCommGetAsyncError(comm, &async));
+  EXPECT_EQ(async, braidUnhandledCudaError);
+  EXPECT_EQ(y, 0.0f);  // the call did not run
+  EXPECT_BRAID_OK(braidStreamDestroy(stream));
+  EXPECT_BRAID_OK(braidCommAbort(comm));
+  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
+}
+
+TEST_F(CudaStream, InsideAGroupTheCallIsRefused) {
+  braidComm_t comm = oneRank();
+  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
+  void* cudaStream = fake.makeStream();
+  ASSERT_NE(cudaStream, nullptr);
+  braidStream_t stream = nullptr;
+  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, cudaStream, &stream));
+  float x = 1.0f, y = 0.0f;
+  EXPECT_BRAID_OK(braidGroupStart());
+  EXPECT_BRAID_ERROR(braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm, stream),
+                     braidNotSupported, "braidAllReduce", "CUDA", "group");
+  EXPECT_BRAID_OK(braidGroupEnd());
+  EXPECT_BRAID_OK(braidStreamDestroy(stream));
+  EXPECT_BRAID_OK(braidCommDestroy(comm));
+  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
+}
+
+#else
+
+TEST_F(CudaStream, WithoutCudaInTheBuildItIsRefused) {
+  braidComm_t comm = oneRank();
+  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
+  void* cudaStream = fake.makeStream();
+  ASSERT_NE(cudaStream, nullptr);
+  braidStream_t stream = nullptr;
+  EXPECT_BRAID_ERROR(braidStreamCreateFromCuda(comm, cudaStream, &stream), braidNotSupported,
+                     "braidStreamCreateFromCuda", "CUDA");
+  EXPECT_EQ(stream, nullptr);
+  EXPECT_BRAID_OK(braidCommDestroy(comm));
+  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
+}
+
+#endif
+
+}  // namespace
