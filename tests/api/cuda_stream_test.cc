@@ -194,65 +194,65 @@ TEST_F(CudaStream, CallsRunBetweenTheWorkBeforeAndAfterThemWithoutBlockingTheCal
   EXPECT_EQ(WEXITSTATUS(status), 0) << "rank 1 failed at step " << WEXITSTATUS(status);
 }
 
-TEST_F(CudaStream, HostBuffersAreOrderedToo) {
-  braidComm_t comm = oneRank();
-  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
-  void* cudaStream = fake.makeStream();
-  ASSERT_NE(cudaStream, nullptr);
-  braidStream_t stream = nullptr;
-  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, cudaStream, &stream));
+// One rank, a CUDA stream of the stand-in, and a braid stream on it.
+class OneRankOnACudaStream : public CudaStream {
+ protected:
+  void SetUp() override {
+    comm_ = oneRank();
+    ASSERT_NE(comm_, nullptr) << braidGetLastError(nullptr);
+    cudaStream_ = fake.makeStream();
+    ASSERT_NE(cudaStream_, nullptr);
+    ASSERT_EQ(braidStreamCreateFromCuda(comm_, cudaStream_, &stream_), braidSuccess)
+        << braidGetLastError(nullptr);
+  }
+  void TearDown() override {
+    EXPECT_BRAID_OK(braidStreamDestroy(stream_));
+    if (comm_ != nullptr) {
+      EXPECT_BRAID_OK(aborted_ ? braidCommAbort(comm_) : braidCommDestroy(comm_));
+    }
+    if (cudaStream_ != nullptr) {
+      EXPECT_EQ(fake.streamDestroy(cudaStream_), 0);
+    }
+  }
+  braidComm_t comm_ = nullptr;
+  void* cudaStream_ = nullptr;
+  braidStream_t stream_ = nullptr;
+  bool aborted_ = false;  // the communicator failed: abort it rather than destroy it
+};
+
+TEST_F(OneRankOnACudaStream, HostBuffersAreOrderedToo) {
   float in[16], out[16] = {}, seen[16] = {};
   for (float& x : in) x = -1.0f;
   SlowFill fill{in, 16, 7.0f};
-  ASSERT_EQ(fake.launchKernel(cudaStream, SlowFill::run, &fill), 0);
-  EXPECT_BRAID_OK(braidAllReduce(in, out, 16, braidFloat32, braidSum, comm, stream));
+  ASSERT_EQ(fake.launchKernel(cudaStream_, SlowFill::run, &fill), 0);
+  EXPECT_BRAID_OK(braidAllReduce(in, out, 16, braidFloat32, braidSum, comm_, stream_));
   Snapshot snapshot{out, seen, 16};
-  ASSERT_EQ(fake.launchKernel(cudaStream, Snapshot::run, &snapshot), 0);
-  ASSERT_EQ(fake.streamSynchronize(cudaStream), 0);
-  EXPECT_BRAID_OK(braidStreamSynchronize(stream));
+  ASSERT_EQ(fake.launchKernel(cudaStream_, Snapshot::run, &snapshot), 0);
+  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
+  EXPECT_BRAID_OK(braidStreamSynchronize(stream_));
   EXPECT_EQ(seen[0], 7.0f);
   EXPECT_EQ(seen[15], 22.0f);
-  EXPECT_BRAID_OK(braidStreamDestroy(stream));
-  EXPECT_BRAID_OK(braidCommDestroy(comm));
-  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
 }
 
-TEST_F(CudaStream, AFaultedStreamFailsTheCallWithCudasMessageAndDoesNotHang) {
-  braidComm_t comm = oneRank();
-  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
-  void* cudaStream = fake.makeStream();
-  ASSERT_NE(cudaStream, nullptr);
-  braidStream_t stream = nullptr;
-  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, cudaStream, &stream));
+TEST_F(OneRankOnACudaStream, AFaultedStreamFailsTheCallWithCudasMessageAndDoesNotHang) {
   float x = 1.0f, y = 0.0f;
-  fake.failStream(cudaStream);  // a kernel before the call faulted
-  EXPECT_BRAID_OK(braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm, stream));
-  EXPECT_BRAID_ERROR(braidStreamSynchronize(stream), braidUnhandledCudaError,
+  fake.failStream(cudaStream_);  // a kernel before the call faulted
+  EXPECT_BRAID_OK(braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm_, stream_));
+  EXPECT_BRAID_ERROR(braidStreamSynchronize(stream_), braidUnhandledCudaError,
                      "an illegal memory access was encountered", "CUDA error 700");
   braidResult_t async = braidSuccess;
-  EXPECT_BRAID_OK(braidCommGetAsyncError(comm, &async));
+  EXPECT_BRAID_OK(braidCommGetAsyncError(comm_, &async));
   EXPECT_EQ(async, braidUnhandledCudaError);
   EXPECT_EQ(y, 0.0f);  // the call did not run
-  EXPECT_BRAID_OK(braidStreamDestroy(stream));
-  EXPECT_BRAID_OK(braidCommAbort(comm));
-  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
+  aborted_ = true;
 }
 
-TEST_F(CudaStream, InsideAGroupTheCallIsRefused) {
-  braidComm_t comm = oneRank();
-  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
-  void* cudaStream = fake.makeStream();
-  ASSERT_NE(cudaStream, nullptr);
-  braidStream_t stream = nullptr;
-  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, cudaStream, &stream));
+TEST_F(OneRankOnACudaStream, InsideAGroupTheCallIsRefused) {
   float x = 1.0f, y = 0.0f;
   EXPECT_BRAID_OK(braidGroupStart());
-  EXPECT_BRAID_ERROR(braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm, stream),
+  EXPECT_BRAID_ERROR(braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm_, stream_),
                      braidNotSupported, "braidAllReduce", "CUDA", "group");
   EXPECT_BRAID_OK(braidGroupEnd());
-  EXPECT_BRAID_OK(braidStreamDestroy(stream));
-  EXPECT_BRAID_OK(braidCommDestroy(comm));
-  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
 }
 
 #else
