@@ -2,6 +2,7 @@
 // arguments against the contract, works out whether it is in place, and
 // hands one Operation to the group, the stream or the communicator.
 #include <cstdint>
+#include <functional>
 #include <limits>
 
 #include "src/common/strcat.h"
@@ -32,30 +33,63 @@ Status refuseGpuMemory(const char* argument, const braid::BufferMemory& memory) 
       memory.device >= 0 ? braid::strCat("device ", memory.device) : std::string("device unknown");
   const char* reason =
       braid::gpuStagingBuilt()
-          ? "GPU buffers are staged through host memory, so far only in calls with stream NULL "
-            "outside a group"
+          ? "GPU buffers are staged through host memory, so far not in calls inside a group"
           : "this build of braid moves host memory only";
   return braid::notSupported(braid::strCat(argument, " is ", braid::memoryKindName(memory.kind),
                                            " memory (", device, "): ", reason));
 }
 
-// Runs `o`, whose send or recv is on a GPU, on host copies of its buffers
-// (src/device_staging.h), or refuses it.
-Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
-                    const braid::BufferMemory& sendMemory, const braid::BufferMemory& recvMemory) {
-  if (!braid::gpuStagingBuilt() || stream != nullptr || braid::api::groupOpen())
-    return onGpu(sendMemory) ? refuseGpuMemory("sendbuff", sendMemory)
-                             : refuseGpuMemory("recvbuff", recvMemory);
-  const size_t sendSize = o.send ? braid::algo::sendBufferBytes(o.args) : 0;
-  const size_t recvSize = o.recv ? braid::algo::recvBufferBytes(o.args) : 0;
-  BRAID_ASSIGN_OR_RETURN(
-      braid::StagedBuffers staged,
-      braid::StagedBuffers::stage(o.send, sendSize, onGpu(sendMemory), o.recv, recvSize,
-                                  onGpu(recvMemory), braid::contextOrderedCopies()));
+// Which of an operation's buffers are on a GPU, and their sizes.
+struct GpuPlacement {
+  size_t sendBytes = 0, recvBytes = 0;
+  bool sendOnGpu = false, recvOnGpu = false;
+};
+
+GpuPlacement placementOf(const Operation& o, bool sendOnGpu, bool recvOnGpu) {
+  GpuPlacement p;
+  p.sendBytes = o.send ? braid::algo::sendBufferBytes(o.args) : 0;
+  p.recvBytes = o.recv ? braid::algo::recvBufferBytes(o.args) : 0;
+  p.sendOnGpu = sendOnGpu && p.sendBytes > 0;
+  p.recvOnGpu = recvOnGpu && p.recvBytes > 0;
+  return p;
+}
+
+// Runs `o` on host copies of its GPU buffers (src/device_staging.h), made
+// and copied back with `copies`, by `run`.
+Status runStaged(Operation o, const GpuPlacement& p, braid::GpuCopies& copies,
+                 const std::function<Status(const Operation&)>& run) {
+  BRAID_ASSIGN_OR_RETURN(braid::StagedBuffers staged,
+                         braid::StagedBuffers::stage(o.send, p.sendBytes, p.sendOnGpu, o.recv,
+                                                     p.recvBytes, p.recvOnGpu, copies));
   o.send = staged.send();
   o.recv = staged.recv();
-  BRAID_RETURN_IF_ERROR(braid::api::submit(comm, nullptr, {std::move(o)}));
+  BRAID_RETURN_IF_ERROR(run(o));
   return staged.finish();
+}
+
+// Runs `o`, whose send or recv is on a GPU, on host copies of its buffers:
+// now, or on the stream's thread (after the calls queued before it); or
+// refuses it.
+Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
+                    const braid::BufferMemory& sendMemory, const braid::BufferMemory& recvMemory) {
+  if (!braid::gpuStagingBuilt() || braid::api::groupOpen())
+    return onGpu(sendMemory) ? refuseGpuMemory("sendbuff", sendMemory)
+                             : refuseGpuMemory("recvbuff", recvMemory);
+  const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
+  if (stream == nullptr)
+    return runStaged(
+        std::move(o), placement, braid::contextOrderedCopies(),
+        [&](const Operation& staged) { return braid::api::submit(comm, nullptr, {staged}); });
+  if (&stream->stream->communicator() != comm->comm.get())
+    return braid::invalidArgument("stream belongs to another communicator");
+  braid::HostStream* host = stream->stream.get();  // outlives its queued tasks
+  host->enqueueTask([=, o = std::move(o)](const Status& earlier) -> Status {
+    if (!earlier.isOk()) return Status::ok();  // as a call after a failure: not run
+    return runStaged(o, placement, braid::contextOrderedCopies(), [&](const Operation& staged) {
+      return host->communicator().run({&staged, 1}, host->index());
+    });
+  });
+  return Status::ok();
 }
 
 // Runs `o` on a braid stream ordered on a CUDA stream (src/cuda_stream.h):
@@ -68,27 +102,19 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   if (braid::api::groupOpen())
     return braid::notSupported(
         "calls on a CUDA stream (braidStreamCreateFromCuda) inside a group: not yet");
-  const size_t sendSize = o.send ? braid::algo::sendBufferBytes(o.args) : 0;
-  const size_t recvSize = o.recv ? braid::algo::recvBufferBytes(o.args) : 0;
-  const bool sendOnGpu = sendSize > 0 && onGpu(braid::memoryKindOf(o.send));
-  const bool recvOnGpu = recvSize > 0 && onGpu(braid::memoryKindOf(o.recv));
+  const GpuPlacement placement = placementOf(o, o.send && onGpu(braid::memoryKindOf(o.send)),
+                                             o.recv && onGpu(braid::memoryKindOf(o.recv)));
   std::shared_ptr<braid::CudaStreamBridge> bridge = stream->cuda;
   BRAID_ASSIGN_OR_RETURN(braid::CudaStreamBridge::Gate gate, bridge->hold());
   braid::HostStream* host = stream->stream.get();  // outlives its queued tasks
-  host->enqueueTask([=, o = std::move(o)](const Status& earlier) mutable -> Status {
+  host->enqueueTask([=, o = std::move(o)](const Status& earlier) -> Status {
     Status outcome = Status::ok();
     if (earlier.isOk()) {
       outcome = bridge->awaitReached(gate, host->communicator().timeout());
       if (outcome.isOk())
-        outcome = [&]() -> Status {
-          BRAID_ASSIGN_OR_RETURN(braid::StagedBuffers staged,
-                                 braid::StagedBuffers::stage(o.send, sendSize, sendOnGpu, o.recv,
-                                                             recvSize, recvOnGpu, *bridge));
-          o.send = staged.send();
-          o.recv = staged.recv();
-          BRAID_RETURN_IF_ERROR(host->communicator().run({&o, 1}, host->index()));
-          return staged.finish();
-        }();
+        outcome = runStaged(o, placement, *bridge, [&](const Operation& staged) {
+          return host->communicator().run({&staged, 1}, host->index());
+        });
     }
     bridge->release(gate);  // after a failure too: the CUDA stream must not hang
     return outcome;

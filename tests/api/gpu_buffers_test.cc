@@ -199,12 +199,28 @@ TEST_F(GpuBuffers, TwoProcessesMoveGpuBuffers) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "rank 1 failed at step " << WEXITSTATUS(status);
 }
 
-TEST_F(GpuBuffers, OnAStreamOrInAGroupTheyAreRefused) {
+// On a host stream, the stream's thread stages them, in the stream's order.
+TEST_F(GpuBuffers, OnAHostStreamTheyAreStagedInTheStreamsOrder) {
   braidStream_t stream = nullptr;
   ASSERT_EQ(braidStreamCreate(comm_, &stream), braidSuccess) << braidGetLastError(nullptr);
-  EXPECT_REFUSED(braidAllReduce(gpu_, host_, 64, braidFloat32, braidSum, comm_, stream),
-                 "braidAllReduce", "sendbuff", "device 3", "stream", "NULL");
+  fill(gpu_, 64, 1);
+  fill(host_, 64, 0);
+  const unsigned long before = copies_();
+  EXPECT_BRAID_OK(braidAllReduce(gpu_, host_, 64, braidFloat32, braidSum, comm_, stream));
+  // In place on the GPU buffer, after the call above read it.
+  float other[64];
+  fill(other, 64, 50);
+  EXPECT_BRAID_OK(braidAllReduce(other, gpu_, 64, braidFloat32, braidSum, comm_, stream));
+  EXPECT_BRAID_OK(braidStreamSynchronize(stream));
+  EXPECT_EQ(host_[0], 1.0f);
+  EXPECT_EQ(host_[63], 64.0f);
+  EXPECT_EQ(gpu_[0], 50.0f);
+  EXPECT_EQ(gpu_[63], 113.0f);
+  EXPECT_EQ(copies_() - before, 3u);  // sendbuff over; recvbuff over and back
   EXPECT_BRAID_OK(braidStreamDestroy(stream));
+}
+
+TEST_F(GpuBuffers, InAGroupTheyAreRefused) {
   EXPECT_BRAID_OK(braidGroupStart());
   EXPECT_REFUSED(braidSend(gpu_, 64, braidFloat32, 0, comm_, nullptr), "braidSend",
                  "sendbuff is GPU device memory (device 3)", "group");
