@@ -59,35 +59,64 @@ Schedule planAllReduceButterfly(const CollectiveArgs& args) {
     return plan;
   }
 
-  // One scratch copy of the vector holds the partner's chunks; chunk c is
-  // free again once the previous round's reduction of chunk c has read it.
+  // Each exchange combines the incoming chunk as it arrives (RecvReduce)
+  // into the buffer this rank is not sending from, so no received byte is
+  // written to scratch and read back: the partial result moves between Recv
+  // and Scratch, one round to the next. Reducing into the buffer being sent
+  // must wait for the send, so the receive went to scratch first: 5n bytes
+  // of memory traffic a round where this has 3n, and at 3 ranks on 2 cores
+  // 10-20% slower from 64 KiB to 1 MiB (docs/ALGORITHMS.md). The first
+  // target is picked so that the last round lands in Recv; only when this
+  // rank's own vector starts in Recv (in place, without a fold) and the
+  // rounds are odd does a final copy move it there.
   plan.scratchBytes = args.bytes();
-  std::vector<StepIndex> last(C, kNoStep);  // the latest write of Recv chunk c
-  BufferId mine = BufferId::kSend;          // where this rank's partial result is
-  if (partner >= 0) {
-    for (size_t c = 0; c < C; ++c) {
-      StepIndex got = plan.recv(partner, chunk(BufferId::kScratch, c));
-      last[c] = plan.reduce(chunk(BufferId::kRecv, c), chunk(BufferId::kScratch, c),
-                            chunk(BufferId::kSend, c), got);
-    }
-    mine = BufferId::kRecv;
-  }
   const int v = fold.newRank(r);
-  std::vector<StepIndex> sent(C);
+  const int lg = ceilLog2(fold.p2);
+  auto other = [](BufferId b) {
+    return b == BufferId::kRecv ? BufferId::kScratch : BufferId::kRecv;
+  };
+  // Targets alternate, so an odd count of rounds starts where it ends.
+  const BufferId lastTarget = BufferId::kRecv;
+  const BufferId firstTarget = lg % 2 ? lastTarget : other(lastTarget);
+  std::vector<StepIndex> last(C, kNoStep);  // the step that wrote `mine` chunk c
+  // The latest send from Recv and from Scratch of chunk c: a buffer is
+  // written again only once its previous contents are on their way.
+  std::vector<StepIndex> sentFromRecv(C, kNoStep), sentFromScratch(C, kNoStep);
+  auto sentFrom = [&](BufferId b) -> std::vector<StepIndex>& {
+    return b == BufferId::kRecv ? sentFromRecv : sentFromScratch;
+  };
+  BufferId mine = BufferId::kSend;  // where this rank's partial result is
+  if (partner >= 0) {
+    // The fold: the partner's vector combined with this rank's, into the
+    // buffer that makes the rounds end in Recv.
+    const BufferId target = lg % 2 ? other(lastTarget) : lastTarget;
+    for (size_t c = 0; c < C; ++c)
+      last[c] = plan.recvReduce(partner, chunk(target, c), chunk(BufferId::kSend, c));
+    mine = target;
+  }
   for (int mask = 1; mask < fold.p2; mask <<= 1) {
     const int peer = fold.oldRank(v ^ mask);
+    // Both ranks compute lower op upper, so that they agree to the bit.
     const bool lower = (v & mask) == 0;
-    for (size_t c = 0; c < C; ++c) sent[c] = plan.send(peer, chunk(mine, c), last[c]);
+    // In place, Send is Recv: a first round from it writes Scratch.
+    const bool ownInRecv = mine == BufferId::kRecv || (mine == BufferId::kSend && args.inPlace);
+    const BufferId target =
+        mine == BufferId::kSend ? (ownInRecv ? BufferId::kScratch : firstTarget) : other(mine);
     for (size_t c = 0; c < C; ++c) {
-      Slice own = chunk(mine, c), theirs = chunk(BufferId::kScratch, c);
-      StepIndex got = plan.recv(peer, theirs, last[c]);
-      // Waiting for the send as well: in place, own is the Recv chunk.
-      last[c] = plan.reduce(chunk(BufferId::kRecv, c), lower ? own : theirs, lower ? theirs : own,
-                            got, sent[c]);
+      const StepIndex sent = plan.send(peer, chunk(mine, c), last[c]);
+      if (mine != BufferId::kSend || args.inPlace)
+        sentFrom(ownInRecv ? BufferId::kRecv : BufferId::kScratch)[c] = sent;
     }
-    mine = BufferId::kRecv;
+    for (size_t c = 0; c < C; ++c)
+      last[c] = lower ? plan.recvReduce(peer, chunk(target, c), chunk(mine, c), last[c],
+                                        sentFrom(target)[c])
+                      : plan.recvReduceIncomingFirst(peer, chunk(target, c), chunk(mine, c),
+                                                     last[c], sentFrom(target)[c]);
+    mine = target;
   }
   for (size_t c = 0; c < C; ++c) {
+    if (mine != BufferId::kRecv && mine != BufferId::kSend)
+      last[c] = plan.copy(chunk(BufferId::kRecv, c), chunk(mine, c), last[c], sentFromRecv[c]);
     if (args.op == RedOp::kAvg) last[c] = plan.average(chunk(BufferId::kRecv, c), last[c]);
     if (partner >= 0) plan.send(partner, chunk(BufferId::kRecv, c), last[c]);
   }

@@ -30,8 +30,9 @@ enum class StepKind : uint8_t {
   kReduce,   // dst = src op src2 (element-wise, the collective's dtype and op)
   kCopy,     // dst = src
   kAverage,  // dst /= nranks (final step of RedOp::kAvg)
-  // dst = src op (dst.bytes arriving from peer): a Recv and the Reduce that
-  // consumes it, fused so the incoming bytes need no buffer (fuse.h).
+  // dst = src op (dst.bytes arriving from peer), or (incoming) op src with
+  // incomingFirst: a Recv and the Reduce that consumes it, fused so the
+  // incoming bytes need no buffer (fuse.h).
   kRecvReduce,
 };
 
@@ -46,6 +47,11 @@ struct Step {
   Slice src2;
   // Steps that must be complete before this one starts (kNoStep = unused).
   std::array<StepIndex, 2> after = {kNoStep, kNoStep};
+  // kRecvReduce: the incoming bytes are the left operand. The ops are
+  // commutative, but not to the bit: where ranks each compute the same
+  // result they must agree on every bit (max of +0 and -0, which NaN a sum
+  // keeps), so both combine the pair in one order.
+  bool incomingFirst = false;
 };
 
 inline bool receives(StepKind kind) {
@@ -75,6 +81,11 @@ struct Schedule {
   StepIndex recvReduce(int peer, Slice dst, Slice src, StepIndex a = kNoStep,
                        StepIndex b = kNoStep) {
     return add({StepKind::kRecvReduce, peer, dst, src, {}, {a, b}});
+  }
+  // dst = (incoming) op src.
+  StepIndex recvReduceIncomingFirst(int peer, Slice dst, Slice src, StepIndex a = kNoStep,
+                                    StepIndex b = kNoStep) {
+    return add({StepKind::kRecvReduce, peer, dst, src, {}, {a, b}, true});
   }
   StepIndex average(Slice dst, StepIndex a = kNoStep, StepIndex b = kNoStep) {
     return add({StepKind::kAverage, -1, dst, {}, {}, {a, b}});

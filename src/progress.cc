@@ -60,11 +60,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The Combiner of a RecvReduce step: the job's datatype and op.
+// The Combiners of a RecvReduce step: the job's datatype and op, the local
+// operand first or the incoming one.
 void combineInto(void* dst, const void* local, const void* incoming, size_t units,
                  const void* context) {
   const Job& job = *static_cast<const Job*>(context);
   reduceElements(dst, local, incoming, units, job.dtype, job.op);
+}
+void combineIncomingFirst(void* dst, const void* local, const void* incoming, size_t units,
+                          const void* context) {
+  const Job& job = *static_cast<const Job*>(context);
+  reduceElements(dst, incoming, local, units, job.dtype, job.op);
 }
 
 struct ActiveRequest {
@@ -261,7 +267,8 @@ class JobRunner {
       }
       case StepKind::kRecvReduce: {
         transport::Tag tag = job_.tagFor(false, s.peer, index_->messageIndex[i]);
-        const transport::Combiner combiner{es, &combineInto, &job_};
+        const transport::Combiner combiner{
+            es, s.incomingFirst ? &combineIncomingFirst : &combineInto, &job_};
         active_.push_back({i, job_.connections[s.peer]->postRecvReduce(
                                   at(s.dst), at(s.src), s.dst.bytes, tag, combiner)});
         return;

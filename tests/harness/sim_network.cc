@@ -180,7 +180,10 @@ std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory
     if (payload.size() != s.dst.bytes)
       return strCat("rank ", r, " expects ", s.dst.bytes, " bytes from rank ", s.peer,
                     " as message ", state[r].index[i], " but ", payload.size(), " were sent");
-    if (s.dst.bytes && s.kind == StepKind::kRecvReduce)
+    if (s.dst.bytes && s.kind == StepKind::kRecvReduce && s.incomingFirst)
+      reduceElements(at(memory[r], s.dst), payload.data(), at(memory[r], s.src), s.dst.bytes / es,
+                     dtype, op);
+    else if (s.dst.bytes && s.kind == StepKind::kRecvReduce)
       reduceElements(at(memory[r], s.dst), at(memory[r], s.src), payload.data(), s.dst.bytes / es,
                      dtype, op);
     else if (s.dst.bytes)
