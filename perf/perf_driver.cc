@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <cxxopts.hpp>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "cuda_buffers.h"
+#include "perf_options.h"
 #include "perf_registration.h"
 #include "src/common/byte_size.h"
 
@@ -27,168 +27,6 @@ namespace braid::perf {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-constexpr DataType kDataTypes[] = {
-    {"int8", braidInt8, 1, false, true, 127, 0},
-    {"uint8", braidUint8, 1, false, false, 255, 0},
-    {"int32", braidInt32, 4, false, true, 2147483647.0, 0},
-    {"uint32", braidUint32, 4, false, false, 4294967295.0, 0},
-    {"int64", braidInt64, 8, false, true, 9.2e18, 0},
-    {"uint64", braidUint64, 8, false, false, 1.8e19, 0},
-    {"half", braidFloat16, 2, true, true, 2048, 10},
-    {"bfloat16", braidBfloat16, 2, true, true, 256, 7},
-    {"float", braidFloat32, 4, true, true, 16777216.0, 23},
-    {"double", braidFloat64, 8, true, true, 9007199254740992.0, 52},
-};
-
-struct RedOp {
-  const char* name;
-  braidRedOp_t op;
-};
-constexpr RedOp kRedOps[] = {{"sum", braidSum},
-                             {"prod", braidProd},
-                             {"min", braidMin},
-                             {"max", braidMax},
-                             {"avg", braidAvg}};
-
-constexpr const char* kTimeReported[] = {"rank0", "avg", "min", "max"};
-
-struct Options {
-  std::vector<size_t> sweep;  // the sizes in bytes, in order
-  size_t minBytes = 0, maxBytes = 0, stepBytes = 0;
-  int stepFactor = 1;
-  std::string stepText;  // for the preamble: "2(factor)" or "1048576(bytes)"
-  int iters = 20, warmupIters = 1, checkIters = 1, average = 1, blocking = 1;
-  int root = 0;
-  bool allRoots = false;
-  bool showAlgorithm = false;
-  bool localRegister = false;
-  bool cudaMemory = false;  // --mem cuda: the calls' buffers are GPU memory
-  std::vector<const DataType*> types;
-  std::vector<RedOp> ops;
-  std::string typeArg, opArg, rootArg;  // as given, for the JSON record
-  std::string jsonPath;
-  int corruptRank = -1;
-  std::vector<std::string> commandLine;
-};
-
-Options parseOptions(int argc, char** argv, const Collective& collective) {
-  Options options;
-  options.commandLine.assign(argv, argv + argc);
-  cxxopts::Options spec(collective.name, "braid collective benchmark (nccl-tests conventions)");
-  auto text = [](const char* value) { return cxxopts::value<std::string>()->default_value(value); };
-  auto number = [](const char* value) { return cxxopts::value<int>()->default_value(value); };
-  cxxopts::OptionAdder add = spec.add_options();
-  add("b,minbytes", "smallest size (K/M/G suffixes)", text("32M"));
-  add("e,maxbytes", "largest size", text("32M"));
-  add("i,stepbytes", "additive size step, used when stepfactor is 1", text("1M"));
-  add("f,stepfactor", "multiplicative size step, used when above 1", number("1"));
-  add("n,iters", "timed iterations per size", number("20"));
-  add("w,warmup_iters", "untimed iterations before each measurement", number("1"));
-  add("c,check", "checked iterations per measurement (0: no check)", number("1"));
-  add("d,datatype", "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double all",
-      text("float"));
-  add("o,op", "sum prod min max avg all (tests that reduce)", text("sum"));
-  add("r,root", "root rank, or all (tests with a root)", text("0"));
-  add("a,average", "time reported: 0 rank 0, 1 average, 2 minimum, 3 maximum over ranks",
-      number("1"));
-  // The default differs from nccl-tests' (0): braid's published figures are
-  // of calls on the caller's thread, the path most callers take.
-  add("z,blocking",
-      "1: every call completes before it returns (stream NULL); 0: each timed batch of calls "
-      "is queued on a braid stream and waited for once",
-      number("1"));
-  add("A,algorithm", "1: add a column naming the algorithm braid chose", number("0"));
-  add("R,local_register",
-      "1: declare the send and receive buffers with braidCommRegister, so that RDMA moves "
-      "large messages from and into them with one read",
-      number("0"));
-  add("M,mem",
-      "host: the calls' buffers are host memory; cuda: GPU memory (cuMemAlloc on GPU rank "
-      "modulo the GPUs a process sees), filled and checked through host copies",
-      text("host"));
-  add("J,json", "rank 0 writes the whole run to this JSON file", text(""));
-  add("h,help", "print this help");
-  spec.add_options("Testing")(
-      "corrupt_rank",
-      "test only: this rank alters one element of each result it checks, so that the run "
-      "must report it as wrong",
-      number("-1"));
-  cxxopts::ParseResult args = spec.parse(argc, argv);
-  if (args.count("help")) {
-    std::fputs(spec.help({"", "Testing"}).c_str(), stdout);
-    std::exit(0);
-  }
-  if (!args.unmatched().empty())
-    throw std::invalid_argument("unexpected '" + args.unmatched()[0] + "'");
-
-  options.iters = args["iters"].as<int>();
-  options.warmupIters = args["warmup_iters"].as<int>();
-  options.checkIters = args["check"].as<int>();
-  options.average = args["average"].as<int>();
-  options.blocking = args["blocking"].as<int>() != 0 ? 1 : 0;
-  options.showAlgorithm = args["algorithm"].as<int>() != 0;
-  options.localRegister = args["local_register"].as<int>() != 0;
-  options.jsonPath = args["json"].as<std::string>();
-  const std::string mem = args["mem"].as<std::string>();
-  if (mem != "host" && mem != "cuda")
-    throw std::invalid_argument("mem is host or cuda, not '" + mem + "'");
-  options.cudaMemory = mem == "cuda";
-  options.corruptRank = args["corrupt_rank"].as<int>();
-  if (options.iters < 1 || options.warmupIters < 0 || options.checkIters < 0) {
-    throw std::invalid_argument("iters must be >= 1, warmup_iters and check >= 0");
-  }
-  if (options.average < 0 || options.average > 3) throw std::invalid_argument("average is 0..3");
-
-  options.typeArg = args["datatype"].as<std::string>();
-  for (const DataType& type : kDataTypes) {
-    if (options.typeArg == "all" || options.typeArg == type.name) options.types.push_back(&type);
-  }
-  if (options.types.empty())
-    throw std::invalid_argument("unknown datatype '" + options.typeArg + "'");
-  options.opArg = args["op"].as<std::string>();
-  for (const RedOp& op : kRedOps) {
-    if (options.opArg == "all" || options.opArg == op.name) options.ops.push_back(op);
-  }
-  if (options.ops.empty()) throw std::invalid_argument("unknown op '" + options.opArg + "'");
-  if (!collective.usesOp) options.ops = {kRedOps[0]};  // a placeholder, printed as "none"
-
-  options.rootArg = args["root"].as<std::string>();
-  if (options.rootArg == "all") {
-    options.allRoots = true;
-  } else {
-    size_t end = 0;
-    try {
-      options.root = std::stoi(options.rootArg, &end);
-    } catch (const std::exception&) {
-      end = 0;
-    }
-    if (end == 0 || end != options.rootArg.size())
-      throw std::invalid_argument("root is a rank or 'all', not '" + options.rootArg + "'");
-  }
-
-  // As in nccl-tests: a factor above 1 makes the sweep multiplicative, else
-  // it grows by stepbytes.
-  options.minBytes = parseBytes(args["minbytes"].as<std::string>());
-  options.maxBytes = parseBytes(args["maxbytes"].as<std::string>());
-  options.stepBytes = parseBytes(args["stepbytes"].as<std::string>());
-  options.stepFactor = args["stepfactor"].as<int>();
-  const bool additive = options.stepFactor <= 1;
-  if (options.minBytes > options.maxBytes)
-    throw std::invalid_argument("minbytes is larger than maxbytes");
-  if (options.stepFactor < 1) throw std::invalid_argument("stepfactor must be >= 1");
-  if (additive && options.stepBytes == 0) throw std::invalid_argument("stepbytes must be > 0");
-  for (size_t size = options.minBytes; size <= options.maxBytes;) {
-    options.sweep.push_back(size);
-    size_t next = additive ? size + options.stepBytes
-                           : std::max(size * static_cast<size_t>(options.stepFactor), size + 1);
-    if (next <= size) break;  // overflow
-    size = next;
-  }
-  options.stepText = additive ? std::to_string(options.stepBytes) + "(bytes)"
-                              : std::to_string(options.stepFactor) + "(factor)";
-  return options;
-}
 
 // Formats like nccl-tests: as many decimals as `width` allows.
 std::string fitNumber(double value, int width) {
