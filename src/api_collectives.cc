@@ -67,6 +67,19 @@ Status runStaged(Operation o, const GpuPlacement& p, braid::GpuCopies& copies,
   return staged.finish();
 }
 
+Status checkStreamOfComm(braidComm_t comm, braidStream_t stream) {
+  if (&stream->stream->communicator() != comm->comm.get())
+    return braid::invalidArgument("stream belongs to another communicator");
+  return Status::ok();
+}
+
+// What a task on `host` runs a staged operation with.
+std::function<Status(const Operation&)> runOn(braid::HostStream* host) {
+  return [host](const Operation& staged) {
+    return host->communicator().run({&staged, 1}, host->index());
+  };
+}
+
 // Runs `o`, whose send or recv is on a GPU, on host copies of its buffers:
 // now, or on the stream's thread (after the calls queued before it); or
 // refuses it.
@@ -80,14 +93,11 @@ Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
     return runStaged(
         std::move(o), placement, braid::contextOrderedCopies(),
         [&](const Operation& staged) { return braid::api::submit(comm, nullptr, {staged}); });
-  if (&stream->stream->communicator() != comm->comm.get())
-    return braid::invalidArgument("stream belongs to another communicator");
+  BRAID_RETURN_IF_ERROR(checkStreamOfComm(comm, stream));
   braid::HostStream* host = stream->stream.get();  // outlives its queued tasks
   host->enqueueTask([=, o = std::move(o)](const Status& earlier) -> Status {
     if (!earlier.isOk()) return Status::ok();  // as a call after a failure: not run
-    return runStaged(o, placement, braid::contextOrderedCopies(), [&](const Operation& staged) {
-      return host->communicator().run({&staged, 1}, host->index());
-    });
+    return runStaged(o, placement, braid::contextOrderedCopies(), runOn(host));
   });
   return Status::ok();
 }
@@ -97,8 +107,7 @@ Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
 // thread runs the call once the stream gets there, staging GPU buffers with
 // the bridge's copies, then lets the CUDA stream go on.
 Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
-  if (&stream->stream->communicator() != comm->comm.get())
-    return braid::invalidArgument("stream belongs to another communicator");
+  BRAID_RETURN_IF_ERROR(checkStreamOfComm(comm, stream));
   if (braid::api::groupOpen())
     return braid::notSupported(
         "calls on a CUDA stream (braidStreamCreateFromCuda) inside a group: not yet");
@@ -111,10 +120,7 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
     Status outcome = Status::ok();
     if (earlier.isOk()) {
       outcome = bridge->awaitReached(gate, host->communicator().timeout());
-      if (outcome.isOk())
-        outcome = runStaged(o, placement, *bridge, [&](const Operation& staged) {
-          return host->communicator().run({&staged, 1}, host->index());
-        });
+      if (outcome.isOk()) outcome = runStaged(o, placement, *bridge, runOn(host));
     }
     bridge->release(gate);  // after a failure too: the CUDA stream must not hang
     return outcome;
@@ -253,8 +259,6 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
   if (count > 0 && !buffer)
     return braid::invalidArgument(
         braid::strCat(isSend ? "sendbuff" : "recvbuff", " is NULL with count=", count));
-  braid::BufferMemory memory;
-  if (count > 0 && braid::gpuMemoryPossible()) memory = braid::memoryKindOf(buffer);
   Operation o;
   o.name = name;
   o.args.kind = CollectiveKind::kSendRecv;
@@ -267,6 +271,8 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
   else
     o.recv = const_cast<void*>(buffer);
   if (stream != nullptr && stream->cuda) return submitOnCudaStream(std::move(o), comm, stream);
+  braid::BufferMemory memory;
+  if (count > 0 && braid::gpuMemoryPossible()) memory = braid::memoryKindOf(buffer);
   if (onGpu(memory))
     return submitStaged(std::move(o), comm, stream, isSend ? memory : braid::BufferMemory{},
                         isSend ? braid::BufferMemory{} : memory);
