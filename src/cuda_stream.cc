@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "src/common/strcat.h"
-#include "src/cuda_driver.h"
+#include "src/common/cuda_driver.h"
 
 namespace braid {
 namespace {

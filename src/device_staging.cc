@@ -6,7 +6,7 @@
 
 #include "braid_config.h"
 #include "src/common/strcat.h"
-#include "src/cuda_driver.h"
+#include "src/common/cuda_driver.h"
 
 namespace braid {
 namespace {

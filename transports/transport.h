@@ -69,6 +69,11 @@ struct Combiner {
   void (*apply)(void* dst, const void* local, const void* incoming, size_t units,
                 const void* context) = nullptr;
   const void* context = nullptr;
+  // The same on GPU memory, queued on `stream` (a CUstream) and returning
+  // at once: for transports that move GPU memory (cuda_ipc). Null where the
+  // build has no device reductions.
+  Status (*applyOnDevice)(void* dst, const void* local, const void* incoming, size_t units,
+                          const void* context, void* stream) = nullptr;
 };
 
 class Connection {

@@ -1,0 +1,368 @@
+// The CUDA-IPC transport's protocol (transports/cuda_ipc/cuda_ipc_connection.h)
+// against the stand-in device of fake_ipc_device.h: two ends in this
+// process, each with a device of its own, or two forked processes.
+#include "transports/cuda_ipc/cuda_ipc_connection.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <initializer_list>
+#include <vector>
+
+#include "fake_ipc_device.h"
+#include "transports/stream_connection.h"
+#include "transports/tcp/socket_stream.h"
+
+namespace braid::transport::cuda_ipc {
+namespace {
+
+using State = Request::State;
+
+std::unique_ptr<Connection> controlEnd(int fd, int peer) {
+  return std::make_unique<StreamConnection>(std::make_unique<tcp::SocketStream>(tcp::Fd(fd), peer),
+                                            peer);
+}
+
+CudaIpcConnection::Options smallSlots(int slots = 4, size_t slotBytes = 4096) {
+  CudaIpcConnection::Options o;
+  o.slots = slots;
+  o.slotBytes = slotBytes;
+  return o;
+}
+
+// Bytes of device memory with a known pattern, readable once the device is
+// synchronized.
+struct DeviceBuffer {
+  std::unique_ptr<DeviceMemory> memory;
+  size_t bytes;
+  DeviceBuffer(IpcDevice& device, size_t n) : bytes(n) {
+    auto m = device.allocate(n);
+    EXPECT_TRUE(m.isOk()) << m.status().message();
+    memory = std::move(*m);
+  }
+  uint8_t* data() const { return static_cast<uint8_t*>(memory->data()); }
+  void fill(uint8_t seed) {
+    for (size_t i = 0; i < bytes; ++i) data()[i] = static_cast<uint8_t>(i * 13 + seed + (i >> 11));
+  }
+  bool holds(uint8_t seed) const {
+    for (size_t i = 0; i < bytes; ++i)
+      if (data()[i] != static_cast<uint8_t>(i * 13 + seed + (i >> 11))) return false;
+    return true;
+  }
+};
+
+class CudaIpcPair : public ::testing::Test {
+ protected:
+  void open(CudaIpcConnection::Options options = smallSlots()) {
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+    devA = std::make_shared<FakeIpcDevice>();
+    devB = std::make_shared<FakeIpcDevice>();
+    auto a = CudaIpcConnection::create(controlEnd(fds[0], 1), devA, options);
+    auto b = CudaIpcConnection::create(controlEnd(fds[1], 0), devB, options);
+    ASSERT_TRUE(a.isOk()) << a.status().message();
+    ASSERT_TRUE(b.isOk()) << b.status().message();
+    A = std::move(*a);
+    B = std::move(*b);
+  }
+  void SetUp() override { open(); }
+
+  // Drives both ends until no request is pending (or 10 s).
+  void drive(std::initializer_list<RequestPtr> requests) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+      if (A) (void)A->progress();
+      if (B) (void)B->progress();
+      bool pending = false;
+      for (const auto& r : requests) pending = pending || r->state() == State::kPending;
+      if (!pending) return;
+    }
+    ADD_FAILURE() << "requests still pending after 10 s";
+  }
+  void synchronize() {
+    EXPECT_TRUE(devA->synchronize().isOk()) << devA->synchronize().message();
+    EXPECT_TRUE(devB->synchronize().isOk()) << devB->synchronize().message();
+  }
+
+  std::shared_ptr<FakeIpcDevice> devA, devB;
+  std::unique_ptr<CudaIpcConnection> A, B;
+};
+
+TEST_F(CudaIpcPair, MessagesOfEverySizeArriveBothWays) {
+  // Empty, under a slot, one slot exactly, and many slots (the 4 slots wrap
+  // several times, so each is reused only after the peer drained it).
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{100}, size_t{4096}, size_t{4096 * 9 + 5}}) {
+    SCOPED_TRACE(bytes);
+    DeviceBuffer sa(*devA, bytes + 1), ra(*devA, bytes + 1), sb(*devB, bytes + 1),
+        rb(*devB, bytes + 1);
+    sa.fill(1);
+    sb.fill(2);
+    auto s1 = A->postSend(sa.data(), bytes, Tag{10 + bytes, 5});
+    auto s2 = B->postSend(sb.data(), bytes, Tag{10 + bytes, 6});
+    auto r1 = B->postRecv(rb.data(), bytes, Tag{10 + bytes, 5});
+    auto r2 = A->postRecv(ra.data(), bytes, Tag{10 + bytes, 6});
+    drive({s1, s2, r1, r2});
+    for (const auto& r : {s1, s2, r1, r2})
+      ASSERT_EQ(r->state(), State::kDone) << r->error().message();
+    synchronize();
+    EXPECT_EQ(std::memcmp(rb.data(), sa.data(), bytes), 0);
+    EXPECT_EQ(std::memcmp(ra.data(), sb.data(), bytes), 0);
+  }
+  // The payload never went through host memory of the protocol: device copies only.
+  EXPECT_GT(devA->copies.load(), 0u);
+  EXPECT_GT(devB->copies.load(), 0u);
+}
+
+TEST_F(CudaIpcPair, ASlowDeviceNeverReadsASlotBeforeItIsFilledNorRefillsItEarly) {
+  // With a slow stream on both ends, a missing wait (on filled before
+  // reading a slot, or on drained before refilling it) corrupts some chunk.
+  devA->workDelay = std::chrono::microseconds(200);
+  devB->workDelay = std::chrono::microseconds(300);
+  const size_t bytes = 4096 * 23 + 16;
+  std::vector<std::unique_ptr<DeviceBuffer>> sends, recvs;
+  std::vector<RequestPtr> requests;
+  for (int m = 0; m < 4; ++m) {
+    sends.push_back(std::make_unique<DeviceBuffer>(*devA, bytes));
+    recvs.push_back(std::make_unique<DeviceBuffer>(*devB, bytes));
+    sends.back()->fill(static_cast<uint8_t>(m * 31));
+    requests.push_back(A->postSend(sends.back()->data(), bytes, Tag{uint64_t(100 + m), 1}));
+    requests.push_back(B->postRecv(recvs.back()->data(), bytes, Tag{uint64_t(100 + m), 1}));
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (bool pending = true; pending && std::chrono::steady_clock::now() < until;) {
+    (void)A->progress();
+    (void)B->progress();
+    pending = false;
+    for (const auto& r : requests) pending = pending || r->state() == State::kPending;
+  }
+  for (const auto& r : requests) ASSERT_EQ(r->state(), State::kDone);
+  synchronize();
+  for (int m = 0; m < 4; ++m) EXPECT_TRUE(recvs[m]->holds(static_cast<uint8_t>(m * 31))) << m;
+}
+
+TEST_F(CudaIpcPair, ADoneSendWasOnlyQueuedTheDeviceFinishesIt) {
+  // Completion means "queued on the device": with a slow device, the send
+  // and the receive are done before the bytes have landed.
+  devA->workDelay = std::chrono::milliseconds(20);
+  DeviceBuffer s(*devA, 1000), r(*devB, 1000);
+  s.fill(9);
+  auto sent = A->postSend(s.data(), 1000, Tag{1, 1});
+  auto got = B->postRecv(r.data(), 1000, Tag{1, 1});
+  drive({sent, got});
+  ASSERT_EQ(sent->state(), State::kDone);
+  ASSERT_EQ(got->state(), State::kDone);
+  synchronize();
+  EXPECT_TRUE(r.holds(9));
+}
+
+TEST_F(CudaIpcPair, AMessageBeforeItsReceiveWaitsInItsSlots) {
+  DeviceBuffer s(*devA, 3000), r(*devB, 3000);
+  s.fill(4);
+  auto sent = A->postSend(s.data(), 3000, Tag{7, 1});
+  drive({sent});
+  EXPECT_EQ(B->unclaimed(0, 8)->value, 7u);
+  EXPECT_EQ(B->unclaimed(0, 8)->check, 1u);
+  EXPECT_FALSE(B->unclaimed(0, 7).has_value());
+  auto got = B->postRecv(r.data(), 3000, Tag{7, 1});
+  drive({got});
+  ASSERT_EQ(got->state(), State::kDone);
+  synchronize();
+  EXPECT_TRUE(r.holds(4));
+  EXPECT_EQ(B->spilledChunks(), 0u);
+}
+
+TEST_F(CudaIpcPair, ReceivesInTheOtherOrderSpillHeldChunksAndBothComplete) {
+  // The first message alone fills every slot of B; B receives the second
+  // first. Without the spill the sender could never send the second.
+  const size_t big = 4096 * 6, small = 500;
+  DeviceBuffer s1(*devA, big), s2(*devA, small), r1(*devB, big), r2(*devB, small);
+  s1.fill(1);
+  s2.fill(2);
+  auto a1 = A->postSend(s1.data(), big, Tag{1, 1});
+  auto a2 = A->postSend(s2.data(), small, Tag{2, 1});
+  auto b2 = B->postRecv(r2.data(), small, Tag{2, 1});
+  drive({a1, a2, b2});
+  ASSERT_EQ(b2->state(), State::kDone);
+  EXPECT_GT(B->spilledChunks(), 0u);
+  auto b1 = B->postRecv(r1.data(), big, Tag{1, 1});
+  drive({b1});
+  ASSERT_EQ(b1->state(), State::kDone);
+  synchronize();
+  EXPECT_TRUE(r1.holds(1));
+  EXPECT_TRUE(r2.holds(2));
+}
+
+// dst = local + incoming in 4-byte little-endian integers; notes any call
+// given a part of an element.
+struct IntAdder {
+  mutable bool split = false;
+  static void apply(void* dst, const void* local, const void* incoming, size_t units,
+                    const void* context) {
+    auto* d = static_cast<uint32_t*>(dst);
+    const auto* l = static_cast<const uint32_t*>(local);
+    const auto* in = static_cast<const uint32_t*>(incoming);
+    static_cast<const IntAdder*>(context)->split |= reinterpret_cast<uintptr_t>(in) % 4 != 0;
+    for (size_t i = 0; i < units; ++i) d[i] = l[i] + in[i];
+  }
+};
+
+TEST_F(CudaIpcPair, AReceiveWithReductionCombinesOnTheDevice) {
+  const size_t count = 1024 * 5 + 3, bytes = count * 4;
+  DeviceBuffer s(*devA, bytes), local(*devB, bytes), dst(*devB, bytes);
+  auto* sv = reinterpret_cast<uint32_t*>(s.data());
+  auto* lv = reinterpret_cast<uint32_t*>(local.data());
+  for (size_t i = 0; i < count; ++i) sv[i] = static_cast<uint32_t>(i * 3), lv[i] = 1000000;
+  IntAdder adder;
+  Combiner combiner{4, &IntAdder::apply, &adder};
+  auto sent = A->postSend(s.data(), bytes, Tag{3, 2});
+  auto got = B->postRecvReduce(dst.data(), local.data(), bytes, Tag{3, 2}, combiner);
+  drive({sent, got});
+  ASSERT_EQ(got->state(), State::kDone);
+  synchronize();
+  auto* dv = reinterpret_cast<uint32_t*>(dst.data());
+  for (size_t i = 0; i < count; ++i) ASSERT_EQ(dv[i], 1000000 + i * 3) << i;
+  EXPECT_FALSE(adder.split);
+  EXPECT_EQ(devB->combines.load(), 6u);  // one per chunk
+}
+
+TEST_F(CudaIpcPair, AMessageOfAnotherSizeOrCallFailsTheReceiveNotTheConnection) {
+  DeviceBuffer s(*devA, 8192), r(*devB, 8192);
+  s.fill(3);
+  auto wrongSize = A->postSend(s.data(), 8192, Tag{1, 1});
+  auto small = B->postRecv(r.data(), 100, Tag{1, 1});
+  drive({wrongSize, small});
+  EXPECT_EQ(small->state(), State::kFailed);
+  EXPECT_EQ(small->error().code(), ErrorCode::kInvalidUsage);
+  EXPECT_EQ(small->failure(), Request::Failure::kDifferentCall);
+
+  auto wrongCall = A->postSend(s.data(), 64, Tag{2, 99});
+  drive({wrongCall});
+  auto other = B->postRecv(r.data(), 64, Tag{2, 1});
+  EXPECT_EQ(other->state(), State::kFailed);
+  EXPECT_EQ(other->failure(), Request::Failure::kDifferentCall);
+  EXPECT_EQ(other->mismatch().check, 99u);
+
+  // The refused message's slots came back: a later one of every slot passes.
+  auto next = A->postSend(s.data(), 8192, Tag{3, 1});
+  auto fine = B->postRecv(r.data(), 8192, Tag{3, 1});
+  drive({next, fine});
+  ASSERT_EQ(fine->state(), State::kDone) << fine->error().message();
+  synchronize();
+  EXPECT_TRUE(r.holds(3));
+}
+
+TEST_F(CudaIpcPair, AReceiveThePeerMovedPastFailsAsOvertaken) {
+  DeviceBuffer s(*devA, 64), r(*devB, 64);
+  auto late = A->postSend(s.data(), 64, Tag{5, 1});
+  drive({late});
+  (void)B->progress();
+  auto early = B->postRecv(r.data(), 64, Tag{4, 1});
+  EXPECT_EQ(early->state(), State::kFailed);
+  EXPECT_EQ(early->failure(), Request::Failure::kOvertaken);
+  synchronize();
+}
+
+TEST_F(CudaIpcPair, ADeviceThatRefusesWorkFailsTheRequestsWithItsError) {
+  DeviceBuffer s(*devA, 64);
+  devA->failEnqueues = true;
+  auto sent = A->postSend(s.data(), 64, Tag{1, 1});
+  drive({sent});
+  EXPECT_EQ(sent->state(), State::kFailed);
+  EXPECT_EQ(sent->error().code(), ErrorCode::kUnhandledCudaError);
+  EXPECT_NE(sent->error().message().find("enqueue refused"), std::string::npos);
+  // The peer learns the connection ended.
+  DeviceBuffer r(*devB, 64);
+  auto got = B->postRecv(r.data(), 64, Tag{1, 1});
+  drive({got});
+  EXPECT_EQ(got->state(), State::kFailed);
+}
+
+TEST_F(CudaIpcPair, AbortFailsWhatIsPendingOnBothEnds) {
+  DeviceBuffer r(*devA, 64), r2(*devB, 64);
+  auto mine = A->postRecv(r.data(), 64, Tag{1, 1});
+  auto theirs = B->postRecv(r2.data(), 64, Tag{1, 1});
+  A->abort(remoteError("test abort"));
+  EXPECT_EQ(mine->state(), State::kFailed);
+  drive({theirs});
+  EXPECT_EQ(theirs->state(), State::kFailed);
+  EXPECT_FALSE(A->postSend(r.data(), 64, Tag{2, 1})->state() == State::kPending);
+}
+
+TEST_F(CudaIpcPair, ClosingReleasesEveryMappingAndEvent) {
+  DeviceBuffer s(*devA, 20000), r(*devB, 20000);
+  s.fill(5);
+  auto sent = A->postSend(s.data(), 20000, Tag{1, 1});
+  auto got = B->postRecv(r.data(), 20000, Tag{1, 1});
+  drive({sent, got});
+  A.reset();
+  B.reset();
+  EXPECT_TRUE(r.holds(5));  // the destructor waited for the queued copies
+  // Only the two test buffers are left.
+  EXPECT_EQ(devA->liveMappings.load(), 1);
+  EXPECT_EQ(devB->liveMappings.load(), 1);
+}
+
+TEST(CudaIpcOptions, SlotsOutsideTheLimitsAreRefused) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  auto device = std::make_shared<FakeIpcDevice>();
+  auto tooMany = CudaIpcConnection::create(controlEnd(fds[0], 1), device, smallSlots(17));
+  EXPECT_EQ(tooMany.status().code(), ErrorCode::kInvalidArgument);
+  auto odd = CudaIpcConnection::create(controlEnd(fds[1], 0), device, smallSlots(4, 1000));
+  EXPECT_EQ(odd.status().code(), ErrorCode::kInvalidArgument);
+}
+
+// Two processes, each with its own stand-in device: the handles cross a
+// process boundary, as CUDA IPC handles do.
+TEST(CudaIpcProcesses, TwoProcessesExchangeAndReduce) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  const size_t count = 50000, bytes = count * 4;
+  auto side = [&](int rank) -> int {
+    auto device = std::make_shared<FakeIpcDevice>();
+    auto c =
+        CudaIpcConnection::create(controlEnd(fds[rank], 1 - rank), device, smallSlots(3, 8192));
+    if (!c.isOk()) return 10;
+    DeviceBuffer mine(*device, bytes), theirs(*device, bytes), sum(*device, bytes);
+    auto* m = reinterpret_cast<uint32_t*>(mine.data());
+    for (size_t i = 0; i < count; ++i) m[i] = static_cast<uint32_t>(i + rank * 7);
+    IntAdder adder;
+    auto s = (*c)->postSend(mine.data(), bytes, Tag{1, 1});
+    auto r = (*c)->postRecv(theirs.data(), bytes, Tag{1, 1});
+    auto s2 = (*c)->postSend(mine.data(), bytes, Tag{2, 1});
+    auto r2 = (*c)->postRecvReduce(sum.data(), mine.data(), bytes, Tag{2, 1},
+                                   Combiner{4, &IntAdder::apply, &adder});
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (bool pending = true; pending;) {
+      if (std::chrono::steady_clock::now() > until) return 11;
+      if (!(*c)->progress().isOk()) return 12;
+      pending = false;
+      for (const auto& q : {s, r, s2, r2}) pending = pending || q->state() == State::kPending;
+    }
+    if (!device->synchronize().isOk()) return 13;
+    auto* t = reinterpret_cast<uint32_t*>(theirs.data());
+    auto* u = reinterpret_cast<uint32_t*>(sum.data());
+    for (size_t i = 0; i < count; ++i) {
+      if (t[i] != i + (1 - rank) * 7) return 14;
+      if (u[i] != 2 * i + 7) return 15;
+    }
+    // Both ends stay until both are done: a mapping of the peer's memory
+    // must not outlive the peer's copies into it.
+    return 0;
+  };
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(side(1));
+  EXPECT_EQ(side(0), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace braid::transport::cuda_ipc

@@ -1,0 +1,250 @@
+// A stand-in GPU for the CUDA-IPC transport's tests: host memory as device
+// memory, shared memory (POSIX shm objects, named by the handle) as IPC
+// handles, and a worker thread as the stream. It runs the protocol of
+// cuda_ipc_connection.h unchanged, within one process or across forked ones.
+//
+// It is strict where a GPU would be silently wrong: every copy and
+// combination must stay inside memory of this device (allocated, or opened
+// from a handle), or the device faults; an event opened from a handle is a
+// mapping of the owner's counters, so a wait sees only records the owner
+// really queued. `workDelay` slows the stream, so a missing wait shows up as
+// a corrupt result rather than passing by luck.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "src/common/strcat.h"
+#include "transports/cuda_ipc/ipc_device.h"
+
+namespace braid::transport::cuda_ipc {
+
+class FakeIpcDevice final : public IpcDevice {
+ public:
+  FakeIpcDevice() : worker_([this] { run(); }) {}
+  ~FakeIpcDevice() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    worker_.join();
+  }
+
+  std::chrono::microseconds workDelay{0};
+  std::atomic<int> liveMappings{0};  // allocations and opened handles not yet released
+  std::atomic<size_t> copies{0}, combines{0}, allocations{0};
+  std::atomic<bool> failEnqueues{false};
+
+  Result<std::unique_ptr<DeviceMemory>> allocate(size_t bytes) override {
+    ++allocations;
+    return mapNew(bytes == 0 ? 1 : bytes);
+  }
+  Result<std::unique_ptr<DeviceMemory>> openMemory(const IpcHandle& handle) override {
+    return mapHandle(handle);
+  }
+  Result<std::unique_ptr<DeviceEvent>> createEvent() override {
+    BRAID_ASSIGN_OR_RETURN(auto memory, mapNew(sizeof(Counters)));
+    return std::unique_ptr<DeviceEvent>(new Event(std::move(memory)));
+  }
+  Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) override {
+    BRAID_ASSIGN_OR_RETURN(auto memory, mapHandle(handle));
+    return std::unique_ptr<DeviceEvent>(new Event(std::move(memory)));
+  }
+
+  Status enqueueCopy(void* dst, const void* src, size_t bytes) override {
+    return enqueue([=, this] {
+      if (!inRange(dst, bytes, "copy to") || !inRange(src, bytes, "copy from")) return;
+      std::memmove(dst, src, bytes);
+      ++copies;
+    });
+  }
+  Status enqueueCombine(void* dst, const void* local, const void* incoming, size_t bytes,
+                        const Combiner& combiner) override {
+    return enqueue([=, this] {
+      if (!inRange(dst, bytes, "combine into") || !inRange(local, bytes, "combine from") ||
+          !inRange(incoming, bytes, "combine from"))
+        return;
+      combiner.apply(dst, local, incoming, bytes / combiner.unit, combiner.context);
+      ++combines;
+    });
+  }
+  Status enqueueRecord(DeviceEvent& event) override {
+    Counters& c = static_cast<Event&>(event).counters();
+    const uint64_t target = c.recorded.fetch_add(1) + 1;
+    return enqueue([&c, target] {
+      uint64_t done = c.completed.load();
+      while (done < target && !c.completed.compare_exchange_weak(done, target)) {
+      }
+    });
+  }
+  Status enqueueWait(DeviceEvent& event) override {
+    Counters& c = static_cast<Event&>(event).counters();
+    const uint64_t target = c.recorded.load();
+    return enqueue([&c, target, this] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (c.completed.load() < target) {
+        if (std::chrono::steady_clock::now() > until) {
+          fault("a wait for an event never ended");
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    });
+  }
+  Status synchronize() override {
+    std::unique_lock lock(mutex_);
+    idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+    return fault_;
+  }
+
+ private:
+  struct Counters {
+    std::atomic<uint64_t> recorded{0}, completed{0};
+  };
+  // Shared memory; the handle names it as (pid, serial, bytes).
+  class Memory final : public DeviceMemory {
+   public:
+    Memory(FakeIpcDevice& device, void* data, size_t bytes, std::string owned, IpcHandle handle)
+        : device_(device), data_(data), bytes_(bytes), owned_(std::move(owned)), handle_(handle) {
+      device_.addRange(data_, bytes_);
+      ++device_.liveMappings;
+    }
+    ~Memory() override {
+      device_.removeRange(data_);
+      ::munmap(data_, bytes_);
+      if (!owned_.empty()) ::shm_unlink(owned_.c_str());
+      --device_.liveMappings;
+    }
+    void* data() const override { return data_; }
+    const IpcHandle& handle() const override { return handle_; }
+
+   private:
+    FakeIpcDevice& device_;
+    void* data_;
+    size_t bytes_;
+    std::string owned_;  // the shm name of memory this process allocated
+    IpcHandle handle_;
+  };
+  class Event final : public DeviceEvent {
+   public:
+    explicit Event(std::unique_ptr<DeviceMemory> memory) : memory_(std::move(memory)) {}
+    const IpcHandle& handle() const override { return memory_->handle(); }
+    Counters& counters() { return *static_cast<Counters*>(memory_->data()); }
+
+   private:
+    std::unique_ptr<DeviceMemory> memory_;
+  };
+  struct HandleFields {
+    int32_t pid;
+    uint32_t serial;
+    uint64_t bytes;
+  };
+  static std::string shmName(const HandleFields& f) {
+    return strCat("/braid-fake-gpu-", f.pid, "-", f.serial);
+  }
+
+  Result<std::unique_ptr<DeviceMemory>> mapNew(size_t bytes) {
+    static std::atomic<uint32_t> serial{0};
+    const HandleFields fields{static_cast<int32_t>(::getpid()), serial++, bytes};
+    const std::string name = shmName(fields);
+    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return errnoStatus("shm_open " + name, errno);
+    void* data = MAP_FAILED;
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0)
+      data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    if (data == MAP_FAILED) {
+      ::shm_unlink(name.c_str());
+      return errnoStatus("mapping " + name, err);
+    }
+    IpcHandle handle;
+    std::memcpy(handle.bytes.data(), &fields, sizeof(fields));
+    return std::unique_ptr<DeviceMemory>(new Memory(*this, data, bytes, name, handle));
+  }
+  Result<std::unique_ptr<DeviceMemory>> mapHandle(const IpcHandle& handle) {
+    HandleFields fields;
+    std::memcpy(&fields, handle.bytes.data(), sizeof(fields));
+    const std::string name = shmName(fields);
+    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) return errnoStatus("shm_open " + name, errno);
+    void* data = ::mmap(nullptr, fields.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (data == MAP_FAILED) return errnoStatus("mmap", errno);
+    return std::unique_ptr<DeviceMemory>(new Memory(*this, data, fields.bytes, "", handle));
+  }
+
+  void addRange(void* data, size_t bytes) {
+    std::lock_guard lock(rangesMutex_);
+    ranges_[reinterpret_cast<uintptr_t>(data)] = bytes;
+  }
+  void removeRange(void* data) {
+    std::lock_guard lock(rangesMutex_);
+    ranges_.erase(reinterpret_cast<uintptr_t>(data));
+  }
+  // False (and the device faulted) when [p, p + bytes) is not this device's.
+  bool inRange(const void* p, size_t bytes, const char* what) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    {
+      std::lock_guard lock(rangesMutex_);
+      auto it = ranges_.upper_bound(a);
+      if (it != ranges_.begin() && (--it, a + bytes <= it->first + it->second)) return true;
+    }
+    fault(strCat(what, " memory that is not this device's (", bytes, " bytes)"));
+    return false;
+  }
+  void fault(const std::string& what) {
+    std::lock_guard lock(mutex_);
+    if (fault_.isOk()) fault_ = Status(ErrorCode::kUnhandledCudaError, "fake device: " + what);
+  }
+
+  Status enqueue(std::function<void()> work) {
+    if (failEnqueues) return Status(ErrorCode::kUnhandledCudaError, "fake device: enqueue refused");
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(work));
+    }
+    wake_.notify_all();
+    return Status::ok();
+  }
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      auto work = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      if (workDelay.count() > 0) std::this_thread::sleep_for(workDelay);
+      work();
+      lock.lock();
+      busy_ = false;
+      if (queue_.empty()) idle_.notify_all();
+    }
+  }
+
+  std::mutex rangesMutex_;
+  std::map<uintptr_t, size_t> ranges_;
+  std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false, stopping_ = false;
+  Status fault_;
+  std::thread worker_;  // last: starts once the rest is built
+};
+
+}  // namespace braid::transport::cuda_ipc

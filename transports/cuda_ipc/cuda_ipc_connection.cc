@@ -1,0 +1,425 @@
+#include "transports/cuda_ipc/cuda_ipc_connection.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "src/common/strcat.h"
+
+namespace braid::transport::cuda_ipc {
+namespace {
+
+constexpr uint64_t kHelloMagic = 0x6272616964495043;  // "braidIPC"
+constexpr uint64_t kHelloTag = 0;
+constexpr uint64_t kRecordCheck = 0x6970635f72656364;
+// Record receives kept posted ahead, so a burst of records is read in one
+// progress() rather than one per call.
+constexpr size_t kRecordsAhead = 8;
+
+uint64_t channelBase(uint64_t tag) {
+  return tag & (uint64_t{0xff} << 56);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaIpcConnection>> CudaIpcConnection::create(
+    std::unique_ptr<Connection> control, std::shared_ptr<IpcDevice> device, Options options) {
+  if (options.slots < 1 || options.slots > kMaxSlots || options.slotBytes == 0 ||
+      options.slotBytes % 16 != 0)
+    return invalidArgument(strCat("cuda_ipc: ", options.slots, " slots of ", options.slotBytes,
+                                  " bytes (1 to ", kMaxSlots, " slots, a multiple of 16 bytes)"));
+  std::unique_ptr<CudaIpcConnection> c(
+      new CudaIpcConnection(std::move(control), std::move(device), options));
+  BRAID_RETURN_IF_ERROR(c->startHandshake());
+  return c;
+}
+
+CudaIpcConnection::CudaIpcConnection(std::unique_ptr<Connection> control,
+                                     std::shared_ptr<IpcDevice> device, Options options)
+    : control_(std::move(control)), device_(std::move(device)), options_(options) {}
+
+CudaIpcConnection::~CudaIpcConnection() {
+  // Queued copies may still read or write the slots: let them finish before
+  // the memory and events go.
+  (void)device_->synchronize();
+}
+
+Status CudaIpcConnection::startHandshake() {
+  const auto slots = static_cast<size_t>(options_.slots);
+  BRAID_ASSIGN_OR_RETURN(pool_, device_->allocate(slots * options_.slotBytes));
+  hello_.magic = kHelloMagic;
+  hello_.slots = static_cast<uint32_t>(slots);
+  hello_.slotBytes = options_.slotBytes;
+  hello_.pool = pool_->handle();
+  for (size_t k = 0; k < slots; ++k) {
+    BRAID_ASSIGN_OR_RETURN(auto filled, device_->createEvent());
+    BRAID_ASSIGN_OR_RETURN(auto drained, device_->createEvent());
+    hello_.filled[k] = filled->handle();
+    hello_.drained[k] = drained->handle();
+    filled_.push_back(std::move(filled));
+    drained_.push_back(std::move(drained));
+  }
+  helloReceived_ = control_->postRecv(&peerHello_, sizeof(peerHello_), Tag{kHelloTag, kHelloMagic});
+  helloSent_ = control_->postSend(&hello_, sizeof(hello_), Tag{kHelloTag, kHelloMagic});
+  return Status::ok();
+}
+
+Status CudaIpcConnection::finishHandshake() {
+  const Hello& h = peerHello_;
+  if (h.magic != kHelloMagic || h.slots < 1 || h.slots > kMaxSlots || h.slotBytes == 0 ||
+      h.slotBytes % 16 != 0)
+    return remoteError(strCat("cuda_ipc: rank ", peer(), " sent a malformed handshake"));
+  BRAID_ASSIGN_OR_RETURN(peerPool_, device_->openMemory(h.pool));
+  for (uint32_t k = 0; k < h.slots; ++k) {
+    BRAID_ASSIGN_OR_RETURN(auto filled, device_->openEvent(h.filled[k]));
+    BRAID_ASSIGN_OR_RETURN(auto drained, device_->openEvent(h.drained[k]));
+    peerFilled_.push_back(std::move(filled));
+    peerDrained_.push_back(std::move(drained));
+    freePeerSlots_.push_back(k);
+  }
+  peerSlotWritten_.assign(h.slots, false);
+  ready_ = true;
+  postRecordReceives();
+  return Status::ok();
+}
+
+uint8_t* CudaIpcConnection::slot(uint32_t k) const {
+  return static_cast<uint8_t*>(pool_->data()) + k * options_.slotBytes;
+}
+
+uint8_t* CudaIpcConnection::peerSlot(uint32_t k) const {
+  return static_cast<uint8_t*>(peerPool_->data()) + k * peerHello_.slotBytes;
+}
+
+void CudaIpcConnection::postRecordReceives() {
+  while (recordsIn_.size() < kRecordsAhead) {
+    recordsIn_.emplace_back();
+    InRecord& in = recordsIn_.back();
+    in.request =
+        control_->postRecv(&in.record, sizeof(in.record), Tag{nextRecordIn_++, kRecordCheck});
+  }
+}
+
+Status CudaIpcConnection::sendRecord(const Record& record) {
+  recordsOut_.push_back(OutRecord{record, nullptr});
+  OutRecord& out = recordsOut_.back();
+  out.request =
+      control_->postSend(&out.record, sizeof(out.record), Tag{nextRecordOut_++, kRecordCheck});
+  return Status::ok();
+}
+
+RequestPtr CudaIpcConnection::postSend(const void* data, size_t bytes, Tag tag) {
+  auto request = std::make_shared<Request>();
+  std::lock_guard lock(mutex_);
+  if (!dead_.isOk()) {
+    request->fail(dead_);
+    return request;
+  }
+  sends_.push_back(PendingSend{static_cast<const uint8_t*>(data), bytes, tag, request});
+  return request;
+}
+
+RequestPtr CudaIpcConnection::postRecv(void* data, size_t bytes, Tag tag) {
+  return postRecvReduce(data, nullptr, bytes, tag, Combiner{});
+}
+
+RequestPtr CudaIpcConnection::postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
+                                             const Combiner& combiner) {
+  auto request = std::make_shared<Request>();
+  PostedRecv p{static_cast<uint8_t*>(dst),
+               static_cast<const uint8_t*>(local),
+               bytes,
+               tag.check,
+               combiner,
+               request};
+  std::lock_guard lock(mutex_);
+  if (!dead_.isOk()) {
+    request->fail(dead_);
+    return request;
+  }
+  if (auto it = unexpected_.find(tag.value); it != unexpected_.end()) {
+    bool done = false;
+    if (Status s = matchUnexpected(tag.value, p, done); !s.isOk()) {
+      failAll(s);
+      return request;
+    }
+    if (!done && request->state() == Request::State::kPending) posted_.emplace(tag.value, p);
+    return request;
+  }
+  const uint8_t channel = tag.channel();
+  if (highestArrived_[channel] > tag.value + 1) {
+    request->fail(invalidUsage(strCat("rank ", peer(), " moved past this message")),
+                  Request::Failure::kOvertaken, Tag{highestArrived_[channel] - 1, 0});
+    return request;
+  }
+  posted_.emplace(tag.value, p);
+  return request;
+}
+
+// A message held in slots (or spilled) meets its receive.
+Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& done) {
+  auto it = unexpected_.find(tag);
+  Unexpected u = std::move(it->second);
+  unexpected_.erase(it);
+  if (u.check != p.check || u.total != p.bytes) {
+    p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (", u.total,
+                                        " bytes arrived, ", p.bytes, " expected)")),
+                    Request::Failure::kDifferentCall, Tag{tag, u.check});
+    // Its slots go back to the sender unread; what is still to come of it
+    // is dropped as it arrives.
+    uint64_t arrived = 0;
+    for (const Chunk& c : u.chunks) {
+      arrived += c.length;
+      if (!c.spilled && c.length > 0) {
+        --heldSlots_;
+        BRAID_RETURN_IF_ERROR(sendRecord(Record{kCredit, c.slot, 0, 0, 0, 0, 0}));
+      }
+    }
+    if (arrived < u.total) dropping_[tag] = u.total - arrived;
+    done = true;
+    return Status::ok();
+  }
+  for (const Chunk& c : u.chunks) {
+    if (!c.spilled && c.length > 0) --heldSlots_;
+    BRAID_RETURN_IF_ERROR(consume(p, c, c.spilled ? u.spill.get() : nullptr));
+  }
+  if (u.spill) {
+    // It must outlive the copies out of it, which are only queued.
+    constexpr size_t kSpillsKept = 4;
+    if (spillsInUse_.size() >= kSpillsKept) {
+      BRAID_RETURN_IF_ERROR(device_->synchronize());
+      spillsInUse_.clear();
+    }
+    spillsInUse_.push_back(std::move(u.spill));
+  }
+  done = p.request->state() != Request::State::kPending;
+  return Status::ok();
+}
+
+Status CudaIpcConnection::consume(PostedRecv& p, const Chunk& c, const DeviceMemory* spill) {
+  if (c.length > 0) {
+    const uint8_t* from =
+        spill ? static_cast<const uint8_t*>(spill->data()) + c.offset : slot(c.slot);
+    if (!spill) BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerFilled_[c.slot]));
+    if (p.combiner.apply != nullptr || p.combiner.applyOnDevice != nullptr) {
+      BRAID_RETURN_IF_ERROR(device_->enqueueCombine(p.dst + c.offset, p.local + c.offset, from,
+                                                    c.length, p.combiner));
+    } else {
+      BRAID_RETURN_IF_ERROR(device_->enqueueCopy(p.dst + c.offset, from, c.length));
+    }
+    if (!spill) {
+      BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*drained_[c.slot]));
+      BRAID_RETURN_IF_ERROR(sendRecord(Record{kCredit, c.slot, 0, 0, 0, 0, 0}));
+    }
+  }
+  p.consumed += c.length;
+  if (p.consumed == p.bytes) p.request->complete();
+  return Status::ok();
+}
+
+Status CudaIpcConnection::spillHeldChunks() {
+  for (auto& [tag, u] : unexpected_) {
+    for (Chunk& c : u.chunks) {
+      if (c.spilled || c.length == 0) continue;
+      if (!u.spill) {
+        BRAID_ASSIGN_OR_RETURN(u.spill, device_->allocate(u.total));
+      }
+      BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerFilled_[c.slot]));
+      BRAID_RETURN_IF_ERROR(device_->enqueueCopy(static_cast<uint8_t*>(u.spill->data()) + c.offset,
+                                                 slot(c.slot), c.length));
+      BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*drained_[c.slot]));
+      BRAID_RETURN_IF_ERROR(sendRecord(Record{kCredit, c.slot, 0, 0, 0, 0, 0}));
+      c.spilled = true;
+      --heldSlots_;
+      ++spilledChunks_;
+    }
+  }
+  return Status::ok();
+}
+
+void CudaIpcConnection::failPostedBefore(uint64_t tag) {
+  auto it = posted_.lower_bound(channelBase(tag));
+  while (it != posted_.end() && it->first < tag) {
+    if (it->second.consumed > 0) {  // its message is arriving
+      ++it;
+      continue;
+    }
+    it->second.request->fail(invalidUsage(strCat("rank ", peer(), " moved past this message")),
+                             Request::Failure::kOvertaken, Tag{tag, 0});
+    it = posted_.erase(it);
+  }
+}
+
+Status CudaIpcConnection::chunkArrived(const Record& r) {
+  const Chunk c{r.offset, r.length, r.slot};
+  if (r.length > 0 &&
+      (r.slot >= static_cast<uint32_t>(options_.slots) || r.length > options_.slotBytes))
+    return remoteError(strCat("cuda_ipc: rank ", peer(), " wrote outside its slots"));
+  if (r.offset > r.total || r.length > r.total - r.offset)
+    return remoteError(strCat("cuda_ipc: rank ", peer(), " sent a chunk past its message"));
+  if (auto d = dropping_.find(r.tag); d != dropping_.end()) {
+    if (r.length > 0) BRAID_RETURN_IF_ERROR(sendRecord(Record{kCredit, r.slot, 0, 0, 0, 0, 0}));
+    if ((d->second -= r.length) == 0) dropping_.erase(d);
+    return Status::ok();
+  }
+  const uint8_t channel = static_cast<uint8_t>(r.tag >> 56);
+  if (r.offset == 0) {
+    highestArrived_[channel] = std::max(highestArrived_[channel], r.tag + 1);
+    failPostedBefore(r.tag);
+  }
+  if (auto it = posted_.find(r.tag); it != posted_.end() && !unexpected_.count(r.tag)) {
+    PostedRecv& p = it->second;
+    if (p.check == r.check && p.bytes == r.total) {
+      BRAID_RETURN_IF_ERROR(consume(p, c, nullptr));
+      if (p.request->state() != Request::State::kPending) posted_.erase(it);
+      return Status::ok();
+    }
+    p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (", r.total,
+                                        " bytes arrived, ", p.bytes, " expected)")),
+                    Request::Failure::kDifferentCall, Tag{r.tag, r.check});
+    posted_.erase(it);
+  }
+  Unexpected& u = unexpected_[r.tag];
+  if (u.chunks.empty() && !u.spill) {
+    u.check = r.check;
+    u.total = r.total;
+  }
+  u.chunks.push_back(c);
+  if (r.length > 0 && ++heldSlots_ == static_cast<size_t>(options_.slots))
+    BRAID_RETURN_IF_ERROR(spillHeldChunks());
+  return Status::ok();
+}
+
+Status CudaIpcConnection::handleRecord(const Record& r) {
+  if (r.kind == kCredit) {
+    if (r.slot >= peerHello_.slots ||
+        std::find(freePeerSlots_.begin(), freePeerSlots_.end(), r.slot) != freePeerSlots_.end())
+      return remoteError(strCat("cuda_ipc: rank ", peer(), " returned a slot it did not hold"));
+    freePeerSlots_.push_back(r.slot);
+    return Status::ok();
+  }
+  if (r.kind == kChunk) return chunkArrived(r);
+  return remoteError(strCat("cuda_ipc: rank ", peer(), " sent a record of unknown kind ", r.kind));
+}
+
+Status CudaIpcConnection::pushSends(bool& moved) {
+  while (!sends_.empty()) {
+    PendingSend& s = sends_.front();
+    if (s.bytes == 0) {
+      BRAID_RETURN_IF_ERROR(sendRecord(Record{kChunk, 0, s.tag.value, s.tag.check, 0, 0, 0}));
+    } else {
+      while (s.queued < s.bytes && !freePeerSlots_.empty()) {
+        const uint32_t k = freePeerSlots_.front();
+        freePeerSlots_.pop_front();
+        const size_t length = std::min<size_t>(peerHello_.slotBytes, s.bytes - s.queued);
+        if (peerSlotWritten_[k]) BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerDrained_[k]));
+        BRAID_RETURN_IF_ERROR(device_->enqueueCopy(peerSlot(k), s.data + s.queued, length));
+        BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*filled_[k]));
+        peerSlotWritten_[k] = true;
+        BRAID_RETURN_IF_ERROR(
+            sendRecord(Record{kChunk, k, s.tag.value, s.tag.check, s.bytes, s.queued, length}));
+        s.queued += length;
+        moved = true;
+      }
+      if (s.queued < s.bytes) return Status::ok();  // waits for credits
+    }
+    s.request->complete();
+    sends_.pop_front();
+    moved = true;
+  }
+  return Status::ok();
+}
+
+Result<bool> CudaIpcConnection::progress() {
+  std::lock_guard lock(mutex_);
+  if (!dead_.isOk()) return dead_;
+  auto controlMoved = control_->progress();
+  if (!controlMoved.isOk()) {
+    failAll(controlMoved.status());
+    return dead_;
+  }
+  bool moved = *controlMoved;
+  Status status = Status::ok();
+  if (!ready_) {
+    if (helloSent_->state() == Request::State::kFailed)
+      status = helloSent_->error();
+    else if (helloReceived_->state() == Request::State::kFailed)
+      status = helloReceived_->error();
+    else if (helloReceived_->state() == Request::State::kDone) {
+      status = finishHandshake();
+      moved = true;
+    }
+  }
+  while (status.isOk() && ready_ && !recordsIn_.empty() &&
+         recordsIn_.front().request->state() != Request::State::kPending) {
+    InRecord& in = recordsIn_.front();
+    if (in.request->state() == Request::State::kFailed) {
+      status = in.request->error();
+      break;
+    }
+    status = handleRecord(in.record);
+    recordsIn_.pop_front();
+    postRecordReceives();
+    moved = true;
+  }
+  if (status.isOk() && ready_) status = pushSends(moved);
+  while (status.isOk() && !recordsOut_.empty() &&
+         recordsOut_.front().request->state() != Request::State::kPending) {
+    if (recordsOut_.front().request->state() == Request::State::kFailed)
+      status = recordsOut_.front().request->error();
+    recordsOut_.pop_front();
+  }
+  // Records just queued go out now rather than at the next call.
+  if (status.isOk() && moved) {
+    auto again = control_->progress();
+    if (!again.isOk()) status = again.status();
+  }
+  if (!status.isOk()) {
+    failAll(status);
+    return dead_;
+  }
+  return moved;
+}
+
+std::optional<Tag> CudaIpcConnection::unclaimed(uint8_t channel, uint64_t below) {
+  std::lock_guard lock(mutex_);
+  const uint64_t base = uint64_t{channel} << 56;
+  for (auto it = unexpected_.lower_bound(base);
+       it != unexpected_.end() && it->first < below && (it->first >> 56) == channel; ++it)
+    return Tag{it->first, it->second.check};
+  return std::nullopt;
+}
+
+bool CudaIpcConnection::mayHaveUnclaimed() const {
+  {
+    std::lock_guard lock(mutex_);
+    if (!unexpected_.empty()) return true;
+  }
+  return control_->mayHaveUnclaimed();
+}
+
+size_t CudaIpcConnection::spilledChunks() const {
+  std::lock_guard lock(mutex_);
+  return spilledChunks_;
+}
+
+void CudaIpcConnection::failAll(const Status& reason) {
+  if (dead_.isOk()) dead_ = reason;
+  for (auto& s : sends_) s.request->fail(dead_);
+  sends_.clear();
+  for (auto& [tag, p] : posted_) p.request->fail(dead_);
+  posted_.clear();
+  control_->abort(reason);
+}
+
+void CudaIpcConnection::abort(const Status& reason) {
+  std::lock_guard lock(mutex_);
+  if (!dead_.isOk()) return;
+  dead_ = reason.isOk() ? remoteError("cuda_ipc: connection closed") : reason;
+  for (auto& s : sends_) s.request->fail(dead_);
+  sends_.clear();
+  for (auto& [tag, p] : posted_) p.request->fail(dead_);
+  posted_.clear();
+  control_->abort(reason);
+}
+
+}  // namespace braid::transport::cuda_ipc

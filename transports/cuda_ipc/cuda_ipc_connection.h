@@ -1,0 +1,186 @@
+// A Connection between two processes of one host whose buffers live on
+// GPUs: the payload moves from GPU to GPU through CUDA IPC, never through
+// host memory; a host connection (shm or tcp, `control`) carries only small
+// records that say what moved where.
+//
+// Each end owns a pool of `slots` receive slots of `slotBytes` in its GPU
+// memory, exported to the peer, and two sets of interprocess events. A send
+// is cut into slot-sized chunks; for each, the sender queues on its device:
+//
+//   wait(peer drained[k])   -- only if slot k was written before
+//   copy  chunk -> peer slot k
+//   record(filled[k])
+//
+// and sends the record {tag, check, total, offset, length, k}. The receiver,
+// once a receive matches, queues on its device:
+//
+//   wait(peer filled[k]); copy (or combine) slot k -> place; record(drained[k])
+//
+// and sends back a credit for k. No host thread ever waits for the GPU, and
+// no kernel spins on another process's progress: the waits are stream waits
+// on events, so processes that share one GPU without MPS take turns freely.
+//
+// Completion. A request is done once every copy it needs is queued on the
+// device's stream, not once the copies ran: work queued later on the same
+// device (IpcDevice) sees the data, and a caller that reads the buffer from
+// the host must first synchronize the device. A send's buffer must not be
+// changed other than by work queued later on that device.
+//
+// A message that arrives before its receive holds its slots. When every
+// slot of this end is held so, the held chunks are copied out into GPU
+// memory of this end (allocated then: rare and slow), so the sender can go
+// on and ranks that receive out of order still complete.
+#pragma once
+
+#include <array>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "transports/cuda_ipc/ipc_device.h"
+#include "transports/transport.h"
+
+namespace braid::transport::cuda_ipc {
+
+class CudaIpcConnection final : public Connection {
+ public:
+  static constexpr int kMaxSlots = 16;
+  struct Options {
+    int slots = 8;
+    size_t slotBytes = size_t{1} << 20;  // a multiple of 16, so no element spans two chunks
+  };
+
+  // Allocates and exports this end's slots and events; the handshake with
+  // the peer happens in progress(). `control` is used by this connection
+  // only; `device` is shared by the connections of this rank.
+  static Result<std::unique_ptr<CudaIpcConnection>> create(std::unique_ptr<Connection> control,
+                                                           std::shared_ptr<IpcDevice> device,
+                                                           Options options);
+  ~CudaIpcConnection() override;
+
+  RequestPtr postSend(const void* data, size_t bytes, Tag tag) override;
+  RequestPtr postRecv(void* data, size_t bytes, Tag tag) override;
+  RequestPtr postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
+                            const Combiner& combiner) override;
+  Result<bool> progress() override;
+  int pollFd() const override { return control_->pollFd(); }
+  bool wantsWrite() const override { return control_->wantsWrite(); }
+  bool prepareToSleep() override { return control_->prepareToSleep(); }
+  void abort(const Status& reason) override;
+  Status peerFailure() const override { return control_->peerFailure(); }
+  std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override;
+  bool mayHaveUnclaimed() const override;
+  int peer() const override { return control_->peer(); }
+
+  // Chunks copied out of held slots so far (see above): for tests.
+  size_t spilledChunks() const;
+
+  // The records on the control connection, in host byte order.
+  struct Record {
+    uint32_t kind;  // Kind
+    uint32_t slot;
+    uint64_t tag, check, total, offset, length;
+  };
+  enum Kind : uint32_t { kChunk = 1, kCredit = 2 };
+  struct Hello {
+    uint64_t magic;
+    uint32_t slots;
+    uint32_t reserved;
+    uint64_t slotBytes;
+    IpcHandle pool;
+    std::array<IpcHandle, kMaxSlots> filled, drained;
+  };
+
+ private:
+  struct Chunk {
+    uint64_t offset, length;
+    uint32_t slot;
+    bool spilled = false;  // its bytes are in the message's spill, the slot credited
+  };
+  struct PendingSend {
+    const uint8_t* data;
+    size_t bytes;
+    Tag tag;
+    RequestPtr request;
+    size_t queued = 0;  // bytes whose copies are queued
+  };
+  struct PostedRecv {
+    uint8_t* dst;
+    const uint8_t* local;
+    size_t bytes;
+    uint64_t check;
+    Combiner combiner;
+    RequestPtr request;
+    size_t consumed = 0;
+  };
+  struct Unexpected {
+    uint64_t check, total;
+    std::vector<Chunk> chunks;
+    std::unique_ptr<DeviceMemory> spill;
+  };
+  struct OutRecord {
+    Record record;
+    RequestPtr request;
+  };
+
+  CudaIpcConnection(std::unique_ptr<Connection> control, std::shared_ptr<IpcDevice> device,
+                    Options options);
+  Status startHandshake();
+  Status finishHandshake();
+  Status sendRecord(const Record& record);
+  void postRecordReceives();
+  Status handleRecord(const Record& record);
+  Status chunkArrived(const Record& record);
+  Status pushSends(bool& moved);
+  // Queues the copy of `chunk` out of its slot (or spill) into `p` and
+  // credits the slot; completes `p` when its last byte is queued.
+  Status consume(PostedRecv& p, const Chunk& chunk, const DeviceMemory* spill);
+  Status spillHeldChunks();
+  Status matchUnexpected(uint64_t tag, PostedRecv& p, bool& done);
+  void failPostedBefore(uint64_t tag);
+  void failAll(const Status& reason);
+  uint8_t* slot(uint32_t k) const;
+  uint8_t* peerSlot(uint32_t k) const;
+
+  std::unique_ptr<Connection> control_;
+  std::shared_ptr<IpcDevice> device_;
+  const Options options_;
+
+  mutable std::mutex mutex_;
+  Status dead_;
+  std::unique_ptr<DeviceMemory> pool_;
+  std::vector<std::unique_ptr<DeviceEvent>> filled_, drained_;
+  Hello hello_{}, peerHello_{};
+  RequestPtr helloSent_, helloReceived_;
+  bool ready_ = false;
+  std::unique_ptr<DeviceMemory> peerPool_;
+  std::vector<std::unique_ptr<DeviceEvent>> peerFilled_, peerDrained_;
+
+  // Records: tags 1, 2, ... in each direction after the hello (tag 0).
+  uint64_t nextRecordOut_ = 1, nextRecordIn_ = 1;
+  std::deque<OutRecord> recordsOut_;
+  struct InRecord {
+    Record record{};
+    RequestPtr request;
+  };
+  std::deque<InRecord> recordsIn_;
+
+  std::deque<PendingSend> sends_;
+  std::deque<uint32_t> freePeerSlots_;
+  std::vector<bool> peerSlotWritten_;
+  std::map<uint64_t, PostedRecv> posted_;
+  std::map<uint64_t, Unexpected> unexpected_;
+  // Messages refused by their receive whose chunks are still to come: the
+  // bytes left, credited unread as they arrive.
+  std::map<uint64_t, uint64_t> dropping_;
+  size_t heldSlots_ = 0;
+  size_t spilledChunks_ = 0;
+  // Spills whose bytes were queued for copying out: kept until those copies
+  // surely ran (a device synchronize, done when a few have gathered).
+  std::vector<std::unique_ptr<DeviceMemory>> spillsInUse_;
+  std::array<uint64_t, 256> highestArrived_{};  // per channel, +1 (0 = none)
+};
+
+}  // namespace braid::transport::cuda_ipc

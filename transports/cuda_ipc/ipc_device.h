@@ -1,0 +1,73 @@
+// What the CUDA-IPC transport needs of a GPU: memory and events that other
+// processes of the host can open from a handle, and one ordered work queue
+// (a CUDA stream) for the copies, reductions and event operations of every
+// connection of this rank.
+//
+// The transport speaks only through this interface, so its protocol runs
+// unchanged on a real GPU (driver_ipc_device.h) and on the tests' stand-in
+// device (host memory as device memory, shared memory as handles, a thread
+// as the stream).
+//
+// Every enqueue* call only queues work and returns; errors it reports are
+// errors of queueing. Work runs in the order it was queued. Implementations
+// are thread-safe.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "src/common/status.h"
+#include "transports/transport.h"
+
+namespace braid::transport::cuda_ipc {
+
+// An exported handle, opaque: CUipcMemHandle and CUipcEventHandle are both
+// 64 bytes.
+struct IpcHandle {
+  std::array<uint8_t, 64> bytes{};
+};
+
+// Device memory: this process's own (exported as `handle`), or a peer's
+// opened from its handle. Freed or unmapped when destroyed.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual void* data() const = 0;
+  virtual const IpcHandle& handle() const = 0;
+};
+
+// An interprocess event: this process's own, or a peer's opened from its
+// handle. A wait queued on it holds later work until the work queued before
+// the event's latest record (at the time of the wait) has run.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  virtual const IpcHandle& handle() const = 0;
+};
+
+class IpcDevice {
+ public:
+  virtual ~IpcDevice() = default;
+
+  virtual Result<std::unique_ptr<DeviceMemory>> allocate(size_t bytes) = 0;
+  virtual Result<std::unique_ptr<DeviceMemory>> openMemory(const IpcHandle& handle) = 0;
+  virtual Result<std::unique_ptr<DeviceEvent>> createEvent() = 0;
+  virtual Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) = 0;
+
+  // dst = src, `bytes` of device memory (either may be a peer's).
+  virtual Status enqueueCopy(void* dst, const void* src, size_t bytes) = 0;
+  // dst = local (op) incoming, for bytes / combiner.unit elements, with the
+  // combiner's device function (its host function on a stand-in device).
+  virtual Status enqueueCombine(void* dst, const void* local, const void* incoming, size_t bytes,
+                                const Combiner& combiner) = 0;
+  virtual Status enqueueRecord(DeviceEvent& event) = 0;
+  virtual Status enqueueWait(DeviceEvent& event) = 0;
+
+  // Waits until everything queued so far has run; the first error of the
+  // queued work, if any.
+  virtual Status synchronize() = 0;
+};
+
+}  // namespace braid::transport::cuda_ipc
