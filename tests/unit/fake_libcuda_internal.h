@@ -1,5 +1,6 @@
-/* What the two files of the stand-in CUDA driver share (fake_libcuda.c:
- * memory, contexts and copies; fake_libcuda_streams.c: streams). */
+/* What the files of the stand-in CUDA driver share (fake_libcuda.c:
+ * memory, contexts and copies; fake_libcuda_streams.c: streams;
+ * fake_libcuda_ipc.c: interprocess memory and events). */
 #pragma once
 
 #include <stddef.h>
@@ -25,6 +26,10 @@ enum {
   FAKE_CU_STREAM_NON_BLOCKING = 1,
   FAKE_CU_STREAM_WAIT_VALUE_GEQ = 1
 };
+
+/* Entry points of one file that another calls. */
+int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr);
+int cuLaunchHostFunc(void* stream, void (*function)(void*), void* argument);
 
 /* The one context. */
 void* fakeContext(void);

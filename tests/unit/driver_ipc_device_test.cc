@@ -1,0 +1,509 @@
+// DriverIpcDevice, the CUDA-IPC transport's device on a GPU, against the
+// stand-in CUDA driver (tests/unit/fake_libcuda*.c, path in FAKE_LIBCUDA):
+// GPU memory is host memory, a stream is a thread that runs its work in
+// order, and handles opened in the process that exported them give the same
+// memory and event back, so two devices in one process play two ranks.
+// The stand-in counts open mappings and live events, so what a destructor
+// fails to release shows; it refuses calls made without a context, so a
+// call that does not make the device's context current fails.
+#include "transports/cuda_ipc/driver_ipc_device.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+extern char** environ;
+
+namespace braid::transport::cuda_ipc {
+namespace {
+
+// The stand-in's test hooks.
+struct FakeDriver {
+  int (*launchKernel)(void*, void (*)(void*), void*);
+  void (*failCopies)(int);
+  void (*failStream)(void*);
+  int (*contextDepth)();
+  unsigned long (*ipcOpenCount)();
+  unsigned long (*liveIpcMappings)();
+  unsigned long (*liveEvents)();
+
+  bool load() {
+    const char* path = std::getenv("FAKE_LIBCUDA");
+    if (path == nullptr) return false;
+    // Global, so that braid's look for a loaded libcuda.so.1 finds it.
+    void* fake = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (fake == nullptr) return false;
+    auto find = [&](auto& entry, const char* name) {
+      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(fake, name));
+      return entry != nullptr;
+    };
+    return find(launchKernel, "fakeCudaLaunchKernel") && find(failCopies, "fakeCudaFailCopies") &&
+           find(failStream, "fakeCudaFailStream") && find(contextDepth, "fakeCudaContextDepth") &&
+           find(ipcOpenCount, "fakeCudaIpcOpenCount") &&
+           find(liveIpcMappings, "fakeCudaLiveIpcMappings") &&
+           find(liveEvents, "fakeCudaLiveEvents");
+  }
+};
+
+FakeDriver fake;
+
+bool driverLoaded() {
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (handle) dlclose(handle);
+  return handle != nullptr;
+}
+
+#define ASSERT_OK(expr)                               \
+  do {                                                \
+    const ::braid::Status status_ = (expr);           \
+    ASSERT_TRUE(status_.isOk()) << status_.message(); \
+  } while (0)
+
+template <typename T>
+T take(Result<T> result) {
+  EXPECT_TRUE(result.isOk()) << result.status().message();
+  return result.isOk() ? std::move(result).value() : T{};
+}
+
+float* floats(DeviceMemory& memory) {
+  return static_cast<float*>(memory.data());
+}
+
+// "GPU work": waits a while, then writes value + i to every element, so
+// that work not ordered after it reads the old data.
+struct SlowFill {
+  float* data;
+  int count;
+  float value;
+  std::atomic<bool> done{false};
+  static void run(void* self) {
+    auto* f = static_cast<SlowFill*>(self);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < f->count; ++i) f->data[i] = f->value + static_cast<float>(i);
+    f->done.store(true);
+  }
+};
+
+// "GPU work" that holds its stream until the test opens it.
+struct Gate {
+  std::atomic<bool> open{false};
+  static void run(void* self) {
+    auto* g = static_cast<Gate*>(self);
+    while (!g->open.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+};
+
+class DriverIpcDeviceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(fake.load()) << "FAKE_LIBCUDA is not set or not the stand-in (meson sets it)";
+  }
+
+  void SetUp() override {
+    ASSERT_NE(fake.liveEvents, nullptr);
+    eventsBefore_ = fake.liveEvents();
+    mappingsBefore_ = fake.liveIpcMappings();
+  }
+
+  // Every call restores the caller's context, and every test releases
+  // what it made.
+  void TearDown() override {
+    if (fake.contextDepth == nullptr) return;
+    EXPECT_EQ(fake.contextDepth(), 0);
+    EXPECT_EQ(fake.liveEvents(), eventsBefore_) << "events left";
+    EXPECT_EQ(fake.liveIpcMappings(), mappingsBefore_) << "mappings left";
+  }
+
+  static std::unique_ptr<DriverIpcDevice> makeDevice() { return take(DriverIpcDevice::create(0)); }
+
+ private:
+  unsigned long eventsBefore_ = 0;
+  unsigned long mappingsBefore_ = 0;
+};
+
+TEST_F(DriverIpcDeviceTest, CreatesADeviceWithAStreamOfItsOwn) {
+  auto first = makeDevice();
+  auto second = makeDevice();
+  ASSERT_TRUE(first && second);
+  EXPECT_NE(first->stream(), nullptr);
+  EXPECT_NE(first->stream(), second->stream());
+  EXPECT_EQ(fake.contextDepth(), 0);
+  ASSERT_OK(first->synchronize());
+
+  auto noSuchGpu = DriverIpcDevice::create(1);
+  ASSERT_FALSE(noSuchGpu.isOk());
+  EXPECT_EQ(noSuchGpu.status().code(), ErrorCode::kUnhandledCudaError);
+  EXPECT_NE(noSuchGpu.status().message().find("GPU 1: invalid argument (CUDA error 1)"),
+            std::string::npos)
+      << noSuchGpu.status().message();
+}
+
+TEST_F(DriverIpcDeviceTest, ExportedMemoryOpensFromItsHandleAndCopiesThroughItLand) {
+  constexpr int kCount = 1024;
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  auto exported = take(device->allocate(kCount * sizeof(float)));
+  auto source = take(device->allocate(kCount * sizeof(float)));
+  ASSERT_TRUE(exported && source);
+  EXPECT_NE(exported->handle().bytes, source->handle().bytes);
+
+  const unsigned long opensBefore = fake.ipcOpenCount();
+  const unsigned long mappingsBefore = fake.liveIpcMappings();
+  auto opened = take(device->openMemory(exported->handle()));
+  ASSERT_TRUE(opened);
+  EXPECT_EQ(fake.ipcOpenCount(), opensBefore + 1);
+  EXPECT_EQ(fake.liveIpcMappings(), mappingsBefore + 1);
+  EXPECT_EQ(opened->handle().bytes, exported->handle().bytes);
+
+  for (int i = 0; i < kCount; ++i) {
+    floats(*source)[i] = 0.5f * static_cast<float>(i);
+    floats(*exported)[i] = -1.0f;
+  }
+  ASSERT_OK(device->enqueueCopy(opened->data(), source->data(), kCount * sizeof(float)));
+  ASSERT_OK(device->synchronize());
+  for (int i = 0; i < kCount; ++i) ASSERT_EQ(floats(*exported)[i], 0.5f * static_cast<float>(i));
+
+  opened.reset();
+  EXPECT_EQ(fake.liveIpcMappings(), mappingsBefore);
+}
+
+// Two devices of one process stand for two ranks: the producer fills its
+// memory with slow "GPU work" and records; the consumer waits for the
+// record, then copies from the producer's memory. Without the wait the
+// copy would run at once, on the consumer's own stream, and read zeros.
+TEST_F(DriverIpcDeviceTest, AWaitHoldsLaterWorkUntilTheRecordedWorkRan) {
+  constexpr int kCount = 512;
+  constexpr size_t kBytes = kCount * sizeof(float);
+  auto producer = makeDevice();
+  auto consumer = makeDevice();
+  ASSERT_TRUE(producer && consumer);
+  auto produced = take(producer->allocate(kBytes));
+  auto received = take(consumer->allocate(kBytes));
+  ASSERT_TRUE(produced && received);
+  std::memset(produced->data(), 0, kBytes);
+  std::memset(received->data(), 0, kBytes);
+  auto filled = take(producer->createEvent());
+  ASSERT_TRUE(filled);
+  auto peerFilled = take(consumer->openEvent(filled->handle()));
+  auto peerProduced = take(consumer->openMemory(produced->handle()));
+  ASSERT_TRUE(peerFilled && peerProduced);
+  EXPECT_EQ(peerFilled->handle().bytes, filled->handle().bytes);
+
+  SlowFill fill{floats(*produced), kCount, 3.0f};
+  ASSERT_EQ(fake.launchKernel(producer->stream(), SlowFill::run, &fill), 0);
+  ASSERT_OK(producer->enqueueRecord(*filled));
+  ASSERT_OK(consumer->enqueueWait(*peerFilled));
+  ASSERT_OK(consumer->enqueueCopy(received->data(), peerProduced->data(), kBytes));
+  ASSERT_OK(consumer->synchronize());
+  EXPECT_TRUE(fill.done.load());
+  for (int i = 0; i < kCount; ++i)
+    ASSERT_EQ(floats(*received)[i], 3.0f + static_cast<float>(i)) << "element " << i;
+  ASSERT_OK(producer->synchronize());
+}
+
+// A wait is for the latest record queued before it: neither a record
+// queued after it nor an event never recorded holds the waiting stream.
+TEST_F(DriverIpcDeviceTest, AWaitIsForTheRecordsBeforeItOnly) {
+  auto producer = makeDevice();
+  auto consumer = makeDevice();
+  ASSERT_TRUE(producer && consumer);
+  auto event = take(producer->createEvent());
+  ASSERT_TRUE(event);
+  auto peerEvent = take(consumer->openEvent(event->handle()));
+  ASSERT_TRUE(peerEvent);
+
+  ASSERT_OK(consumer->enqueueWait(*peerEvent));
+  ASSERT_OK(consumer->synchronize());
+
+  ASSERT_OK(producer->enqueueRecord(*event));
+  ASSERT_OK(producer->synchronize());
+  ASSERT_OK(consumer->enqueueWait(*peerEvent));
+  Gate gate;
+  ASSERT_EQ(fake.launchKernel(producer->stream(), Gate::run, &gate), 0);
+  ASSERT_OK(producer->enqueueRecord(*event));
+
+  auto waited = std::async(std::launch::async, [&] { return consumer->synchronize(); });
+  const bool passed = waited.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  gate.open.store(true);
+  EXPECT_TRUE(passed) << "the consumer waited for a record queued after its wait";
+  ASSERT_OK(waited.get());
+  ASSERT_OK(producer->synchronize());
+}
+
+struct AddJob {
+  float* dst;
+  const float* local;
+  const float* incoming;
+  size_t units;
+  static void run(void* self) {
+    auto* job = static_cast<AddJob*>(self);
+    for (size_t i = 0; i < job->units; ++i) job->dst[i] = job->local[i] + job->incoming[i];
+    delete job;
+  }
+};
+
+// What the test's device function saw when the device called it.
+struct CombineCall {
+  int calls = 0;
+  void* stream = nullptr;
+  size_t units = 0;
+  int contextDepth = 0;
+};
+
+// The combiner's device function, as braid's kernels would be: queues the
+// sum as "GPU work" on the stream it is given and returns at once.
+Status addOnDevice(void* dst, const void* local, const void* incoming, size_t units,
+                   const void* context, void* stream) {
+  auto* seen = static_cast<CombineCall*>(const_cast<void*>(context));
+  ++seen->calls;
+  seen->stream = stream;
+  seen->units = units;
+  seen->contextDepth = fake.contextDepth();
+  auto* job = new AddJob{static_cast<float*>(dst), static_cast<const float*>(local),
+                         static_cast<const float*>(incoming), units};
+  if (int r = fake.launchKernel(stream, AddJob::run, job); r != 0) {
+    delete job;
+    return Status(ErrorCode::kUnhandledCudaError, "launching the test's kernel");
+  }
+  return Status::ok();
+}
+
+void addOnHost(void*, const void*, const void*, size_t, const void*) {}
+
+TEST_F(DriverIpcDeviceTest, CombineQueuesTheCombinersDeviceFunctionOnItsStream) {
+  constexpr int kCount = 256;
+  constexpr size_t kBytes = kCount * sizeof(float);
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  auto local = take(device->allocate(kBytes));
+  auto incoming = take(device->allocate(kBytes));
+  auto dst = take(device->allocate(kBytes));
+  ASSERT_TRUE(local && incoming && dst);
+  for (int i = 0; i < kCount; ++i) {
+    floats(*local)[i] = static_cast<float>(i);
+    floats(*incoming)[i] = 0.0f;
+    floats(*dst)[i] = -1.0f;
+  }
+
+  CombineCall seen;
+  Combiner combiner;
+  combiner.unit = sizeof(float);
+  combiner.apply = addOnHost;
+  combiner.applyOnDevice = addOnDevice;
+  combiner.context = &seen;
+  // The sum must come after the slow fill of what it adds.
+  SlowFill fill{floats(*incoming), kCount, 100.0f};
+  ASSERT_EQ(fake.launchKernel(device->stream(), SlowFill::run, &fill), 0);
+  ASSERT_OK(device->enqueueCombine(dst->data(), local->data(), incoming->data(), kBytes, combiner));
+  EXPECT_EQ(seen.calls, 1);
+  EXPECT_EQ(seen.stream, device->stream());
+  EXPECT_EQ(seen.units, static_cast<size_t>(kCount));
+  EXPECT_GT(seen.contextDepth, 0) << "the device function ran without the device's context";
+  ASSERT_OK(device->synchronize());
+  for (int i = 0; i < kCount; ++i)
+    ASSERT_EQ(floats(*dst)[i], 100.0f + 2.0f * static_cast<float>(i)) << "element " << i;
+
+  Status ragged =
+      device->enqueueCombine(dst->data(), local->data(), incoming->data(), kBytes - 2, combiner);
+  EXPECT_EQ(ragged.code(), ErrorCode::kInvalidArgument) << ragged.message();
+  EXPECT_EQ(seen.calls, 1);
+}
+
+TEST_F(DriverIpcDeviceTest, CombineWithoutDeviceReductionsIsNotSupported) {
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  auto memory = take(device->allocate(64));
+  ASSERT_TRUE(memory);
+  Combiner combiner;
+  combiner.unit = sizeof(float);
+  combiner.apply = addOnHost;
+  Status status =
+      device->enqueueCombine(memory->data(), memory->data(), memory->data(), 64, combiner);
+  EXPECT_EQ(status.code(), ErrorCode::kNotSupported);
+  EXPECT_NE(status.message().find("not built"), std::string::npos) << status.message();
+}
+
+// Memory and events keep the GPU's context themselves, so they may go
+// after the device that made them.
+TEST_F(DriverIpcDeviceTest, DestructorsCloseMappingsAndDestroyEvents) {
+  const unsigned long mappings = fake.liveIpcMappings();
+  const unsigned long events = fake.liveEvents();
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  auto memory = take(device->allocate(4096));
+  ASSERT_TRUE(memory);
+  auto first = take(device->openMemory(memory->handle()));
+  auto second = take(device->openMemory(memory->handle()));
+  auto event = take(device->createEvent());
+  ASSERT_TRUE(first && second && event);
+  auto peerEvent = take(device->openEvent(event->handle()));
+  ASSERT_TRUE(peerEvent);
+  EXPECT_EQ(fake.liveIpcMappings(), mappings + 2);
+  EXPECT_EQ(fake.liveEvents(), events + 2);
+  ASSERT_OK(device->enqueueRecord(*event));
+  ASSERT_OK(device->enqueueWait(*peerEvent));
+  ASSERT_OK(device->synchronize());
+
+  first.reset();
+  EXPECT_EQ(fake.liveIpcMappings(), mappings + 1);
+  event.reset();
+  EXPECT_EQ(fake.liveEvents(), events + 1);
+  device.reset();
+  second.reset();
+  peerEvent.reset();
+  memory.reset();
+  EXPECT_EQ(fake.liveIpcMappings(), mappings);
+  EXPECT_EQ(fake.liveEvents(), events);
+  EXPECT_EQ(fake.contextDepth(), 0);
+}
+
+// An event of another kind of device carries no CUevent.
+class ForeignEvent final : public DeviceEvent {
+ public:
+  const IpcHandle& handle() const override { return handle_; }
+
+ private:
+  IpcHandle handle_;
+};
+
+TEST_F(DriverIpcDeviceTest, DriverErrorsComeBackWithCudasMessage) {
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  auto a = take(device->allocate(256));
+  auto b = take(device->allocate(256));
+  ASSERT_TRUE(a && b);
+
+  fake.failCopies(1);
+  Status copy = device->enqueueCopy(a->data(), b->data(), 256);
+  fake.failCopies(0);
+  EXPECT_EQ(copy.code(), ErrorCode::kUnhandledCudaError);
+  EXPECT_EQ(copy.message(),
+            "cuda_ipc: queueing a copy: an illegal memory access was encountered (CUDA error 700)");
+
+  std::vector<float> host(64);
+  Status fromHost = device->enqueueCopy(a->data(), host.data(), host.size() * sizeof(float));
+  EXPECT_EQ(fromHost.code(), ErrorCode::kUnhandledCudaError);
+  EXPECT_NE(fromHost.message().find("invalid argument (CUDA error 1)"), std::string::npos)
+      << fromHost.message();
+
+  IpcHandle garbage;
+  garbage.bytes.fill(0x5a);
+  auto memory = device->openMemory(garbage);
+  ASSERT_FALSE(memory.isOk());
+  EXPECT_EQ(memory.status().code(), ErrorCode::kUnhandledCudaError);
+  EXPECT_NE(memory.status().message().find("(CUDA error 400)"), std::string::npos)
+      << memory.status().message();
+  auto event = device->openEvent(garbage);
+  ASSERT_FALSE(event.isOk());
+  EXPECT_EQ(event.status().code(), ErrorCode::kUnhandledCudaError);
+
+  ForeignEvent foreign;
+  EXPECT_EQ(device->enqueueRecord(foreign).code(), ErrorCode::kInvalidUsage);
+  EXPECT_EQ(device->enqueueWait(foreign).code(), ErrorCode::kInvalidUsage);
+
+  // A faulted kernel's sticky error ends the stream for good.
+  fake.failStream(device->stream());
+  Status sync = device->synchronize();
+  EXPECT_EQ(sync.code(), ErrorCode::kUnhandledCudaError);
+  EXPECT_NE(sync.message().find("an illegal memory access was encountered (CUDA error 700)"),
+            std::string::npos)
+      << sync.message();
+}
+
+// The stand-in's allocator is not thread-safe (CUDA's is), so the memory
+// is allocated first; the threads share the device for the rest.
+TEST_F(DriverIpcDeviceTest, ThreadsShareADevice) {
+  constexpr int kThreads = 4;
+  constexpr int kCount = 1024;
+  constexpr size_t kBytes = kCount * sizeof(float);
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  std::vector<std::unique_ptr<DeviceMemory>> from, to;
+  for (int t = 0; t < kThreads; ++t) {
+    from.push_back(take(device->allocate(kBytes)));
+    to.push_back(take(device->allocate(kBytes)));
+    ASSERT_TRUE(from.back() && to.back());
+    for (int i = 0; i < kCount; ++i) floats(*from.back())[i] = static_cast<float>(t * kCount + i);
+    std::memset(to.back()->data(), 0, kBytes);
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      auto opened = device->openMemory(to[t]->handle());
+      auto event = device->createEvent();
+      if (!opened.isOk() || !event.isOk()) return;
+      if (!device->enqueueCopy((*opened)->data(), from[t]->data(), kBytes).isOk() ||
+          !device->enqueueRecord(**event).isOk() || !device->synchronize().isOk())
+        return;
+      if (std::memcmp(to[t]->data(), from[t]->data(), kBytes) == 0) ++good;
+    });
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(good.load(), kThreads);
+}
+
+// Without a CUDA driver in the process. The stand-in, once loaded, stays,
+// so this runs again in a fresh process of this test alone, without
+// FAKE_LIBCUDA.
+constexpr char kChildFlag[] = "DRIVER_IPC_DEVICE_TEST_WITHOUT_DRIVER=1";
+
+TEST(DriverIpcDeviceWithoutDriver, CreateIsNotSupported) {
+  if (std::getenv("DRIVER_IPC_DEVICE_TEST_WITHOUT_DRIVER") != nullptr) {
+    ASSERT_FALSE(driverLoaded());
+    auto device = DriverIpcDevice::create(0);
+    ASSERT_FALSE(device.isOk());
+    EXPECT_EQ(device.status().code(), ErrorCode::kNotSupported);
+    EXPECT_NE(device.status().message().find("the CUDA driver (libcuda.so.1) is not loaded"),
+              std::string::npos)
+        << device.status().message();
+    return;
+  }
+
+  // Everything the child needs, made before fork: the parent has threads.
+  std::vector<std::string> keep;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::strncmp(*e, "FAKE_LIBCUDA=", 13) != 0) keep.emplace_back(*e);
+  keep.emplace_back(kChildFlag);
+  std::vector<char*> env;
+  for (auto& entry : keep) env.push_back(entry.data());
+  env.push_back(nullptr);
+  std::string filter = "--gtest_filter=DriverIpcDeviceWithoutDriver.CreateIsNotSupported";
+  char self[] = "/proc/self/exe";
+  char* argv[] = {self, filter.data(), nullptr};
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    dup2(out[1], 1);
+    dup2(out[1], 2);
+    close(out[0]);
+    close(out[1]);
+    execve(self, argv, env.data());
+    _exit(127);
+  }
+  close(out[1]);
+  std::string output;
+  char buffer[4096];
+  for (ssize_t n; (n = read(out[0], buffer, sizeof(buffer))) > 0;) output.append(buffer, n);
+  close(out[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  EXPECT_NE(output.find("[  PASSED  ] 1 test."), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace braid::transport::cuda_ipc

@@ -1,0 +1,388 @@
+#include "transports/cuda_ipc/driver_ipc_device.h"
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "src/common/cuda_driver.h"
+#include "src/common/strcat.h"
+
+namespace braid::transport::cuda_ipc {
+namespace driver_ipc {
+namespace {
+
+// The driver API's types and values (cuda.h), declared rather than included.
+using CuResult = cudadriver::Result;
+using cudadriver::DevicePtr;
+using CuContext = cudadriver::Context;
+using CuStream = cudadriver::Stream;
+using CuDevice = int;   // CUdevice
+using CuEvent = void*;  // CUevent
+constexpr CuResult kSuccess = cudadriver::kSuccess;
+constexpr unsigned kStreamNonBlocking = 0x1;           // CU_STREAM_NON_BLOCKING
+constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x1;  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+// Interprocess events must not time (CUDA refuses the handle otherwise).
+constexpr unsigned kEventDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
+constexpr unsigned kEventInterprocess = 0x4;   // CU_EVENT_INTERPROCESS
+
+// CUipcMemHandle and CUipcEventHandle: passed by value, as cuda.h declares
+// them, so the calls' ABI is the driver's.
+struct CuIpcMemHandle {
+  char reserved[64];
+};
+struct CuIpcEventHandle {
+  char reserved[64];
+};
+static_assert(sizeof(CuIpcMemHandle) == sizeof(IpcHandle::bytes));
+static_assert(sizeof(CuIpcEventHandle) == sizeof(IpcHandle::bytes));
+
+template <typename CudaHandle>
+CudaHandle toCuda(const IpcHandle& handle) {
+  CudaHandle h;
+  std::memcpy(h.reserved, handle.bytes.data(), sizeof(h.reserved));
+  return h;
+}
+
+template <typename CudaHandle>
+IpcHandle fromCuda(const CudaHandle& h) {
+  IpcHandle handle;
+  std::memcpy(handle.bytes.data(), h.reserved, sizeof(h.reserved));
+  return handle;
+}
+
+DevicePtr devicePointer(const void* p) {
+  return static_cast<DevicePtr>(reinterpret_cast<uintptr_t>(p));
+}
+
+}  // namespace
+
+struct Driver {
+  CuResult (*init)(unsigned) = nullptr;
+  CuResult (*deviceGet)(CuDevice*, int) = nullptr;
+  CuResult (*primaryCtxRetain)(CuContext*, CuDevice) = nullptr;
+  CuResult (*primaryCtxRelease)(CuDevice) = nullptr;
+  CuResult (*ctxPushCurrent)(CuContext) = nullptr;
+  CuResult (*ctxPopCurrent)(CuContext*) = nullptr;
+  CuResult (*streamCreate)(CuStream*, unsigned) = nullptr;
+  CuResult (*streamDestroy)(CuStream) = nullptr;
+  CuResult (*streamSynchronize)(CuStream) = nullptr;
+  CuResult (*streamWaitEvent)(CuStream, CuEvent, unsigned) = nullptr;
+  CuResult (*memAlloc)(DevicePtr*, size_t) = nullptr;
+  CuResult (*memFree)(DevicePtr) = nullptr;
+  CuResult (*memcpyDtoDAsync)(DevicePtr, DevicePtr, size_t, CuStream) = nullptr;
+  CuResult (*ipcGetMemHandle)(CuIpcMemHandle*, DevicePtr) = nullptr;
+  CuResult (*ipcOpenMemHandle)(DevicePtr*, CuIpcMemHandle, unsigned) = nullptr;
+  CuResult (*ipcCloseMemHandle)(DevicePtr) = nullptr;
+  CuResult (*eventCreate)(CuEvent*, unsigned) = nullptr;
+  CuResult (*eventDestroy)(CuEvent) = nullptr;
+  CuResult (*eventRecord)(CuEvent, CuStream) = nullptr;
+  CuResult (*ipcGetEventHandle)(CuIpcEventHandle*, CuEvent) = nullptr;
+  CuResult (*ipcOpenEventHandle)(CuEvent*, CuIpcEventHandle) = nullptr;
+  CuResult (*getErrorString)(CuResult, const char**) = nullptr;
+
+  // The driver's error `result` of `what`, with CUDA's message.
+  Status error(CuResult result, std::string_view what) const {
+    const char* text = nullptr;
+    if (getErrorString(result, &text) != kSuccess || text == nullptr) text = "unknown CUDA error";
+    return Status(ErrorCode::kUnhandledCudaError,
+                  strCat(what, ": ", text, " (CUDA error ", result, ")"));
+  }
+};
+
+namespace {
+
+// The driver's entry points, or null and why not. Only a complete lookup is
+// kept: a process may load the driver after a first device was asked for
+// (a framework that starts CUDA lazily), and must then get it.
+const Driver* loadDriver(std::string& why) {
+  static std::mutex mutex;
+  static Driver loaded;
+  static bool found = false;
+  std::lock_guard lock(mutex);
+  if (found) return &loaded;
+  Driver d;
+  cudadriver::EntryFinder finder;
+  finder.find(d.init, "cuInit");
+  finder.find(d.deviceGet, "cuDeviceGet");
+  finder.find(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  finder.find(d.primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+  finder.find(d.ctxPushCurrent, "cuCtxPushCurrent_v2");
+  finder.find(d.ctxPopCurrent, "cuCtxPopCurrent_v2");
+  finder.find(d.streamCreate, "cuStreamCreate");
+  finder.find(d.streamDestroy, "cuStreamDestroy_v2");
+  finder.find(d.streamSynchronize, "cuStreamSynchronize");
+  finder.find(d.streamWaitEvent, "cuStreamWaitEvent");
+  finder.find(d.memAlloc, "cuMemAlloc_v2");
+  finder.find(d.memFree, "cuMemFree_v2");
+  finder.find(d.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  finder.find(d.ipcGetMemHandle, "cuIpcGetMemHandle");
+  finder.find(d.ipcOpenMemHandle, "cuIpcOpenMemHandle_v2");
+  finder.find(d.ipcCloseMemHandle, "cuIpcCloseMemHandle");
+  finder.find(d.eventCreate, "cuEventCreate");
+  finder.find(d.eventDestroy, "cuEventDestroy_v2");
+  finder.find(d.eventRecord, "cuEventRecord");
+  finder.find(d.ipcGetEventHandle, "cuIpcGetEventHandle");
+  finder.find(d.ipcOpenEventHandle, "cuIpcOpenEventHandle");
+  finder.find(d.getErrorString, "cuGetErrorString");
+  if (!finder.missing.empty()) {
+    why = finder.missing;
+    return nullptr;
+  }
+  loaded = d;
+  found = true;
+  return &loaded;
+}
+
+}  // namespace
+
+// The GPU's primary context, retained while the device, or any memory or
+// event it made, is alive: each of those frees into it when it goes.
+class PrimaryContext {
+ public:
+  static Result<std::shared_ptr<const PrimaryContext>> retain(const Driver& d, int ordinal) {
+    // Harmless where the application initialised CUDA already, as it has
+    // when its buffers are on a GPU; needed where only braid uses it.
+    if (CuResult r = d.init(0); r != kSuccess) return d.error(r, "cuda_ipc: initialising CUDA");
+    CuDevice device = 0;
+    if (CuResult r = d.deviceGet(&device, ordinal); r != kSuccess)
+      return d.error(r, strCat("cuda_ipc: GPU ", ordinal));
+    CuContext context = nullptr;
+    if (CuResult r = d.primaryCtxRetain(&context, device); r != kSuccess)
+      return d.error(r, strCat("cuda_ipc: the primary context of GPU ", ordinal));
+    return std::shared_ptr<const PrimaryContext>(new PrimaryContext(d, device, context));
+  }
+
+  ~PrimaryContext() { (void)driver_.primaryCtxRelease(device_); }
+  PrimaryContext(const PrimaryContext&) = delete;
+  PrimaryContext& operator=(const PrimaryContext&) = delete;
+
+  const Driver& driver() const { return driver_; }
+
+  // Runs `work` (returning a Status) with the context current on this
+  // thread, then restores the thread's own.
+  template <typename Work>
+  Status run(std::string_view what, Work&& work) const {
+    if (CuResult r = driver_.ctxPushCurrent(context_); r != kSuccess)
+      return driver_.error(r, strCat(what, ": making the GPU's context current"));
+    Status status = work();
+    CuContext popped = nullptr;
+    (void)driver_.ctxPopCurrent(&popped);
+    return status;
+  }
+
+  // One driver call, `call` returning its CUresult, with the context current.
+  template <typename Call>
+  Status call(std::string_view what, Call&& driverCall) const {
+    return run(what, [&] {
+      const CuResult r = driverCall();
+      return r == kSuccess ? Status::ok() : driver_.error(r, what);
+    });
+  }
+
+ private:
+  PrimaryContext(const Driver& d, CuDevice device, CuContext context)
+      : driver_(d), device_(device), context_(context) {}
+
+  const Driver& driver_;
+  CuDevice device_;
+  CuContext context_;
+};
+
+namespace {
+
+class DriverMemory final : public DeviceMemory {
+ public:
+  enum class Origin { kAllocated, kOpened };
+
+  DriverMemory(std::shared_ptr<const PrimaryContext> context, DevicePtr pointer, Origin origin)
+      : context_(std::move(context)), pointer_(pointer), origin_(origin) {}
+  ~DriverMemory() override {
+    const Driver& d = context_->driver();
+    (void)context_->call("", [&] {
+      return origin_ == Origin::kOpened ? d.ipcCloseMemHandle(pointer_) : d.memFree(pointer_);
+    });
+  }
+  DriverMemory(const DriverMemory&) = delete;
+  DriverMemory& operator=(const DriverMemory&) = delete;
+
+  void* data() const override { return reinterpret_cast<void*>(static_cast<uintptr_t>(pointer_)); }
+  const IpcHandle& handle() const override { return handle_; }
+
+  IpcHandle handle_;
+
+ private:
+  std::shared_ptr<const PrimaryContext> context_;
+  DevicePtr pointer_;
+  Origin origin_;
+};
+
+class DriverEvent final : public DeviceEvent {
+ public:
+  DriverEvent(std::shared_ptr<const PrimaryContext> context, CuEvent event)
+      : context_(std::move(context)), event_(event) {}
+  ~DriverEvent() override {
+    const Driver& d = context_->driver();
+    (void)context_->call("", [&] { return d.eventDestroy(event_); });
+  }
+  DriverEvent(const DriverEvent&) = delete;
+  DriverEvent& operator=(const DriverEvent&) = delete;
+
+  const IpcHandle& handle() const override { return handle_; }
+  CuEvent event() const { return event_; }
+
+  IpcHandle handle_;
+
+ private:
+  std::shared_ptr<const PrimaryContext> context_;
+  CuEvent event_;
+};
+
+// Only this device's events carry a CUevent.
+Result<CuEvent> cudaEventOf(DeviceEvent& event, std::string_view what) {
+  auto* own = dynamic_cast<DriverEvent*>(&event);
+  if (own == nullptr)
+    return invalidUsage(strCat(what, ": the event is not one of a CUDA device (DriverIpcDevice)"));
+  return own->event();
+}
+
+}  // namespace
+}  // namespace driver_ipc
+
+using driver_ipc::DriverEvent;
+using driver_ipc::DriverMemory;
+
+Result<std::unique_ptr<DriverIpcDevice>> DriverIpcDevice::create(int deviceOrdinal) {
+  std::string why;
+  const driver_ipc::Driver* d = driver_ipc::loadDriver(why);
+  if (d == nullptr)
+    return notSupported(
+        strCat("cuda_ipc needs the CUDA driver of a process that uses a GPU: ", why));
+  BRAID_ASSIGN_OR_RETURN(auto context, driver_ipc::PrimaryContext::retain(*d, deviceOrdinal));
+  std::unique_ptr<DriverIpcDevice> device(new DriverIpcDevice(*d, std::move(context)));
+  // Non-blocking: work the application queues on the legacy default stream
+  // neither waits for the transport's copies nor holds them.
+  BRAID_RETURN_IF_ERROR(device->context_->call("cuda_ipc: creating the device's stream", [&] {
+    return d->streamCreate(&device->stream_, driver_ipc::kStreamNonBlocking);
+  }));
+  return device;
+}
+
+DriverIpcDevice::DriverIpcDevice(const driver_ipc::Driver& driver,
+                                 std::shared_ptr<const driver_ipc::PrimaryContext> context)
+    : driver_(driver), context_(std::move(context)) {}
+
+DriverIpcDevice::~DriverIpcDevice() {
+  // The driver lets the stream's queued work finish before it frees it.
+  if (stream_ != nullptr) (void)context_->call("", [&] { return driver_.streamDestroy(stream_); });
+}
+
+Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocate(size_t bytes) {
+  if (bytes == 0) return invalidArgument("cuda_ipc: allocating 0 bytes of GPU memory");
+  std::unique_ptr<DriverMemory> memory;
+  BRAID_RETURN_IF_ERROR(
+      context_->call(strCat("cuda_ipc: allocating ", bytes, " bytes of GPU memory"), [&] {
+        driver_ipc::DevicePtr pointer = 0;
+        const driver_ipc::CuResult r = driver_.memAlloc(&pointer, bytes);
+        if (r == driver_ipc::kSuccess)
+          memory =
+              std::make_unique<DriverMemory>(context_, pointer, DriverMemory::Origin::kAllocated);
+        return r;
+      }));
+  driver_ipc::CuIpcMemHandle handle{};
+  BRAID_RETURN_IF_ERROR(context_->call("cuda_ipc: exporting GPU memory (cuIpcGetMemHandle)", [&] {
+    return driver_.ipcGetMemHandle(&handle, driver_ipc::devicePointer(memory->data()));
+  }));
+  memory->handle_ = driver_ipc::fromCuda(handle);
+  return std::unique_ptr<DeviceMemory>(std::move(memory));
+}
+
+Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::openMemory(const IpcHandle& handle) {
+  std::unique_ptr<DriverMemory> memory;
+  BRAID_RETURN_IF_ERROR(context_->call("cuda_ipc: opening a peer's GPU memory", [&] {
+    driver_ipc::DevicePtr pointer = 0;
+    const driver_ipc::CuResult r =
+        driver_.ipcOpenMemHandle(&pointer, driver_ipc::toCuda<driver_ipc::CuIpcMemHandle>(handle),
+                                 driver_ipc::kIpcMemLazyEnablePeerAccess);
+    if (r == driver_ipc::kSuccess)
+      memory = std::make_unique<DriverMemory>(context_, pointer, DriverMemory::Origin::kOpened);
+    return r;
+  }));
+  memory->handle_ = handle;
+  return std::unique_ptr<DeviceMemory>(std::move(memory));
+}
+
+Result<std::unique_ptr<DeviceEvent>> DriverIpcDevice::createEvent() {
+  std::unique_ptr<DriverEvent> event;
+  BRAID_RETURN_IF_ERROR(context_->call("cuda_ipc: creating an interprocess event", [&] {
+    driver_ipc::CuEvent created = nullptr;
+    const driver_ipc::CuResult r = driver_.eventCreate(
+        &created, driver_ipc::kEventDisableTiming | driver_ipc::kEventInterprocess);
+    if (r == driver_ipc::kSuccess) event = std::make_unique<DriverEvent>(context_, created);
+    return r;
+  }));
+  driver_ipc::CuIpcEventHandle handle{};
+  BRAID_RETURN_IF_ERROR(context_->call("cuda_ipc: exporting an event (cuIpcGetEventHandle)", [&] {
+    return driver_.ipcGetEventHandle(&handle, event->event());
+  }));
+  event->handle_ = driver_ipc::fromCuda(handle);
+  return std::unique_ptr<DeviceEvent>(std::move(event));
+}
+
+Result<std::unique_ptr<DeviceEvent>> DriverIpcDevice::openEvent(const IpcHandle& handle) {
+  std::unique_ptr<DriverEvent> event;
+  BRAID_RETURN_IF_ERROR(context_->call("cuda_ipc: opening a peer's event", [&] {
+    driver_ipc::CuEvent opened = nullptr;
+    const driver_ipc::CuResult r = driver_.ipcOpenEventHandle(
+        &opened, driver_ipc::toCuda<driver_ipc::CuIpcEventHandle>(handle));
+    if (r == driver_ipc::kSuccess) event = std::make_unique<DriverEvent>(context_, opened);
+    return r;
+  }));
+  event->handle_ = handle;
+  return std::unique_ptr<DeviceEvent>(std::move(event));
+}
+
+Status DriverIpcDevice::enqueueCopy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  return context_->call("cuda_ipc: queueing a copy", [&] {
+    return driver_.memcpyDtoDAsync(driver_ipc::devicePointer(dst), driver_ipc::devicePointer(src),
+                                   bytes, stream_);
+  });
+}
+
+Status DriverIpcDevice::enqueueCombine(void* dst, const void* local, const void* incoming,
+                                       size_t bytes, const Combiner& combiner) {
+  if (combiner.applyOnDevice == nullptr)
+    return notSupported(
+        "cuda_ipc: reductions of GPU memory are not built into this braid (it was built without "
+        "CUDA device code)");
+  if (combiner.unit == 0 || bytes % combiner.unit != 0)
+    return invalidArgument(
+        strCat("cuda_ipc: combining ", bytes, " bytes in elements of ", combiner.unit, " bytes"));
+  if (bytes == 0) return Status::ok();
+  // The combiner launches a kernel, which goes to the current context.
+  return context_->run("cuda_ipc: queueing a reduction", [&] {
+    return combiner.applyOnDevice(dst, local, incoming, bytes / combiner.unit, combiner.context,
+                                  stream_);
+  });
+}
+
+Status DriverIpcDevice::enqueueRecord(DeviceEvent& event) {
+  constexpr std::string_view kWhat = "cuda_ipc: queueing an event's record";
+  BRAID_ASSIGN_OR_RETURN(driver_ipc::CuEvent e, driver_ipc::cudaEventOf(event, kWhat));
+  return context_->call(kWhat, [&] { return driver_.eventRecord(e, stream_); });
+}
+
+Status DriverIpcDevice::enqueueWait(DeviceEvent& event) {
+  constexpr std::string_view kWhat = "cuda_ipc: queueing a wait for an event";
+  BRAID_ASSIGN_OR_RETURN(driver_ipc::CuEvent e, driver_ipc::cudaEventOf(event, kWhat));
+  return context_->call(kWhat, [&] { return driver_.streamWaitEvent(stream_, e, 0); });
+}
+
+Status DriverIpcDevice::synchronize() {
+  return context_->call("cuda_ipc: the GPU work of the transport",
+                        [&] { return driver_.streamSynchronize(stream_); });
+}
+
+}  // namespace braid::transport::cuda_ipc

@@ -1,0 +1,62 @@
+// The IpcDevice of a real GPU, over the CUDA driver API of the libcuda.so.1
+// the process has loaded (src/common/cuda_driver.h): braid never loads the
+// driver itself, and needs no CUDA header to build this.
+//
+// A device retains the GPU's primary context, the one the CUDA runtime uses,
+// so that memory the application allocated with cudaMalloc and the
+// device's own memory live in one context. Each call makes that context
+// current for its own duration only, so callers need none, and a context
+// the caller has current is left as it was.
+//
+// Memory and events keep the context retained themselves, so they may
+// outlive the device that made them; queued work that uses them must have
+// run before they go (synchronize()).
+#pragma once
+
+#include <memory>
+
+#include "src/common/status.h"
+#include "transports/cuda_ipc/ipc_device.h"
+
+namespace braid::transport::cuda_ipc {
+
+namespace driver_ipc {
+struct Driver;
+class PrimaryContext;
+}  // namespace driver_ipc
+
+class DriverIpcDevice final : public IpcDevice {
+ public:
+  // The device of CUDA ordinal `deviceOrdinal`, with a non-blocking stream
+  // of its own. kNotSupported where the process has no CUDA driver loaded.
+  static Result<std::unique_ptr<DriverIpcDevice>> create(int deviceOrdinal);
+  ~DriverIpcDevice() override;
+
+  DriverIpcDevice(const DriverIpcDevice&) = delete;
+  DriverIpcDevice& operator=(const DriverIpcDevice&) = delete;
+
+  Result<std::unique_ptr<DeviceMemory>> allocate(size_t bytes) override;
+  Result<std::unique_ptr<DeviceMemory>> openMemory(const IpcHandle& handle) override;
+  Result<std::unique_ptr<DeviceEvent>> createEvent() override;
+  Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) override;
+
+  Status enqueueCopy(void* dst, const void* src, size_t bytes) override;
+  Status enqueueCombine(void* dst, const void* local, const void* incoming, size_t bytes,
+                        const Combiner& combiner) override;
+  Status enqueueRecord(DeviceEvent& event) override;
+  Status enqueueWait(DeviceEvent& event) override;
+  Status synchronize() override;
+
+  // The CUstream all work is queued on.
+  void* stream() const { return stream_; }
+
+ private:
+  DriverIpcDevice(const driver_ipc::Driver& driver,
+                  std::shared_ptr<const driver_ipc::PrimaryContext> context);
+
+  const driver_ipc::Driver& driver_;
+  std::shared_ptr<const driver_ipc::PrimaryContext> context_;
+  void* stream_ = nullptr;
+};
+
+}  // namespace braid::transport::cuda_ipc
