@@ -73,6 +73,13 @@ void combineIncomingFirst(void* dst, const void* local, const void* incoming, si
   reduceElements(dst, incoming, local, units, job.dtype, job.op);
 }
 
+// kAverage on a device as a combination whose result is local / nranks.
+void averageInPlace(void* dst, const void* local, const void*, size_t units, const void* context) {
+  const Job& job = *static_cast<const Job*>(context);
+  if (dst != local) std::memmove(dst, local, units * dataTypeSize(job.dtype));
+  applyAverage(dst, units, job.dtype, job.nranks);
+}
+
 struct ActiveRequest {
   int step;
   RequestPtr request;
@@ -268,11 +275,31 @@ class JobRunner {
       case StepKind::kRecvReduce: {
         transport::Tag tag = job_.tagFor(false, s.peer, index_->messageIndex[i]);
         const transport::Combiner combiner{
-            es, s.incomingFirst ? &combineIncomingFirst : &combineInto, &job_};
+            es, s.incomingFirst ? &combineIncomingFirst : &combineInto, &job_,
+            s.incomingFirst ? job_.gpu.reduceIncomingFirst : job_.gpu.reduce};
         active_.push_back({i, job_.connections[s.peer]->postRecvReduce(
                                   at(s.dst), at(s.src), s.dst.bytes, tag, combiner)});
         return;
       }
+      case StepKind::kReduce:
+      case StepKind::kCopy:
+      case StepKind::kAverage:
+        if (job_.gpu.device) {
+          if (Status queued = startOnDevice(s); !queued.isOk()) {
+            failWith(Status(queued.code(), strCat(job_.callName, ": ", queued.message())));
+            return;
+          }
+          break;
+        }
+        startOnHost(s);
+        break;
+    }
+    finish(i);
+  }
+
+  void startOnHost(const Step& s) {
+    const size_t es = dataTypeSize(job_.dtype);
+    switch (s.kind) {
       case StepKind::kReduce:
         if (s.dst.bytes)
           reduceElements(at(s.dst), at(s.src), at(s.src2), s.dst.bytes / es, job_.dtype, job_.op);
@@ -283,8 +310,30 @@ class JobRunner {
       case StepKind::kAverage:
         if (s.dst.bytes) applyAverage(at(s.dst), s.dst.bytes / es, job_.dtype, job_.nranks);
         break;
+      default:
+        break;
     }
-    finish(i);
+  }
+
+  // Queues a local step on the job's device, after the work its
+  // dependencies queued there.
+  Status startOnDevice(const Step& s) {
+    const size_t es = dataTypeSize(job_.dtype);
+    auto& device = *job_.gpu.device;
+    if (s.dst.bytes == 0) return Status::ok();
+    switch (s.kind) {
+      case StepKind::kReduce:
+        return device.enqueueCombine(at(s.dst), at(s.src), at(s.src2), s.dst.bytes,
+                                     {es, &combineInto, &job_, job_.gpu.reduce});
+      case StepKind::kCopy:
+        if (at(s.dst) == at(s.src)) return Status::ok();
+        return device.enqueueCopy(at(s.dst), at(s.src), s.dst.bytes);
+      case StepKind::kAverage:
+        return device.enqueueCombine(at(s.dst), at(s.dst), at(s.dst), s.dst.bytes,
+                                     {es, &averageInPlace, &job_, job_.gpu.average});
+      default:
+        return Status::ok();
+    }
   }
 
   // Sends to one peer are handed to the connection in schedule order, so the
@@ -500,6 +549,17 @@ Status runJobs(std::span<Job> jobs) {
         (void)polled[i]->progress();
   }
   Status first;
+  // A device job's last steps were only queued, and its combiners point at
+  // the job: its device must have run them before the call returns.
+  std::set<transport::cuda_ipc::IpcDevice*> devices;
+  for (auto& r : runners)
+    if (r->job().gpu.device) devices.insert(r->job().gpu.device);
+  for (auto* device : devices)
+    if (Status ran = device->synchronize(); !ran.isOk()) {
+      for (auto& r : runners)
+        if (r->job().gpu.device == device)
+          r->failWith(Status(ran.code(), strCat(r->job().callName, ": ", ran.message())));
+    }
   for (auto& r : runners)
     if (!r->status().isOk()) {
       first = r->status();

@@ -14,6 +14,7 @@
 #include "algorithms/schedule.h"
 #include "src/common/datatype.h"
 #include "src/common/status.h"
+#include "transports/cuda_ipc/ipc_device.h"
 #include "transports/transport.h"
 
 namespace braid {
@@ -44,6 +45,19 @@ struct ScheduleIndex {
   std::vector<uint32_t> messageIndex;  // k of the send or receive with its peer
 };
 ScheduleIndex indexSchedule(const algo::Schedule& schedule);
+
+// A job whose buffers live on a GPU: its local steps are queued on the
+// device's work queue, which its connections (cuda_ipc) also use, so every
+// step is ordered after the ones it waits for without the host waiting.
+// The functions are the device's reductions (Combiner::applyOnDevice), null
+// on a device that runs the host's (the tests' stand-in).
+struct DeviceWork {
+  transport::cuda_ipc::IpcDevice* device = nullptr;  // null: host memory
+  decltype(transport::Combiner::applyOnDevice) reduce = nullptr;
+  decltype(transport::Combiner::applyOnDevice) reduceIncomingFirst = nullptr;
+  // dst = local / nranks (incoming unused).
+  decltype(transport::Combiner::applyOnDevice) average = nullptr;
+};
 
 // One call's share of a run: its schedule bound to memory and connections.
 struct Job {
@@ -76,6 +90,9 @@ struct Job {
   double pureSpinSeconds = 0;
   const std::atomic<bool>* aborted = nullptr;
   int abortFd = -1;  // becomes readable on abort; wakes poll(2)
+  // Set when send, recv and scratch are GPU memory: connections[peer] then
+  // move GPU memory too. runJobs returns once the device ran the job's work.
+  DeviceWork gpu;
 };
 
 // Runs every job to completion (all together, so that the calls of a group

@@ -1,0 +1,252 @@
+// Every algorithm of every collective, run by the progress engine as GPU
+// jobs (Job::gpu) over cuda_ipc connections, in 2 to 4 forked processes
+// that each have a stand-in device (fake_ipc_device.h): local steps queued
+// on the device, messages copied GPU to GPU through the peers' slots. Each
+// rank's result must equal, bit for bit, what the simulator computes for
+// the same schedules and inputs in host memory.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/fuse.h"
+#include "fake_ipc_device.h"
+#include "src/progress.h"
+#include "tests/harness/sim_network.h"
+#include "transports/cuda_ipc/cuda_ipc_connection.h"
+#include "transports/loopback/loopback_connection.h"
+#include "transports/stream_connection.h"
+#include "transports/tcp/socket_stream.h"
+
+namespace braid {
+namespace {
+
+using algo::CollectiveKind;
+using transport::cuda_ipc::CudaIpcConnection;
+using transport::cuda_ipc::DeviceMemory;
+using transport::cuda_ipc::FakeIpcDevice;
+
+struct Case {
+  const algo::Algorithm* algorithm;
+  int P;
+  size_t count;
+  DataType dtype;
+  RedOp op;
+  int root;
+};
+
+std::string describe(const Case& c) {
+  return strCat(algo::collectiveName(c.algorithm->kind), "/", c.algorithm->name, " P=", c.P,
+                " count=", c.count, " ", dataTypeName(c.dtype));
+}
+
+algo::CollectiveArgs argsFor(const Case& c, int rank) {
+  algo::CollectiveArgs a;
+  a.kind = c.algorithm->kind;
+  a.count = c.count;
+  a.dtype = c.dtype;
+  a.op = c.op;
+  a.root = c.root;
+  a.rank = rank;
+  a.nranks = c.P;
+  a.chunkBytes = 4096;  // pipelined in many chunks, each over several slots
+  return a;
+}
+
+// Inputs: small integers (as int32 or float32), different on every rank.
+void fillInput(const Case& c, int rank, uint8_t* data, size_t bytes) {
+  const size_t n = bytes / dataTypeSize(c.dtype);
+  for (size_t i = 0; i < n; ++i) {
+    const int v = static_cast<int>((i * 7 + static_cast<size_t>(rank) * 13) % 101) - 50;
+    if (c.dtype == DataType::kFloat32) {
+      const float f = static_cast<float>(v);
+      std::memcpy(data + i * 4, &f, 4);
+    } else {
+      const int32_t x = v;
+      std::memcpy(data + i * 4, &x, 4);
+    }
+  }
+}
+
+// One rank's run, in its own process: 0 when its result is `expected`,
+// else a code naming what failed.
+// Keeps the connections going until the parent says every rank is done:
+// a rank that left early would take its slots, which a peer that has not
+// finished its handshake still has to open.
+void stayUntilAllDone(std::vector<std::unique_ptr<transport::Connection>>& owned, int doneFd,
+                      int leaveFd) {
+  (void)!::write(doneFd, "x", 1);
+  pollfd leave{leaveFd, POLLIN, 0};
+  while (::poll(&leave, 1, 1) == 0)
+    for (auto& c : owned) (void)c->progress();
+}
+
+int runRank(const Case& c, int rank, const std::map<std::pair<int, int>, int>& fds,
+            const std::vector<uint8_t>& expected, int doneFd, int leaveFd) {
+  auto device = std::make_shared<FakeIpcDevice>();
+  // A slow stream: a local step run on the host instead of queued after the
+  // copies it depends on would read bytes that have not landed yet.
+  device->workDelay = std::chrono::microseconds(20);
+  std::vector<std::unique_ptr<transport::Connection>> owned;
+  std::vector<transport::Connection*> connections(c.P);
+  CudaIpcConnection::Options options;
+  options.slots = 3;
+  options.slotBytes = 1024;
+  for (int p = 0; p < c.P; ++p) {
+    if (p == rank) {
+      owned.push_back(std::make_unique<transport::LoopbackConnection>(rank));
+    } else {
+      const int fd = fds.at({rank, p});
+      auto control = std::make_unique<transport::StreamConnection>(
+          std::make_unique<tcp::SocketStream>(tcp::Fd(fd), p), p);
+      auto ipc = CudaIpcConnection::create(std::move(control), device, options);
+      if (!ipc.isOk()) {
+        (void)!::write(doneFd, "x", 1);
+        return 2;
+      }
+      owned.push_back(std::move(*ipc));
+    }
+    connections[p] = owned.back().get();
+  }
+  // On every way out, from here on.
+  struct Stay {
+    std::vector<std::unique_ptr<transport::Connection>>& owned;
+    int doneFd, leaveFd;
+    ~Stay() { stayUntilAllDone(owned, doneFd, leaveFd); }
+  } stay{owned, doneFd, leaveFd};
+  algo::CollectiveArgs args = argsFor(c, rank);
+  algo::Schedule schedule = c.algorithm->plan(args);
+  algo::fuseReceiveReductions(schedule);
+  const size_t sendBytes = algo::sendBufferBytes(args), recvBytes = algo::recvBufferBytes(args);
+  auto alloc = [&](size_t n) { return device->allocate(n == 0 ? 1 : n); };
+  auto send = alloc(sendBytes), recv = alloc(recvBytes), scratch = alloc(schedule.scratchBytes);
+  if (!send.isOk() || !recv.isOk() || !scratch.isOk()) return 3;
+  auto* sendData = static_cast<uint8_t*>((*send)->data());
+  auto* recvData = static_cast<uint8_t*>((*recv)->data());
+  fillInput(c, rank, sendData, sendBytes);
+  std::memset(recvData, 0xee, recvBytes);
+
+  Job job;
+  job.schedule = &schedule;
+  job.send = sendData;
+  job.recv = recvData;
+  job.scratch = static_cast<uint8_t*>((*scratch)->data());
+  job.dtype = c.dtype;
+  job.op = c.op;
+  job.nranks = c.P;
+  job.rank = rank;
+  job.connections = connections;
+  const uint64_t check =
+      CallSignature{static_cast<uint8_t>(c.algorithm->kind), c.dtype, c.op, c.root, c.count}.pack();
+  const uint64_t base = uint64_t{1} << 24;
+  job.tagFor = [base, check](bool, int, uint32_t k) { return transport::Tag{base | k, check}; };
+  job.tagsBelow = base + (uint64_t{1} << 24);
+  job.callName = describe(c);
+  job.timeoutSeconds = 30;
+  job.gpu.device = device.get();
+  if (Status s = runJobs(std::span<Job>(&job, 1)); !s.isOk()) {
+    fprintf(stderr, "rank %d: %s\n", rank, s.message().c_str());
+    return 4;
+  }
+  // The engine returned after the device ran everything: no synchronize here.
+  if (std::memcmp(recvData, expected.data(), recvBytes) != 0) {
+    size_t at = 0;
+    while (recvData[at] == expected[at]) ++at;
+    fprintf(stderr, "rank %d: %s differs from the simulator at byte %zu of %zu\n", rank,
+            describe(c).c_str(), at, recvBytes);
+    return 5;
+  }
+  if (device->copies.load() + device->combines.load() == 0 &&
+      c.algorithm->kind != CollectiveKind::kBarrier)
+    return 6;
+  return 0;
+}
+
+void runCase(const Case& c) {
+  SCOPED_TRACE(describe(c));
+  // What the simulator makes of the same schedules and inputs.
+  std::vector<algo::Schedule> plans;
+  std::vector<sim::RankMemory> memory(c.P);
+  for (int r = 0; r < c.P; ++r) {
+    algo::CollectiveArgs args = argsFor(c, r);
+    plans.push_back(c.algorithm->plan(args));
+    algo::fuseReceiveReductions(plans.back());
+    memory[r].send.resize(algo::sendBufferBytes(args));
+    memory[r].recv.assign(algo::recvBufferBytes(args), 0xee);
+    memory[r].scratch.resize(plans.back().scratchBytes);
+    fillInput(c, r, memory[r].send.data(), memory[r].send.size());
+  }
+  ASSERT_EQ(sim::run(plans, memory, c.dtype, c.op), "");
+
+  std::map<std::pair<int, int>, int> fds;
+  for (int a = 0; a < c.P; ++a)
+    for (int b = a + 1; b < c.P; ++b) {
+      int pair[2];
+      ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair), 0);
+      fds[{a, b}] = pair[0];
+      fds[{b, a}] = pair[1];
+    }
+  int done[2], leave[2];
+  ASSERT_EQ(::pipe(done), 0);
+  ASSERT_EQ(::pipe(leave), 0);
+  std::vector<pid_t> children;
+  for (int r = 0; r < c.P; ++r) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      for (auto& [key, fd] : fds)
+        if (key.first != r) ::close(fd);
+      ::close(done[0]);
+      ::close(leave[1]);
+      _exit(runRank(c, r, fds, memory[r].recv, done[1], leave[0]));
+    }
+    children.push_back(pid);
+  }
+  for (auto& [key, fd] : fds) ::close(fd);
+  ::close(done[1]);
+  ::close(leave[0]);
+  // Every rank done (or dead: the pipe then ends early), then all may leave.
+  char byte;
+  pollfd readable{done[0], POLLIN, 0};
+  for (int r = 0; r < c.P && ::poll(&readable, 1, 60000) == 1 && ::read(done[0], &byte, 1) == 1;
+       ++r) {
+  }
+  ::close(done[0]);
+  ::close(leave[1]);
+  for (int r = 0; r < c.P; ++r) {
+    int status = 0;
+    ASSERT_EQ(waitpid(children[r], &status, 0), children[r]);
+    ASSERT_TRUE(WIFEXITED(status)) << "rank " << r << " died";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "rank " << r;
+  }
+}
+
+TEST(CudaIpcJobs, EveryAlgorithmOfEveryCollectiveMatchesTheSimulator) {
+  int cases = 0;
+  for (const algo::Algorithm& a : algo::allAlgorithms()) {
+    if (a.kind == CollectiveKind::kSendRecv) continue;
+    for (int P : {2, 3, 4}) {
+      const size_t count = a.kind == CollectiveKind::kAllToAll ? 700 : 2500;
+      runCase({&a, P, count, DataType::kInt32, RedOp::kSum, P - 1});
+      ++cases;
+    }
+  }
+  EXPECT_GT(cases, 30);
+}
+
+TEST(CudaIpcJobs, FloatAverageAndMaxRunOnTheDevice) {
+  for (const algo::Algorithm& a : algo::allAlgorithms()) {
+    if (a.kind != CollectiveKind::kAllReduce) continue;
+    for (RedOp op : {RedOp::kAvg, RedOp::kMax}) runCase({&a, 3, 3001, DataType::kFloat32, op, 0});
+  }
+}
+
+}  // namespace
+}  // namespace braid
