@@ -316,6 +316,39 @@ TEST(CudaIpcOptions, SlotsOutsideTheLimitsAreRefused) {
   EXPECT_EQ(odd.status().code(), ErrorCode::kInvalidArgument);
 }
 
+TEST(CudaIpcShared, RecordsShareTheHostConnectionWithItsOwnMessages) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  auto hostA = controlEnd(fds[0], 1), hostB = controlEnd(fds[1], 0);
+  auto devA = std::make_shared<FakeIpcDevice>(), devB = std::make_shared<FakeIpcDevice>();
+  auto a = CudaIpcConnection::createShared(*hostA, 0xfe, devA, smallSlots());
+  auto b = CudaIpcConnection::createShared(*hostB, 0xfe, devB, smallSlots());
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  DeviceBuffer s(*devA, 30000), r(*devB, 30000);
+  s.fill(6);
+  std::vector<uint8_t> hostIn(5000, 0), hostOut(5000, 42);
+  // Host messages in channel 0 and GPU messages with the same tag values.
+  auto hs = hostA->postSend(hostOut.data(), hostOut.size(), Tag{1, 1});
+  auto gs = (*a)->postSend(s.data(), 30000, Tag{1, 1});
+  auto gr = (*b)->postRecv(r.data(), 30000, Tag{1, 1});
+  auto hr = hostB->postRecv(hostIn.data(), hostIn.size(), Tag{1, 1});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (bool pending = true; pending && std::chrono::steady_clock::now() < until;) {
+    (void)(*a)->progress();
+    (void)(*b)->progress();
+    pending = false;
+    for (const auto& q : {hs, gs, gr, hr}) pending = pending || q->state() == State::kPending;
+  }
+  for (const auto& q : {hs, gs, gr, hr}) ASSERT_EQ(q->state(), State::kDone);
+  EXPECT_TRUE(devB->synchronize().isOk());
+  EXPECT_TRUE(r.holds(6));
+  EXPECT_EQ(hostIn, hostOut);
+  // Nothing of the records is left for the host's own calls to find.
+  EXPECT_FALSE(hostB->unclaimed(0, ~uint64_t{0} >> 8).has_value());
+  a->reset();
+  b->reset();
+}
+
 // Two processes, each with its own stand-in device: the handles cross a
 // process boundary, as CUDA IPC handles do.
 TEST(CudaIpcProcesses, TwoProcessesExchangeAndReduce) {

@@ -21,21 +21,46 @@ uint64_t channelBase(uint64_t tag) {
 
 }  // namespace
 
-Result<std::unique_ptr<CudaIpcConnection>> CudaIpcConnection::create(
-    std::unique_ptr<Connection> control, std::shared_ptr<IpcDevice> device, Options options) {
-  if (options.slots < 1 || options.slots > kMaxSlots || options.slotBytes == 0 ||
+namespace {
+
+Status checkOptions(const CudaIpcConnection::Options& options) {
+  if (options.slots < 1 || options.slots > CudaIpcConnection::kMaxSlots || options.slotBytes == 0 ||
       options.slotBytes % 16 != 0)
     return invalidArgument(strCat("cuda_ipc: ", options.slots, " slots of ", options.slotBytes,
-                                  " bytes (1 to ", kMaxSlots, " slots, a multiple of 16 bytes)"));
-  std::unique_ptr<CudaIpcConnection> c(
-      new CudaIpcConnection(std::move(control), std::move(device), options));
-  BRAID_RETURN_IF_ERROR(c->startHandshake());
-  return c;
+                                  " bytes (1 to ", CudaIpcConnection::kMaxSlots,
+                                  " slots, a multiple of 16 bytes)"));
+  return Status::ok();
 }
 
-CudaIpcConnection::CudaIpcConnection(std::unique_ptr<Connection> control,
-                                     std::shared_ptr<IpcDevice> device, Options options)
-    : control_(std::move(control)), device_(std::move(device)), options_(options) {}
+}  // namespace
+
+Result<std::unique_ptr<CudaIpcConnection>> CudaIpcConnection::create(
+    std::unique_ptr<Connection> control, std::shared_ptr<IpcDevice> device, Options options) {
+  BRAID_RETURN_IF_ERROR(checkOptions(options));
+  Connection& c = *control;
+  std::unique_ptr<CudaIpcConnection> ipc(
+      new CudaIpcConnection(c, std::move(control), 0, std::move(device), options));
+  BRAID_RETURN_IF_ERROR(ipc->startHandshake());
+  return ipc;
+}
+
+Result<std::unique_ptr<CudaIpcConnection>> CudaIpcConnection::createShared(
+    Connection& control, uint8_t channel, std::shared_ptr<IpcDevice> device, Options options) {
+  BRAID_RETURN_IF_ERROR(checkOptions(options));
+  std::unique_ptr<CudaIpcConnection> ipc(
+      new CudaIpcConnection(control, nullptr, channel, std::move(device), options));
+  BRAID_RETURN_IF_ERROR(ipc->startHandshake());
+  return ipc;
+}
+
+CudaIpcConnection::CudaIpcConnection(Connection& control, std::unique_ptr<Connection> owned,
+                                     uint8_t channel, std::shared_ptr<IpcDevice> device,
+                                     Options options)
+    : ownedControl_(std::move(owned)),
+      control_(&control),
+      channelBits_(uint64_t{channel} << 56),
+      device_(std::move(device)),
+      options_(options) {}
 
 CudaIpcConnection::~CudaIpcConnection() {
   // Queued copies may still read or write the slots: let them finish before
@@ -58,8 +83,10 @@ Status CudaIpcConnection::startHandshake() {
     filled_.push_back(std::move(filled));
     drained_.push_back(std::move(drained));
   }
-  helloReceived_ = control_->postRecv(&peerHello_, sizeof(peerHello_), Tag{kHelloTag, kHelloMagic});
-  helloSent_ = control_->postSend(&hello_, sizeof(hello_), Tag{kHelloTag, kHelloMagic});
+  helloReceived_ = control_->postRecv(&peerHello_, sizeof(peerHello_),
+                                      Tag{channelBits_ | kHelloTag, kHelloMagic});
+  helloSent_ =
+      control_->postSend(&hello_, sizeof(hello_), Tag{channelBits_ | kHelloTag, kHelloMagic});
   return Status::ok();
 }
 
@@ -94,16 +121,16 @@ void CudaIpcConnection::postRecordReceives() {
   while (recordsIn_.size() < kRecordsAhead) {
     recordsIn_.emplace_back();
     InRecord& in = recordsIn_.back();
-    in.request =
-        control_->postRecv(&in.record, sizeof(in.record), Tag{nextRecordIn_++, kRecordCheck});
+    in.request = control_->postRecv(&in.record, sizeof(in.record),
+                                    Tag{channelBits_ | nextRecordIn_++, kRecordCheck});
   }
 }
 
 Status CudaIpcConnection::sendRecord(const Record& record) {
   recordsOut_.push_back(OutRecord{record, nullptr});
   OutRecord& out = recordsOut_.back();
-  out.request =
-      control_->postSend(&out.record, sizeof(out.record), Tag{nextRecordOut_++, kRecordCheck});
+  out.request = control_->postSend(&out.record, sizeof(out.record),
+                                   Tag{channelBits_ | nextRecordOut_++, kRecordCheck});
   return Status::ok();
 }
 

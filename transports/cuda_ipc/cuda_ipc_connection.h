@@ -58,6 +58,13 @@ class CudaIpcConnection final : public Connection {
   static Result<std::unique_ptr<CudaIpcConnection>> create(std::unique_ptr<Connection> control,
                                                            std::shared_ptr<IpcDevice> device,
                                                            Options options);
+  // The same over a connection that also carries other messages (the host
+  // connection to the same peer): the records use only tag channel
+  // `channel`, which nothing else may use. `control` must outlive this.
+  static Result<std::unique_ptr<CudaIpcConnection>> createShared(Connection& control,
+                                                                 uint8_t channel,
+                                                                 std::shared_ptr<IpcDevice> device,
+                                                                 Options options);
   ~CudaIpcConnection() override;
 
   RequestPtr postSend(const void* data, size_t bytes, Tag tag) override;
@@ -125,8 +132,8 @@ class CudaIpcConnection final : public Connection {
     RequestPtr request;
   };
 
-  CudaIpcConnection(std::unique_ptr<Connection> control, std::shared_ptr<IpcDevice> device,
-                    Options options);
+  CudaIpcConnection(Connection& control, std::unique_ptr<Connection> owned, uint8_t channel,
+                    std::shared_ptr<IpcDevice> device, Options options);
   Status startHandshake();
   Status finishHandshake();
   Status sendRecord(const Record& record);
@@ -144,7 +151,9 @@ class CudaIpcConnection final : public Connection {
   uint8_t* slot(uint32_t k) const;
   uint8_t* peerSlot(uint32_t k) const;
 
-  std::unique_ptr<Connection> control_;
+  std::unique_ptr<Connection> ownedControl_;
+  Connection* const control_;
+  const uint64_t channelBits_;  // of every record's tag
   std::shared_ptr<IpcDevice> device_;
   const Options options_;
 
@@ -158,7 +167,8 @@ class CudaIpcConnection final : public Connection {
   std::unique_ptr<DeviceMemory> peerPool_;
   std::vector<std::unique_ptr<DeviceEvent>> peerFilled_, peerDrained_;
 
-  // Records: tags 1, 2, ... in each direction after the hello (tag 0).
+  // Records: tags 1, 2, ... in each direction after the hello (tag 0), in
+  // channel channelBits_.
   uint64_t nextRecordOut_ = 1, nextRecordIn_ = 1;
   std::deque<OutRecord> recordsOut_;
   struct InRecord {
