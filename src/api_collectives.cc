@@ -80,14 +80,53 @@ std::function<Status(const Operation&)> runOn(braid::HostStream* host) {
   };
 }
 
-// Runs `o`, whose send or recv is on a GPU, on host copies of its buffers:
-// now, or on the stream's thread (after the calls queued before it); or
-// refuses it.
+// The GPU whose device memory holds every buffer `o` uses, when the call
+// can run as GPU jobs on it (Communicator::gpuJobsPossible); else -1, and
+// the call is staged through host memory.
+int gpuJobOrdinal(const Operation& o, braidComm_t comm, const braid::BufferMemory& sendMemory,
+                  const braid::BufferMemory& recvMemory) {
+  if (o.args.kind == CollectiveKind::kSendRecv || !comm->comm->gpuJobsPossible()) return -1;
+  const GpuPlacement p = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
+  auto deviceOf = [](const braid::BufferMemory& m) {
+    return m.kind == braid::MemoryKind::kDevice ? m.device : -1;
+  };
+  int ordinal = -1;
+  if (p.sendBytes > 0) ordinal = deviceOf(sendMemory);
+  if (p.recvBytes > 0) {
+    const int recvOrdinal = deviceOf(recvMemory);
+    if (p.sendBytes > 0 && recvOrdinal != ordinal) return -1;
+    ordinal = recvOrdinal;
+  }
+  return ordinal;
+}
+
+// Runs `o` as GPU jobs on GPU `ordinal` (src/gpu_path.h), after the work
+// the caller queued on that GPU before the call.
+Status runGpuJobs(Operation o, int ordinal, braid::Communicator& comm, int streamIndex) {
+  o.gpuOrdinal = ordinal;
+  const void* buffer = o.send ? o.send : o.recv;
+  if (buffer) BRAID_RETURN_IF_ERROR(braid::waitForGpuWork(buffer, "waiting for the GPU"));
+  return comm.run({&o, 1}, streamIndex);
+}
+
+// Runs `o`, whose send or recv is on a GPU, as GPU jobs or on host copies of
+// its buffers: now, or on the stream's thread (after the calls queued before
+// it); or refuses it.
 Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
                     const braid::BufferMemory& sendMemory, const braid::BufferMemory& recvMemory) {
   if (!braid::gpuStagingBuilt() || braid::api::groupOpen())
     return onGpu(sendMemory) ? refuseGpuMemory("sendbuff", sendMemory)
                              : refuseGpuMemory("recvbuff", recvMemory);
+  if (const int ordinal = gpuJobOrdinal(o, comm, sendMemory, recvMemory); ordinal >= 0) {
+    if (stream == nullptr) return runGpuJobs(std::move(o), ordinal, *comm->comm, 0);
+    BRAID_RETURN_IF_ERROR(checkStreamOfComm(comm, stream));
+    braid::HostStream* host = stream->stream.get();  // outlives its queued tasks
+    host->enqueueTask([=, o = std::move(o)](const Status& earlier) -> Status {
+      if (!earlier.isOk()) return Status::ok();  // as a call after a failure: not run
+      return runGpuJobs(o, ordinal, host->communicator(), host->index());
+    });
+    return Status::ok();
+  }
   const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
   if (stream == nullptr)
     return runStaged(
@@ -111,8 +150,17 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   if (braid::api::groupOpen())
     return braid::notSupported(
         "calls on a CUDA stream (braidStreamCreateFromCuda) inside a group: not yet");
-  const GpuPlacement placement = placementOf(o, o.send && onGpu(braid::memoryKindOf(o.send)),
-                                             o.recv && onGpu(braid::memoryKindOf(o.recv)));
+  const braid::BufferMemory sendMemory =
+      o.send ? braid::memoryKindOf(o.send) : braid::BufferMemory{};
+  const braid::BufferMemory recvMemory =
+      o.recv ? braid::memoryKindOf(o.recv) : braid::BufferMemory{};
+  const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
+  // As GPU jobs, with no wait for the GPU: the bridge has the CUDA stream's
+  // earlier work done when the call runs (and waiting for the whole GPU
+  // would wait for the CUDA stream, which waits for the call).
+  const int ordinal = (placement.sendOnGpu || placement.recvOnGpu)
+                          ? gpuJobOrdinal(o, comm, sendMemory, recvMemory)
+                          : -1;
   std::shared_ptr<braid::CudaStreamBridge> bridge = stream->cuda;
   BRAID_ASSIGN_OR_RETURN(braid::CudaStreamBridge::Gate gate, bridge->hold());
   braid::HostStream* host = stream->stream.get();  // outlives its queued tasks
@@ -120,7 +168,13 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
     Status outcome = Status::ok();
     if (earlier.isOk()) {
       outcome = bridge->awaitReached(gate, host->communicator().timeout());
-      if (outcome.isOk()) outcome = runStaged(o, placement, *bridge, runOn(host));
+      if (outcome.isOk() && ordinal >= 0) {
+        Operation onGpu = o;
+        onGpu.gpuOrdinal = ordinal;
+        outcome = host->communicator().run({&onGpu, 1}, host->index());
+      } else if (outcome.isOk()) {
+        outcome = runStaged(o, placement, *bridge, runOn(host));
+      }
     }
     bridge->release(gate);  // after a failure too: the CUDA stream must not hang
     return outcome;

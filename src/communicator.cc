@@ -280,6 +280,14 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
     job.pureSpinSeconds = pureSpinSeconds_;
     job.aborted = &aborted_;
     job.abortFd = abortFd_;
+    GpuPath* gpu = nullptr;
+    if (op.gpuOrdinal >= 0) {
+      if (ops.size() > 1 || op.args.kind == algo::CollectiveKind::kSendRecv)
+        return notSupported(strCat(op.name, ": GPU jobs run one collective at a time"));
+      BRAID_ASSIGN_OR_RETURN(gpu, gpuPathFor(op.gpuOrdinal));
+      job.connections = gpu->connections();
+      job.gpu = gpu->work();
+    }
     CallSignature signature{static_cast<uint8_t>(op.args.kind), op.args.dtype, op.args.op,
                             op.args.root, op.args.count};
     const uint64_t check = signature.pack();
@@ -322,7 +330,9 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       lastAlgorithm_[static_cast<size_t>(op.args.kind)].store(algorithm, std::memory_order_relaxed);
       BRAID_TRACE("rank ", rank_, ": ", job.callName, " ", signature.describe(), " algorithm ",
                   algorithm->name, " stream ", streamIndex, " steps ", schedule->steps.size());
-      if (schedule->scratchBytes > 0) {
+      if (schedule->scratchBytes > 0 && gpu) {
+        BRAID_ASSIGN_OR_RETURN(job.scratch, gpu->scratch(streamIndex, schedule->scratchBytes));
+      } else if (schedule->scratchBytes > 0) {
         std::vector<uint8_t>* scratch = &st.scratch;
         if (scratchTaken) scratch = &extraScratch->emplace_back();
         scratchTaken = true;
@@ -420,7 +430,34 @@ Status Communicator::runOnBoard(const Operation& op) {
   return s;
 }
 
+bool Communicator::gpuJobsPossible() const {
+  return GpuPath::built() && config_.cudaIpc && nranks_ > 1 && ranksOnHostOf(rank_) == nranks_;
+}
+
+Result<GpuPath*> Communicator::gpuPathFor(int deviceOrdinal) {
+  std::lock_guard lock(gpuPathMutex_);
+  if (!gpuPath_) {
+    const size_t slotBytes = std::max<size_t>(4096, (config_.chunkBytes + 15) / 16 * 16);
+    auto made = GpuPath::create(rank_, deviceOrdinal, connections_, slotBytes);
+    if (!made.isOk()) {
+      // The peers are about to wait for this rank's slots: tell them why
+      // they never come, rather than let them time out.
+      const Status why(made.status().code(),
+                       strCat("rank ", rank_, " cannot run GPU jobs: ", made.status().message()));
+      for (int p = 0; p < nranks_; ++p)
+        if (p != rank_) connections_[p]->abort(why);
+      return why;
+    }
+    gpuPath_ = std::move(*made);
+  }
+  if (gpuPath_->deviceOrdinal() != deviceOrdinal)
+    return notSupported(strCat("buffers on GPU ", deviceOrdinal, " after calls on GPU ",
+                               gpuPath_->deviceOrdinal(), ": a rank uses one GPU"));
+  return gpuPath_.get();
+}
+
 Status Communicator::run(std::span<const Operation> ops, int streamIndex) {
+  if (ops.size() == 1 && ops[0].gpuOrdinal >= 0) return runPlain(ops, streamIndex);
   if (board_ && streamIndex == 0 && ops.size() == 1 && !ops[0].algorithm &&
       BoardCollectives::serves(ops[0].args) && !selector_.forces(ops[0].args.kind))
     return runOnBoard(ops[0]);

@@ -18,6 +18,7 @@
 #include "src/bootstrap.h"
 #include "src/common/env.h"
 #include "src/common/status.h"
+#include "src/gpu_path.h"
 #include "src/online_tuner.h"
 #include "src/progress.h"
 #include "src/selector.h"
@@ -39,6 +40,9 @@ struct Operation {
   std::string name;  // "braidAllReduce"
   // The algorithm to use; null: the selector's choice.
   const algo::Algorithm* algorithm = nullptr;
+  // >= 0: send and recv are memory of this GPU, and the call runs as GPU
+  // jobs (src/gpu_path.h); only where gpuJobsPossible().
+  int gpuOrdinal = -1;
 };
 
 // A Send or Recv of raw bytes, for braid's own traffic (split, link probe).
@@ -92,6 +96,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   int coresOnHostOf(int rank) const { return hostShares_[rank].cores; }
   // "shm", "tcp" or "self": what carries messages to `peer` (static string).
   const char* transportTo(int peer) const { return transportNames_[peer]; }
+  // Whether collectives on GPU device memory run as GPU jobs over cuda_ipc:
+  // a CUDA build, BRAID_CUDA_IPC=1, two or more ranks, all on this host.
+  // Every rank reaches the same verdict.
+  bool gpuJobsPossible() const;
 
  private:
   Communicator(int rank, int nranks, Config config);
@@ -133,6 +141,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // (a few collectives of its own; every rank reaches the same verdict).
   Status setUpBoard();
   Status runOnBoard(const Operation& op);
+  // The GPU path for calls on GPU `deviceOrdinal`, made at the first; one
+  // GPU per rank.
+  Result<GpuPath*> gpuPathFor(int deviceOrdinal);
 
   // Builds the jobs of `ops` (caller holds the stream's order lock).
   Status prepare(std::span<const Operation> ops, int streamIndex, std::vector<Job>* jobs,
@@ -147,8 +158,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<tcp::TcpTransport> tcp_;
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;  // by rank
-  std::vector<const char*> transportNames_;          // by rank
-  std::vector<topo::HostShare> hostShares_;          // by rank
+  // GPU jobs' device and connections, made at the first (after owned_: its
+  // connections use those, so it goes first).
+  std::mutex gpuPathMutex_;
+  std::unique_ptr<GpuPath> gpuPath_;
+  std::vector<const char*> transportNames_;  // by rank
+  std::vector<topo::HostShare> hostShares_;  // by rank
   // Whether calls time the model's shortlist and keep the fastest
   // (BRAID_TUNE=measure).
   bool measureAlgorithms_ = false;

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "braid_config.h"
-#include "src/common/strcat.h"
 #include "src/common/cuda_driver.h"
+#include "src/common/strcat.h"
 
 namespace braid {
 namespace {
@@ -119,6 +119,10 @@ bool encloses(const void* outer, size_t outerBytes, const void* inner, size_t in
 }
 
 }  // namespace
+
+Status waitForGpuWork(const void* gpu, const char* what) {
+  return inContextOf(gpu, what, Wait::kBefore, [](const Driver&) { return kCudaSuccess; });
+}
 
 GpuCopies& contextOrderedCopies() {
   static ContextOrderedCopies copies;

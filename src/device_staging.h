@@ -39,6 +39,11 @@ class GpuCopies {
 // after (toGpu) it.
 GpuCopies& contextOrderedCopies();
 
+// Waits for all work queued on the context that owns `gpu` (every stream):
+// what the caller queued before a call on stream NULL has written its
+// buffers when this returns.
+Status waitForGpuWork(const void* gpu, const char* what);
+
 // The driver's error `result` of `what` as a Status with the code of
 // braidUnhandledCudaError and CUDA's message.
 Status cudaDriverError(int result, const std::string& what);

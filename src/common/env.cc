@@ -45,6 +45,9 @@ constexpr EnvParam kParams[] = {
      "1: when every rank shares one host, AllReduce of up to 48 bytes and Barrier run through one "
      "shared board of cache lines (unless BRAID_ALGO forces their algorithm); 0: through the "
      "algorithms like any call."},
+    {"BRAID_CUDA_IPC", "1",
+     "1: collectives whose buffers are GPU device memory, among ranks that all share one host, "
+     "move GPU to GPU through CUDA IPC and reduce on the GPU; 0: staged through host memory."},
     {"BRAID_IB_HCA", "",
      "RDMA devices and ports to use: mlx5_0:1,mlx5_1 (names are prefixes unless they start with "
      "=), or ^mlx5_2 to leave some out; default: the first active port."},
@@ -250,6 +253,11 @@ Result<Config> loadConfig() {
     if (b != "0" && b != "1")
       return invalidArgument(strCat("BRAID_SHM_BOARD='", b, "' is neither 0 nor 1"));
     config.shmBoard = b == "1";
+  }
+  if (std::string b = envString("BRAID_CUDA_IPC"); !b.empty()) {
+    if (b != "0" && b != "1")
+      return invalidArgument(strCat("BRAID_CUDA_IPC='", b, "' is neither 0 nor 1"));
+    config.cudaIpc = b == "1";
   }
   if (std::string v = envString("BRAID_LINK_ALPHA_US"); !v.empty())
     BRAID_RETURN_IF_ERROR(

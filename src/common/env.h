@@ -61,6 +61,7 @@ struct Config {
   int ibTimeout = 18;    // BRAID_IB_TIMEOUT: 4.096 us * 2^value per attempt
   int ibRetryCount = 7;  // BRAID_IB_RETRY_CNT
   bool shmBoard = true;  // BRAID_SHM_BOARD: tiny AllReduce and Barrier through one board
+  bool cudaIpc = true;   // BRAID_CUDA_IPC: GPU buffers GPU to GPU among the ranks of one host
   // Cost model figures; 0 = measured at init.
   double linkAlphaMicroseconds = 0;     // BRAID_LINK_ALPHA_US
   double linkGigabytesPerSecond = 0;    // BRAID_LINK_GBPS

@@ -1,0 +1,102 @@
+#include "src/gpu_path.h"
+
+#include <cstring>
+
+#include "braid_config.h"
+#include "src/common/strcat.h"
+#include "transports/cuda_ipc/cuda_ipc_connection.h"
+#include "transports/cuda_ipc/driver_ipc_device.h"
+#ifdef BRAID_HAVE_CUDA
+#include "src/cuda/device_reduce.h"
+#endif
+
+namespace braid {
+namespace {
+
+#ifdef BRAID_HAVE_CUDA
+// Combiner::applyOnDevice for a job's reductions: its datatype and op, the
+// local operand first or the incoming one, on the device's stream.
+Status reduceOnGpu(void* dst, const void* local, const void* incoming, size_t units,
+                   const void* context, void* stream) {
+  const Job& job = *static_cast<const Job*>(context);
+  return cuda::reduceOnDevice(dst, local, incoming, units, job.dtype, job.op, stream);
+}
+Status reduceIncomingFirstOnGpu(void* dst, const void* local, const void* incoming, size_t units,
+                                const void* context, void* stream) {
+  const Job& job = *static_cast<const Job*>(context);
+  return cuda::reduceOnDevice(dst, incoming, local, units, job.dtype, job.op, stream);
+}
+Status averageOnGpu(void* dst, const void* local, const void*, size_t units, const void* context,
+                    void* stream) {
+  const Job& job = *static_cast<const Job*>(context);
+  if (dst != local)
+    BRAID_RETURN_IF_ERROR(cuda::copyOnDevice(dst, local, units * dataTypeSize(job.dtype), stream));
+  return cuda::averageOnDevice(dst, units, job.dtype, job.nranks, stream);
+}
+#endif
+
+}  // namespace
+
+bool GpuPath::built() {
+#ifdef BRAID_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
+                                                 std::span<transport::Connection* const> host,
+                                                 size_t slotBytes) {
+  if (!built()) return notSupported("this build of braid moves host memory only");
+  std::unique_ptr<GpuPath> path(new GpuPath);
+  path->deviceOrdinal_ = deviceOrdinal;
+  BRAID_ASSIGN_OR_RETURN(auto device, transport::cuda_ipc::DriverIpcDevice::create(deviceOrdinal));
+  path->device_ = std::move(device);
+  transport::cuda_ipc::CudaIpcConnection::Options options;
+  options.slotBytes = slotBytes;
+  for (size_t p = 0; p < host.size(); ++p) {
+    if (static_cast<int>(p) == rank) {
+      path->connections_.push_back(host[p]);
+      continue;
+    }
+    BRAID_ASSIGN_OR_RETURN(auto ipc, transport::cuda_ipc::CudaIpcConnection::createShared(
+                                         *host[p], kCudaIpcChannel, path->device_, options));
+    path->connections_.push_back(ipc.get());
+    path->owned_.push_back(std::move(ipc));
+  }
+  return path;
+}
+
+GpuPath::~GpuPath() {
+  // The connections' queued copies end before their memory goes (each
+  // synchronizes); the scratch is freed after them.
+  owned_.clear();
+  (void)device_->synchronize();
+}
+
+DeviceWork GpuPath::work() const {
+  DeviceWork w;
+  w.device = device_.get();
+#ifdef BRAID_HAVE_CUDA
+  w.reduce = &reduceOnGpu;
+  w.reduceIncomingFirst = &reduceIncomingFirstOnGpu;
+  w.average = &averageOnGpu;
+#endif
+  return w;
+}
+
+Result<uint8_t*> GpuPath::scratch(int stream, size_t bytes) {
+  std::lock_guard lock(scratchMutex_);
+  Scratch& mine = scratch_[stream];
+  if (!mine.memory || mine.bytes < bytes) {
+    // The stream's earlier calls have ended, their device work with them
+    // (runJobs waits for it): the old memory is unused.
+    mine.memory.reset();
+    BRAID_ASSIGN_OR_RETURN(mine.memory, device_->allocate(bytes));
+    mine.bytes = bytes;
+  }
+  return static_cast<uint8_t*>(mine.memory->data());
+}
+
+}  // namespace braid

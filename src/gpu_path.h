@@ -1,0 +1,66 @@
+// Collectives whose buffers are GPU memory, among ranks that all share one
+// host: run by the progress engine as GPU jobs (Job::gpu) over cuda_ipc
+// connections, so the bytes go from GPU to GPU and the reductions run on
+// the GPU, never through host memory. Two or more processes on one GPU
+// work alike (each maps the others' slots; no kernel waits for another
+// process).
+//
+// One per communicator and GPU, made at the first such call: it opens the
+// GPU's primary context with a stream of its own, and a cuda_ipc
+// connection to every peer that shares the host connection to it (its
+// records in channel kCudaIpcChannel). The handshakes complete as the
+// first call progresses.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "src/progress.h"
+#include "transports/transport.h"
+
+namespace braid {
+
+// The tag channel of the cuda_ipc records on a host connection: above every
+// stream's (src/communicator.cc) and below StreamConnection's own (0xff).
+inline constexpr uint8_t kCudaIpcChannel = 0xfe;
+
+class GpuPath {
+ public:
+  // Whether this build runs collectives on GPU memory this way (a CUDA build).
+  static bool built();
+
+  // `host[p]` is the host connection to rank p (outlives the path); the own
+  // rank's entry stands in for its own place in connections().
+  static Result<std::unique_ptr<GpuPath>> create(int rank, int deviceOrdinal,
+                                                 std::span<transport::Connection* const> host,
+                                                 size_t slotBytes);
+  ~GpuPath();
+
+  int deviceOrdinal() const { return deviceOrdinal_; }
+  // By rank: cuda_ipc connections, and the own rank's host entry.
+  std::span<transport::Connection* const> connections() const { return connections_; }
+  // The device and its reductions, for a job's gpu field.
+  DeviceWork work() const;
+  // GPU memory of at least `bytes` for the scratch of calls on `stream`
+  // (each stream its own: their calls may run at once).
+  Result<uint8_t*> scratch(int stream, size_t bytes);
+
+ private:
+  GpuPath() = default;
+
+  int deviceOrdinal_ = -1;
+  std::shared_ptr<transport::cuda_ipc::IpcDevice> device_;
+  std::vector<std::unique_ptr<transport::Connection>> owned_;
+  std::vector<transport::Connection*> connections_;
+  struct Scratch {
+    size_t bytes = 0;
+    std::unique_ptr<transport::cuda_ipc::DeviceMemory> memory;
+  };
+  std::mutex scratchMutex_;
+  std::map<int, Scratch> scratch_;  // by stream
+};
+
+}  // namespace braid
