@@ -1,5 +1,6 @@
 #include "src/gpu_path.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "braid_config.h"
@@ -90,11 +91,14 @@ Result<uint8_t*> GpuPath::scratch(int stream, size_t bytes) {
   std::lock_guard lock(scratchMutex_);
   Scratch& mine = scratch_[stream];
   if (!mine.memory || mine.bytes < bytes) {
-    // The stream's earlier calls have ended, their device work with them
-    // (runJobs waits for it): the old memory is unused.
-    mine.memory.reset();
-    BRAID_ASSIGN_OR_RETURN(mine.memory, device_->allocate(bytes));
-    mine.bytes = bytes;
+    // The old memory is unused (runJobs waited for the device work of the
+    // stream's earlier calls) but freed only with the path: freeing GPU
+    // memory waits for the whole GPU, which a CUDA stream waiting for this
+    // very call may hold. Growth doubles, so little is kept.
+    BRAID_ASSIGN_OR_RETURN(auto grown, device_->allocate(std::max(bytes, 2 * mine.bytes)));
+    if (mine.memory) retired_.push_back(std::move(mine.memory));
+    mine.memory = std::move(grown);
+    mine.bytes = std::max(bytes, 2 * mine.bytes);
   }
   return static_cast<uint8_t*>(mine.memory->data());
 }

@@ -61,6 +61,7 @@ class GpuPath {
   };
   std::mutex scratchMutex_;
   std::map<int, Scratch> scratch_;  // by stream
+  std::vector<std::unique_ptr<transport::cuda_ipc::DeviceMemory>> retired_;
 };
 
 }  // namespace braid

@@ -209,15 +209,10 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
     if (!c.spilled && c.length > 0) --heldSlots_;
     BRAID_RETURN_IF_ERROR(consume(p, c, c.spilled ? u.spill.get() : nullptr));
   }
-  if (u.spill) {
-    // It must outlive the copies out of it, which are only queued.
-    constexpr size_t kSpillsKept = 4;
-    if (spillsInUse_.size() >= kSpillsKept) {
-      BRAID_RETURN_IF_ERROR(device_->synchronize());
-      spillsInUse_.clear();
-    }
-    spillsInUse_.push_back(std::move(u.spill));
-  }
+  // It must outlive the copies out of it, which are only queued; it is
+  // freed with the connection, not before: freeing GPU memory waits for the
+  // whole GPU, which may be held by a CUDA stream waiting for this call.
+  if (u.spill) spillsInUse_.push_back(std::move(u.spill));
   done = p.request->state() != Request::State::kPending;
   return Status::ok();
 }

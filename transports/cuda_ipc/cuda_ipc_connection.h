@@ -187,8 +187,8 @@ class CudaIpcConnection final : public Connection {
   std::map<uint64_t, uint64_t> dropping_;
   size_t heldSlots_ = 0;
   size_t spilledChunks_ = 0;
-  // Spills whose bytes were queued for copying out: kept until those copies
-  // surely ran (a device synchronize, done when a few have gathered).
+  // Spills whose bytes were queued for copying out: kept until the
+  // connection goes (see matchUnexpected).
   std::vector<std::unique_ptr<DeviceMemory>> spillsInUse_;
   std::array<uint64_t, 256> highestArrived_{};  // per channel, +1 (0 = none)
 };
