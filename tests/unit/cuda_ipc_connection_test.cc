@@ -4,6 +4,7 @@
 #include "transports/cuda_ipc/cuda_ipc_connection.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -354,6 +355,8 @@ TEST(CudaIpcShared, RecordsShareTheHostConnectionWithItsOwnMessages) {
 TEST(CudaIpcProcesses, TwoProcessesExchangeAndReduce) {
   int fds[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  int done[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, done), 0);
   const size_t count = 50000, bytes = count * 4;
   auto side = [&](int rank) -> int {
     auto device = std::make_shared<FakeIpcDevice>();
@@ -383,9 +386,17 @@ TEST(CudaIpcProcesses, TwoProcessesExchangeAndReduce) {
       if (t[i] != i + (1 - rank) * 7) return 14;
       if (u[i] != 2 * i + 7) return 15;
     }
-    // Both ends stay until both are done: a mapping of the peer's memory
-    // must not outlive the peer's copies into it.
-    return 0;
+    // Both ends stay, progressing, until both are done: the last credits
+    // are still on their way, and a mapping of the peer's memory must not
+    // outlive the peer's copies into it.
+    (void)!::write(done[rank], "x", 1);
+    pollfd other{done[rank], POLLIN, 0};
+    const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    // Errors are no news here: the peer may be gone already, after its byte.
+    while (::poll(&other, 1, 0) == 0 && std::chrono::steady_clock::now() < giveUp)
+      (void)(*c)->progress();
+    char byte;
+    return ::read(done[rank], &byte, 1) == 1 ? 0 : 16;
   };
   const pid_t child = fork();
   ASSERT_GE(child, 0);

@@ -156,7 +156,7 @@ int runRank(const Case& c, int rank, const std::map<std::pair<int, int>, int>& f
     return 4;
   }
   // The engine returned after the device ran everything: no synchronize here.
-  if (std::memcmp(recvData, expected.data(), recvBytes) != 0) {
+  if (recvBytes > 0 && std::memcmp(recvData, expected.data(), recvBytes) != 0) {
     size_t at = 0;
     while (recvData[at] == expected[at]) ++at;
     fprintf(stderr, "rank %d: %s differs from the simulator at byte %zu of %zu\n", rank,

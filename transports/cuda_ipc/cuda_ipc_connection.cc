@@ -344,8 +344,22 @@ Status CudaIpcConnection::pushSends(bool& moved) {
       }
       if (s.queued < s.bytes) return Status::ok();  // waits for credits
     }
-    s.request->complete();
+    // Done once its last record is written too (below): a rank that ends
+    // right after its last send must not take unwritten records with it.
+    sentAwaitingRecord_.push_back({s.request, recordsOut_.back().request});
     sends_.pop_front();
+    moved = true;
+  }
+  return Status::ok();
+}
+
+Status CudaIpcConnection::completeWrittenSends(bool& moved) {
+  while (!sentAwaitingRecord_.empty()) {
+    auto& [send, record] = sentAwaitingRecord_.front();
+    if (record->state() == Request::State::kPending) break;
+    if (record->state() == Request::State::kFailed) return record->error();
+    send->complete();
+    sentAwaitingRecord_.pop_front();
     moved = true;
   }
   return Status::ok();
@@ -395,6 +409,7 @@ Result<bool> CudaIpcConnection::progress() {
     auto again = control_->progress();
     if (!again.isOk()) status = again.status();
   }
+  if (status.isOk()) status = completeWrittenSends(moved);
   if (!status.isOk()) {
     failAll(status);
     return dead_;
@@ -428,6 +443,8 @@ void CudaIpcConnection::failAll(const Status& reason) {
   if (dead_.isOk()) dead_ = reason;
   for (auto& s : sends_) s.request->fail(dead_);
   sends_.clear();
+  for (auto& [send, record] : sentAwaitingRecord_) send->fail(dead_);
+  sentAwaitingRecord_.clear();
   for (auto& [tag, p] : posted_) p.request->fail(dead_);
   posted_.clear();
   control_->abort(reason);
@@ -439,6 +456,8 @@ void CudaIpcConnection::abort(const Status& reason) {
   dead_ = reason.isOk() ? remoteError("cuda_ipc: connection closed") : reason;
   for (auto& s : sends_) s.request->fail(dead_);
   sends_.clear();
+  for (auto& [send, record] : sentAwaitingRecord_) send->fail(dead_);
+  sentAwaitingRecord_.clear();
   for (auto& [tag, p] : posted_) p.request->fail(dead_);
   posted_.clear();
   control_->abort(reason);

@@ -21,7 +21,8 @@
 // on events, so processes that share one GPU without MPS take turns freely.
 //
 // Completion. A request is done once every copy it needs is queued on the
-// device's stream, not once the copies ran: work queued later on the same
+// device's stream (and, for a send, its last record is written to the host
+// connection), not once the copies ran: work queued later on the same
 // device (IpcDevice) sees the data, and a caller that reads the buffer from
 // the host must first synchronize the device. A send's buffer must not be
 // changed other than by work queued later on that device.
@@ -141,6 +142,7 @@ class CudaIpcConnection final : public Connection {
   Status handleRecord(const Record& record);
   Status chunkArrived(const Record& record);
   Status pushSends(bool& moved);
+  Status completeWrittenSends(bool& moved);
   // Queues the copy of `chunk` out of its slot (or spill) into `p` and
   // credits the slot; completes `p` when its last byte is queued.
   Status consume(PostedRecv& p, const Chunk& chunk, const DeviceMemory* spill);
@@ -178,6 +180,8 @@ class CudaIpcConnection final : public Connection {
   std::deque<InRecord> recordsIn_;
 
   std::deque<PendingSend> sends_;
+  // Sends whose copies are queued, each with the request of its last record.
+  std::deque<std::pair<RequestPtr, RequestPtr>> sentAwaitingRecord_;
   std::deque<uint32_t> freePeerSlots_;
   std::vector<bool> peerSlotWritten_;
   std::map<uint64_t, PostedRecv> posted_;
