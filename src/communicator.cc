@@ -33,6 +33,8 @@ topo::TransportSet builtTransports() {
 // channel = 2 * stream (+1 for point to point) must stay below 0xff, the
 // transports' own channel (goodbyes, acknowledgements).
 constexpr int kMaxStreams = Communicator::kPairProbeStream - 1;
+// The cuda_ipc records use the pair probe stream's point-to-point channel.
+static_assert(kCudaIpcChannel == 2 * Communicator::kPairProbeStream + 1);
 constexpr uint64_t kMaxMessagesPerPeer = uint64_t{1} << 24;
 
 // What lastAlgorithm() reports for a call that ran on the board.

@@ -23,9 +23,11 @@
 
 namespace braid {
 
-// The tag channel of the cuda_ipc records on a host connection: above every
-// stream's (src/communicator.cc) and below StreamConnection's own (0xff).
-inline constexpr uint8_t kCudaIpcChannel = 0xfe;
+// The tag channel of the cuda_ipc records on a host connection: the
+// point-to-point channel of the pair probe's stream, which only ever runs
+// collectives (src/communicator.cc checks the two agree). Every other
+// channel below StreamConnection's own (0xff) is some stream's.
+inline constexpr uint8_t kCudaIpcChannel = 0xfd;
 
 class GpuPath {
  public:

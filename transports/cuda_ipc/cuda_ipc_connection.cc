@@ -368,12 +368,11 @@ Status CudaIpcConnection::completeWrittenSends(bool& moved) {
 Result<bool> CudaIpcConnection::progress() {
   std::lock_guard lock(mutex_);
   if (!dead_.isOk()) return dead_;
+  // A host connection that just failed (the peer left) may still hold
+  // records that arrived before: they are handled first, so what the peer
+  // sent before it left is received.
   auto controlMoved = control_->progress();
-  if (!controlMoved.isOk()) {
-    failAll(controlMoved.status());
-    return dead_;
-  }
-  bool moved = *controlMoved;
+  bool moved = controlMoved.isOk() && *controlMoved;
   Status status = Status::ok();
   if (!ready_) {
     if (helloSent_->state() == Request::State::kFailed)
@@ -397,6 +396,7 @@ Result<bool> CudaIpcConnection::progress() {
     postRecordReceives();
     moved = true;
   }
+  if (status.isOk() && !controlMoved.isOk()) status = controlMoved.status();
   if (status.isOk() && ready_) status = pushSends(moved);
   while (status.isOk() && !recordsOut_.empty() &&
          recordsOut_.front().request->state() != Request::State::kPending) {
