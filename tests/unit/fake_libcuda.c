@@ -10,8 +10,15 @@
  * (CUDA_ERROR_INVALID_VALUE), as unregistered host memory is. Tests set the
  * range before any thread uses it. Contexts are per thread, as in CUDA.
  * Streams live in fake_libcuda_streams.c.
+ *
+ * Forked processes can share the one GPU (fakeCudaShareArena): a region
+ * the test maps shared before fork, at the same address in every process,
+ * becomes the device memory of all of them, each allocating from a part of
+ * its own, so that an address means the same bytes in every process, as
+ * CUDA IPC's mappings do (fake_libcuda_ipc.c).
  */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,11 +29,16 @@
 
 #include "fake_libcuda_internal.h"
 
+/* Read by braid's threads and the streams', set by the test's: accessed
+ * atomically. Still, a test changes them only while nothing copies, as
+ * they are not set as one. */
 static uintptr_t rangeBegin, rangeEnd;
 static int rangeDevice, rangeManaged;
-/* Counters: updated from braid's threads and the streams' too. */
+/* Counters: updated from braid's threads and the streams' too. copies
+ * counts every copy; hostDeviceCopies those between host and GPU memory
+ * (staging), deviceCopies those from GPU to GPU memory. */
 static unsigned long queries;
-static unsigned long copies, waits;
+static unsigned long copies, waits, hostDeviceCopies, deviceCopies;
 /* Copies made with a context pushed, as braid stages a GPU buffer; the perf
  * tests copy in the current context instead. */
 static unsigned long pushedCopies;
@@ -40,6 +52,7 @@ static int theContext;
 
 #define BUMP(counter) __atomic_add_fetch(&(counter), 1, __ATOMIC_RELAXED)
 #define READ(counter) __atomic_load_n(&(counter), __ATOMIC_RELAXED)
+#define WRITE(variable, value) __atomic_store_n(&(variable), (value), __ATOMIC_RELAXED)
 
 void* fakeContext(void) {
   return &theContext;
@@ -52,10 +65,16 @@ int fakeHasContext(void) {
 /* Marks [begin, begin + bytes) as memory of GPU `device`, managed or not;
  * bytes = 0 clears it. */
 void fakeCudaSetDeviceRange(void* begin, size_t bytes, int device, int managed) {
-  rangeBegin = (uintptr_t)begin;
-  rangeEnd = rangeBegin + bytes;
-  rangeDevice = device;
-  rangeManaged = managed;
+  WRITE(rangeBegin, (uintptr_t)begin);
+  WRITE(rangeEnd, (uintptr_t)begin + bytes);
+  WRITE(rangeDevice, device);
+  WRITE(rangeManaged, managed);
+}
+
+/* Whether [address, address + bytes) lies in the range of GPU memory. */
+static int inRange(unsigned long long address, size_t bytes) {
+  const uintptr_t begin = READ(rangeBegin), end = READ(rangeEnd);
+  return address >= begin && address <= end && bytes <= end - address;
 }
 
 /* How many copies to or from the range were made, and how many times a
@@ -65,6 +84,15 @@ unsigned long fakeCudaCopyCount(void) {
 }
 unsigned long fakeCudaWaitCount(void) {
   return READ(waits);
+}
+/* Of those copies: the ones between host and GPU memory (cuMemcpyDtoH,
+ * cuMemcpyHtoD and their Async forms), as staging makes; and the ones from
+ * GPU to GPU memory (cuMemcpyDtoDAsync), as the CUDA-IPC transport makes. */
+unsigned long fakeCudaHostDeviceCopyCount(void) {
+  return READ(hostDeviceCopies);
+}
+unsigned long fakeCudaDeviceToDeviceCopyCount(void) {
+  return READ(deviceCopies);
 }
 
 /* Contexts pushed and not popped: 0 between calls. */
@@ -85,7 +113,7 @@ unsigned long fakeCudaQueryCount(void) {
 int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
   BUMP(queries);
   if (data == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
-  if (ptr < rangeBegin || ptr >= rangeEnd) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (!inRange(ptr, 1)) return FAKE_CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
     case FAKE_CU_POINTER_ATTRIBUTE_CONTEXT:
       *(void**)data = &theContext;
@@ -95,10 +123,11 @@ int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
       *(unsigned int*)data = FAKE_CU_MEMORYTYPE_DEVICE;
       return FAKE_CUDA_SUCCESS;
     case FAKE_CU_POINTER_ATTRIBUTE_IS_MANAGED:
-      *(int*)data = rangeManaged; /* CU_POINTER_ATTRIBUTE_IS_MANAGED is a bool in an int */
+      /* CU_POINTER_ATTRIBUTE_IS_MANAGED is a bool in an int */
+      *(int*)data = READ(rangeManaged);
       return FAKE_CUDA_SUCCESS;
     case FAKE_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      *(int*)data = rangeDevice;
+      *(int*)data = READ(rangeDevice);
       return FAKE_CUDA_SUCCESS;
     default:
       return FAKE_CUDA_ERROR_INVALID_VALUE;
@@ -129,13 +158,25 @@ int cuCtxSynchronize(void) {
   return FAKE_CUDA_SUCCESS;
 }
 
-int fakeCheckCopy(unsigned long long device, size_t bytes) {
+static int checkAndCount(unsigned long long device, size_t bytes, int deviceToDevice) {
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
-  if (device < rangeBegin || device + bytes > rangeEnd) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (!inRange(device, bytes)) return FAKE_CUDA_ERROR_INVALID_VALUE;
   if (__atomic_load_n(&failCopies, __ATOMIC_RELAXED)) return FAKE_CUDA_ERROR_ILLEGAL_ADDRESS;
   BUMP(copies);
+  if (deviceToDevice)
+    BUMP(deviceCopies);
+  else
+    BUMP(hostDeviceCopies);
   if (contextDepth > 0) BUMP(pushedCopies);
   return FAKE_CUDA_SUCCESS;
+}
+
+int fakeCheckCopy(unsigned long long device, size_t bytes) {
+  return checkAndCount(device, bytes, 0);
+}
+
+int fakeCheckDeviceCopy(unsigned long long device, size_t bytes) {
+  return checkAndCount(device, bytes, 1);
 }
 
 /* The synchronous copies run on the legacy default stream, which first
@@ -161,25 +202,25 @@ int cuMemcpyHtoD_v2(unsigned long long device, const void* host, size_t bytes) {
 /* One GPU, with one context. */
 int cuInit(unsigned flags) {
   if (flags != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
-  initialized = 1;
+  WRITE(initialized, 1);
   return FAKE_CUDA_SUCCESS;
 }
 
 int cuDeviceGetCount(int* count) {
-  if (!initialized) return FAKE_CUDA_ERROR_NOT_INITIALIZED;
+  if (!READ(initialized)) return FAKE_CUDA_ERROR_NOT_INITIALIZED;
   *count = 1;
   return FAKE_CUDA_SUCCESS;
 }
 
 int cuDeviceGet(int* device, int ordinal) {
-  if (!initialized) return FAKE_CUDA_ERROR_NOT_INITIALIZED;
+  if (!READ(initialized)) return FAKE_CUDA_ERROR_NOT_INITIALIZED;
   if (ordinal != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
   *device = 0;
   return FAKE_CUDA_SUCCESS;
 }
 
 int cuDevicePrimaryCtxRetain(void** context, int device) {
-  if (!initialized) return FAKE_CUDA_ERROR_NOT_INITIALIZED;
+  if (!READ(initialized)) return FAKE_CUDA_ERROR_NOT_INITIALIZED;
   if (device != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
   *context = &theContext;
   return FAKE_CUDA_SUCCESS;
@@ -195,34 +236,100 @@ int cuCtxSetCurrent(void* context) {
   return FAKE_CUDA_SUCCESS;
 }
 
-/* Device memory: a bump allocator over an arena reserved at the first
- * allocation, which becomes the range of GPU memory. Freeing returns
- * nothing; a perf run allocates a few buffers per datatype. */
+/* Device memory: a bump allocator over an arena, which becomes the range
+ * of GPU memory: one of this process reserved at the first allocation, or
+ * the region shared among forked processes (fakeCudaShareArena). Freeing
+ * returns nothing; a perf run allocates a few buffers per datatype. The
+ * allocator serves braid's threads and the test's at once. */
 enum { FAKE_ARENA_BYTES = 1 << 30, FAKE_ALIGNMENT = 256 };
+static pthread_mutex_t arenaLock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char* arena;
-static size_t arenaUsed;
+static size_t arenaBytes, arenaFirst, arenaUsed;
+/* The shared region, [sharedBegin, sharedEnd), or 0 and 0: set by
+ * fakeCudaShareArena, read by the IPC calls' threads. */
+static uintptr_t sharedBegin, sharedEnd;
+
+/* Makes [base, base + bytes), mapped MAP_SHARED before fork at the same
+ * address in every process, the memory of GPU 0 in this process, with its
+ * allocations made from base + firstAllocation on: each process its own
+ * part, the test keeping the parts apart (an allocation may run up to the
+ * region's end). While it is set, memory and events in it are shared with
+ * the other processes (fake_libcuda_ipc.c). base NULL ends the sharing and
+ * clears the range; memory of a private arena made earlier is no longer
+ * GPU memory either way. */
+void fakeCudaShareArena(void* base, size_t bytes, size_t firstAllocation) {
+  pthread_mutex_lock(&arenaLock);
+  if (base == NULL) {
+    arena = NULL;
+    arenaBytes = arenaFirst = arenaUsed = 0;
+    WRITE(sharedBegin, 0);
+    WRITE(sharedEnd, 0);
+    fakeCudaSetDeviceRange(NULL, 0, 0, 0);
+  } else {
+    arena = base;
+    arenaBytes = bytes;
+    /* Past the end: every allocation fails, as on a full GPU. */
+    arenaFirst = arenaUsed = firstAllocation < bytes ? firstAllocation : bytes;
+    WRITE(sharedBegin, (uintptr_t)base);
+    WRITE(sharedEnd, (uintptr_t)base + bytes);
+    fakeCudaSetDeviceRange(base, bytes, 0, 0);
+  }
+  pthread_mutex_unlock(&arenaLock);
+}
+
+int fakeInSharedArena(unsigned long long address, size_t bytes) {
+  const uintptr_t begin = READ(sharedBegin), end = READ(sharedEnd);
+  return begin != 0 && address >= begin && address <= end && bytes <= end - address;
+}
+
+/* `bytes` of the arena aligned to `alignment` (a power of two), or NULL. */
+static void* carve(size_t bytes, size_t alignment, int sharedOnly) {
+  void* carved = NULL;
+  pthread_mutex_lock(&arenaLock);
+  if (arena == NULL && !sharedOnly) {
+    void* memory = mmap(NULL, FAKE_ARENA_BYTES, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory != MAP_FAILED) {
+      arena = memory;
+      arenaBytes = FAKE_ARENA_BYTES;
+      arenaFirst = arenaUsed = 0;
+      fakeCudaSetDeviceRange(arena, FAKE_ARENA_BYTES, 0, 0);
+    }
+  }
+  if (arena != NULL && (!sharedOnly || READ(sharedBegin) != 0)) {
+    const size_t start = (arenaUsed + alignment - 1) & ~(alignment - 1);
+    const size_t rounded = (bytes + alignment - 1) & ~(alignment - 1);
+    if (start <= arenaBytes && rounded <= arenaBytes - start) {
+      carved = arena + start;
+      arenaUsed = start + rounded;
+    }
+  }
+  pthread_mutex_unlock(&arenaLock);
+  return carved;
+}
+
+void* fakeSharedCarve(size_t bytes, int* shared) {
+  *shared = READ(sharedBegin) != 0;
+  /* A cache line each: states polled by one process and written by another
+   * do not share one. */
+  return *shared ? carve(bytes, 64, 1) : NULL;
+}
 
 int cuMemAlloc_v2(unsigned long long* device, size_t bytes) {
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (device == NULL || bytes == 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
-  if (arena == NULL) {
-    void* memory = mmap(NULL, FAKE_ARENA_BYTES, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (memory == MAP_FAILED) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
-    arena = memory;
-    fakeCudaSetDeviceRange(arena, FAKE_ARENA_BYTES, 0, 0);
-  }
-  size_t rounded = (bytes + FAKE_ALIGNMENT - 1) / FAKE_ALIGNMENT * FAKE_ALIGNMENT;
-  if (rounded > FAKE_ARENA_BYTES - arenaUsed) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
-  *device = (unsigned long long)(uintptr_t)(arena + arenaUsed);
-  arenaUsed += rounded;
+  void* memory = carve(bytes, FAKE_ALIGNMENT, 0);
+  if (memory == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  *device = (unsigned long long)(uintptr_t)memory;
   return FAKE_CUDA_SUCCESS;
 }
 
 int cuMemFree_v2(unsigned long long device) {
-  if (arena == NULL || device < (uintptr_t)arena || device >= (uintptr_t)arena + arenaUsed)
-    return FAKE_CUDA_ERROR_INVALID_VALUE;
-  return FAKE_CUDA_SUCCESS;
+  pthread_mutex_lock(&arenaLock);
+  const int known = arena != NULL && device >= (uintptr_t)(arena + arenaFirst) &&
+                    device < (uintptr_t)(arena + arenaUsed);
+  pthread_mutex_unlock(&arenaLock);
+  return known ? FAKE_CUDA_SUCCESS : FAKE_CUDA_ERROR_INVALID_VALUE;
 }
 
 int cuGetErrorString(int error, const char** text) {
@@ -244,6 +351,9 @@ int cuGetErrorString(int error, const char** text) {
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_ILLEGAL_ADDRESS:
       *text = "an illegal memory access was encountered";
+      return FAKE_CUDA_SUCCESS;
+    case FAKE_CUDA_ERROR_INVALID_HANDLE:
+      *text = "invalid resource handle";
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_NOT_READY:
       *text = "device not ready";

@@ -35,9 +35,21 @@ int cuLaunchHostFunc(void* stream, void (*function)(void*), void* argument);
 void* fakeContext(void);
 /* Whether the calling thread has a context (pushed or current). */
 int fakeHasContext(void);
-/* Checks a copy touching [device, device + bytes) of GPU memory, made by
- * the calling thread, and counts it. */
+/* Checks a copy between host memory and [device, device + bytes) of GPU
+ * memory, made by the calling thread, and counts it. */
 int fakeCheckCopy(unsigned long long device, size_t bytes);
+/* The same for a copy from GPU memory to [device, device + bytes). */
+int fakeCheckDeviceCopy(unsigned long long device, size_t bytes);
+/* Whether [address, address + bytes) lies in the arena shared among
+ * processes (fakeCudaShareArena), which every one of them maps at the same
+ * address. */
+int fakeInSharedArena(unsigned long long address, size_t bytes);
+/* `bytes` of memory from this process's part of that arena, never freed,
+ * or NULL; `shared` says whether an arena is shared (NULL then: it is
+ * full). */
+void* fakeSharedCarve(size_t bytes, int* shared);
+/* Puts a stream in a kernel's sticky error (fake_libcuda_streams.c). */
+void fakeCudaFailStream(void* stream);
 /* Whether some stream (only blocking ones, if blockingOnly) is held by a
  * wait for a value. */
 int fakeStreamsWaitingOnValue(int blockingOnly);

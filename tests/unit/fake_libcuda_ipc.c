@@ -1,25 +1,34 @@
 /* Interprocess memory and events of the stand-in CUDA driver, and the
  * stream work that goes with them (device-to-device copies, event records
- * and waits), enough to run the CUDA-IPC transport's device in one process.
+ * and waits), enough to run the CUDA-IPC transport's device in one process,
+ * or in forked processes that share an arena (fakeCudaShareArena).
  *
  * A memory handle names an allocation's address and the process that
  * exported it; opening it in that same process gives the same address back
- * (CUDA refuses that, but here every "peer" shares the one process), and any
- * other process is refused. An event's handle names the event's state,
- * which every event opened from it shares, as processes share a CUDA event.
+ * (CUDA refuses that, but here every "peer" may share the one process).
+ * Another process's handle opens only when it names memory of the shared
+ * arena, which is at that same address in every process; any other is
+ * refused, since its address means nothing here. An event's handle names
+ * the event's state, which every event opened from it shares, as processes
+ * share a CUDA event; while an arena is shared the state lives in it, so
+ * that another process may open the handle too.
  *
  * Records, waits and copies go on the streams of fake_libcuda_streams.c as
  * host functions, so they run in order with the rest of the stream's work.
  * A record advances its event when the stream reaches it; a wait holds its
  * stream until the event has reached the latest record queued before the
- * wait. Work a failed stream drops never runs, and its small argument is
- * lost, as the driver's is.
+ * wait. A state another process may advance is polled, as no condition
+ * variable of this process hears that process; such a wait gives up after
+ * a limit (fakeCudaSetWaitLimit) by failing its stream, so that a test
+ * whose peer never records fails instead of hanging. Work a failed stream
+ * drops never runs, and its small argument is lost, as the driver's is.
  */
 #define _DEFAULT_SOURCE
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_libcuda_internal.h"
@@ -37,10 +46,13 @@ typedef struct {
   uint64_t address; /* the allocation, or the event's state */
 } HandleContents;
 
+/* Accessed atomically: in the shared arena, other processes change it
+ * without this process's lock. */
 typedef struct EventState {
   unsigned long recorded;  /* records queued */
   unsigned long completed; /* the latest record the streams reached */
   int references;          /* events, and queued records and waits */
+  int shared;              /* in the shared arena: never freed, and waits poll */
 } EventState;
 
 typedef struct FakeEvent {
@@ -62,6 +74,13 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t reached = PTHREAD_COND_INITIALIZER;
 static Mapping* mappings;
 static unsigned long ipcOpens, liveMappings, liveEvents;
+/* How long a wait on a shared state polls before it fails its stream. */
+static unsigned waitLimitMs = 30000;
+
+/* Sets that limit (30 s unless set), for tests of a wait that never ends. */
+void fakeCudaSetWaitLimit(unsigned milliseconds) {
+  __atomic_store_n(&waitLimitMs, milliseconds, __ATOMIC_RELAXED);
+}
 
 /* How many times a memory handle was opened; the mappings and events not
  * yet closed or destroyed: 0 once everything is released. */
@@ -95,8 +114,10 @@ static void writeHandle(FakeIpcHandle* handle, uint32_t kind, uint64_t address) 
 static uint64_t readHandle(const FakeIpcHandle* handle, uint32_t kind) {
   HandleContents contents;
   memcpy(&contents, handle->reserved, sizeof(contents));
-  if (contents.kind != kind || contents.pid != (int32_t)getpid()) return 0;
-  return contents.address;
+  if (contents.kind != kind) return 0;
+  if (contents.pid == (int32_t)getpid() || fakeInSharedArena(contents.address, 1))
+    return contents.address;
+  return 0;
 }
 
 /* Whether [device, device + bytes) is GPU memory, as the driver knows it. */
@@ -161,7 +182,8 @@ int cuIpcCloseMemHandle(unsigned long long device) {
 
 /* Called with the lock held. */
 static void dropReference(EventState* state) {
-  if (--state->references == 0) free(state);
+  if (__atomic_sub_fetch(&state->references, 1, __ATOMIC_ACQ_REL) == 0 && !state->shared)
+    free(state);
 }
 
 static FakeEvent* newEvent(EventState* state, unsigned flags) {
@@ -170,7 +192,7 @@ static FakeEvent* newEvent(EventState* state, unsigned flags) {
   event->magic = EVENT_MAGIC;
   event->flags = flags;
   event->state = state;
-  ++state->references;
+  __atomic_add_fetch(&state->references, 1, __ATOMIC_ACQ_REL);
   ++liveEvents;
   return event;
 }
@@ -183,11 +205,20 @@ static FakeEvent* eventOf(void* event) {
 int cuEventCreate(void** event, unsigned flags) {
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (event == NULL || (flags & ~0x7u) != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
-  EventState* state = calloc(1, sizeof(EventState));
+  /* In the shared arena while there is one, so that any process can open
+   * the handle; there it stays until the arena goes. */
+  int shared = 0;
+  EventState* state = fakeSharedCarve(sizeof(EventState), &shared);
+  if (state != NULL) {
+    memset(state, 0, sizeof(EventState));
+    state->shared = 1;
+  } else if (!shared) {
+    state = calloc(1, sizeof(EventState));
+  }
   if (state == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
   pthread_mutex_lock(&lock);
   FakeEvent* created = newEvent(state, flags);
-  if (created == NULL) free(state);
+  if (created == NULL && !state->shared) free(state);
   pthread_mutex_unlock(&lock);
   if (created == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
   *event = created;
@@ -235,26 +266,56 @@ int cuIpcOpenEventHandle(void** event, FakeIpcHandle handle) {
   return FAKE_CUDA_SUCCESS;
 }
 
-/* A record or a wait in a stream: the event's state, and the record. */
+/* A record or a wait in a stream: the event's state, the record, and the
+ * stream (which a wait that gives up fails). */
 typedef struct {
   EventState* state;
   unsigned long record;
+  void* stream;
 } EventWork;
+
+static int reachedRecord(EventState* state, unsigned long record) {
+  return __atomic_load_n(&state->completed, __ATOMIC_ACQUIRE) >= record;
+}
 
 static void recordReached(void* argument) {
   EventWork* w = argument;
   pthread_mutex_lock(&lock);
-  if (w->state->completed < w->record) w->state->completed = w->record;
+  /* Records of one stream come in order, but another process's stream may
+   * have reached a later record of a shared state first. */
+  unsigned long seen = __atomic_load_n(&w->state->completed, __ATOMIC_RELAXED);
+  while (seen < w->record && !__atomic_compare_exchange_n(&w->state->completed, &seen, w->record, 1,
+                                                          __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  }
   dropReference(w->state);
   pthread_cond_broadcast(&reached);
   pthread_mutex_unlock(&lock);
   free(w);
 }
 
+static double nowSeconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static void waitForRecord(void* argument) {
   EventWork* w = argument;
-  pthread_mutex_lock(&lock);
-  while (w->state->completed < w->record) pthread_cond_wait(&reached, &lock);
+  if (w->state->shared) {
+    const double deadline = nowSeconds() + __atomic_load_n(&waitLimitMs, __ATOMIC_RELAXED) / 1000.0;
+    const struct timespec pause = {0, 20000};
+    while (!reachedRecord(w->state, w->record)) {
+      if (nowSeconds() > deadline) {
+        fakeCudaFailStream(w->stream);
+        break;
+      }
+      nanosleep(&pause, NULL);
+    }
+    pthread_mutex_lock(&lock);
+  } else {
+    pthread_mutex_lock(&lock);
+    while (!reachedRecord(w->state, w->record)) pthread_cond_wait(&reached, &lock);
+  }
   dropReference(w->state);
   pthread_mutex_unlock(&lock);
   free(w);
@@ -263,17 +324,32 @@ static void waitForRecord(void* argument) {
 /* Queues `function` on `stream`, about the record a new record of `e`
  * makes, or else the latest record queued so far. */
 static int queueEventWork(void* stream, FakeEvent* e, void (*function)(void*), int isRecord) {
+  /* Refused before a record takes a number, which then always runs (or is
+   * dropped with a failed stream): cuLaunchHostFunc fails otherwise only
+   * for want of memory. */
+  if (stream == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
   EventWork* w = malloc(sizeof(EventWork));
   if (w == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
-  /* Held while queueing, so that records are queued in the order of their
-   * numbers; the stream's thread takes this lock only outside its own. */
+  /* Held while queueing, so that this process's records are queued in the
+   * order of their numbers; the stream's thread takes this lock only
+   * outside its own. The number is taken atomically, as records of a
+   * shared state may come from several processes. */
   pthread_mutex_lock(&lock);
   w->state = e->state;
-  w->record = isRecord ? e->state->recorded + 1 : e->state->recorded;
+  w->stream = stream;
+  __atomic_add_fetch(&w->state->references, 1, __ATOMIC_ACQ_REL);
+  w->record = isRecord ? __atomic_add_fetch(&w->state->recorded, 1, __ATOMIC_ACQ_REL)
+                       : __atomic_load_n(&w->state->recorded, __ATOMIC_ACQUIRE);
   int result = cuLaunchHostFunc(stream, function, w);
-  if (result == FAKE_CUDA_SUCCESS) {
-    ++e->state->references;
-    if (isRecord) e->state->recorded = w->record;
+  if (result != FAKE_CUDA_SUCCESS) {
+    /* A numbered record that will not run counts as reached, so that no
+     * wait for it hangs. */
+    if (isRecord) {
+      pthread_mutex_unlock(&lock);
+      recordReached(w);
+      return result;
+    }
+    dropReference(w->state);
   }
   pthread_mutex_unlock(&lock);
   if (result != FAKE_CUDA_SUCCESS) free(w);
@@ -308,7 +384,7 @@ static void copyOnStream(void* argument) {
 /* Both ends checked when queued, as the driver validates its arguments. */
 int cuMemcpyDtoDAsync_v2(unsigned long long destination, unsigned long long source, size_t bytes,
                          void* stream) {
-  int result = fakeCheckCopy(destination, bytes);
+  int result = fakeCheckDeviceCopy(destination, bytes);
   if (result != FAKE_CUDA_SUCCESS) return result;
   if (!isDeviceMemory(source, bytes)) return FAKE_CUDA_ERROR_INVALID_VALUE;
   CopyWork* w = malloc(sizeof(CopyWork));
