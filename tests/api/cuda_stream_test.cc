@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "../unit/fake_libcuda_loader.h"
 #include "braid.h"
 #include "expect_braid.h"
 
@@ -38,13 +39,10 @@ struct FakeDriver {
   unsigned long (*copyCount)();
 
   bool load() {
-    const char* path = std::getenv("FAKE_LIBCUDA");
-    if (path == nullptr) return false;
-    void* fake = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    void* fake = braid::testing::openFakeLibcuda();
     if (fake == nullptr) return false;
     auto find = [&](auto& entry, const char* name) {
-      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(fake, name));
-      return entry != nullptr;
+      return braid::testing::findEntry(fake, entry, name);
     };
     return find(init, "cuInit") && find(primaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
            find(ctxSetCurrent, "cuCtxSetCurrent") && find(streamCreate, "cuStreamCreate") &&

@@ -35,6 +35,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../unit/fake_libcuda_loader.h"
 #include "braid.h"
 
 namespace {
@@ -57,14 +58,10 @@ struct FakeDriver {
   unsigned long (*deviceCopies)();
 
   bool load() {
-    const char* path = std::getenv("FAKE_LIBCUDA");
-    if (path == nullptr) return false;
-    // Global, so that braid's look for a loaded libcuda.so.1 finds it.
-    void* fake = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    void* fake = braid::testing::openFakeLibcuda();
     if (fake == nullptr) return false;
     auto find = [&](auto& entry, const char* name) {
-      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(fake, name));
-      return entry != nullptr;
+      return braid::testing::findEntry(fake, entry, name);
     };
     return find(init, "cuInit") && find(primaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
            find(ctxSetCurrent, "cuCtxSetCurrent") && find(memAlloc, "cuMemAlloc_v2") &&

@@ -23,6 +23,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "fake_libcuda_loader.h"
+
 extern char** environ;
 
 namespace braid::transport::cuda_ipc {
@@ -39,14 +41,10 @@ struct FakeDriver {
   unsigned long (*liveEvents)();
 
   bool load() {
-    const char* path = std::getenv("FAKE_LIBCUDA");
-    if (path == nullptr) return false;
-    // Global, so that braid's look for a loaded libcuda.so.1 finds it.
-    void* fake = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    void* fake = braid::testing::openFakeLibcuda();
     if (fake == nullptr) return false;
     auto find = [&](auto& entry, const char* name) {
-      entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(dlsym(fake, name));
-      return entry != nullptr;
+      return braid::testing::findEntry(fake, entry, name);
     };
     return find(launchKernel, "fakeCudaLaunchKernel") && find(failCopies, "fakeCudaFailCopies") &&
            find(failStream, "fakeCudaFailStream") && find(contextDepth, "fakeCudaContextDepth") &&
