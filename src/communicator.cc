@@ -37,10 +37,6 @@ constexpr int kMaxStreams = Communicator::kPairProbeStream - 1;
 static_assert(kCudaIpcChannel == 2 * Communicator::kPairProbeStream + 1);
 constexpr uint64_t kMaxMessagesPerPeer = uint64_t{1} << 24;
 
-// What lastAlgorithm() reports for a call that ran on the board.
-constexpr algo::Algorithm kBoardAlgorithm{algo::CollectiveKind::kAllReduce, "board", nullptr,
-                                          nullptr};
-
 uint64_t channelBits(int stream, bool pointToPoint) {
   return static_cast<uint64_t>(2 * stream + (pointToPoint ? 1 : 0)) << 56;
 }
@@ -347,89 +343,6 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
     jobs->push_back(std::move(job));
   }
   return Status::ok();
-}
-
-Status Communicator::setUpBoard() {
-  if (nranks_ < 2) return Status::ok();
-  bool everyPeerOnShm = true;
-  for (int p = 0; p < nranks_; ++p)
-    if (p != rank_)
-      everyPeerOnShm = everyPeerOnShm && std::string_view(transportNames_[p]) == "shm";
-  auto agree = [&](int32_t mine, const char* what) -> Result<int32_t> {
-    Operation op;
-    op.args.kind = algo::CollectiveKind::kAllReduce;
-    op.args.count = 1;
-    op.args.dtype = DataType::kInt32;
-    op.args.op = RedOp::kMin;
-    op.args.inPlace = true;
-    op.send = op.recv = &mine;
-    op.name = what;
-    BRAID_RETURN_IF_ERROR(run({&op, 1}, 0));
-    return mine;
-  };
-  const bool willing = config_.shmBoard && !config_.faults.enabled() && everyPeerOnShm;
-  BRAID_ASSIGN_OR_RETURN(int32_t all, agree(willing ? 1 : 0, "braid board (willing)"));
-  if (!all) return Status::ok();
-  std::optional<shm::Board> board;
-  char name[128] = {};
-  if (rank_ == 0) {
-    auto created = shm::Board::create(nranks_);
-    if (created.isOk()) {
-      board = std::move(*created);
-      if (board->name().size() < sizeof(name))
-        std::memcpy(name, board->name().data(), board->name().size());
-    } else {
-      BRAID_INFO("rank 0: no shared-memory board: ", created.status().message());
-    }
-  }
-  Operation share;
-  share.args.kind = algo::CollectiveKind::kBroadcast;
-  share.args.count = sizeof(name);
-  share.args.dtype = DataType::kUint8;
-  share.args.root = 0;
-  share.args.inPlace = true;
-  share.send = share.recv = name;
-  share.name = "braid board (name)";
-  BRAID_RETURN_IF_ERROR(run({&share, 1}, 0));
-  name[sizeof(name) - 1] = 0;
-  if (rank_ != 0 && name[0]) {
-    auto opened = shm::Board::open(name, nranks_);
-    if (opened.isOk())
-      board = std::move(*opened);
-    else
-      BRAID_INFO("rank ", rank_, ": no shared-memory board: ", opened.status().message());
-  }
-  BRAID_ASSIGN_OR_RETURN(all, agree(board ? 1 : 0, "braid board (mapped)"));
-  if (board) board->unlink();  // every rank mapped it or gave up
-  if (!all) return Status::ok();
-  board_ = std::make_unique<BoardCollectives>(std::move(*board), rank_, nranks_);
-  boardStream_ = &stream(0);
-  BRAID_INFO("rank ", rank_, ": AllReduce of up to ", shm::BoardSlot::kPayloadBytes,
-             " bytes and Barrier through the shared-memory board");
-  return Status::ok();
-}
-
-Status Communicator::runOnBoard(const Operation& op) {
-  std::lock_guard lock(boardStream_->order);
-  if (aborted_) return invalidUsage(strCat(op.name, ": communicator aborted"));
-  BoardWait wait;
-  wait.pureSpinSeconds = pureSpinSeconds_;
-  wait.spinSeconds = spinSeconds_;
-  wait.timeoutSeconds = timeoutSeconds_.load(std::memory_order_relaxed);
-  wait.aborted = &aborted_;
-  wait.connections = connections_;
-  lastAlgorithm_[static_cast<size_t>(op.args.kind)].store(&kBoardAlgorithm,
-                                                          std::memory_order_relaxed);
-  BRAID_TRACE("rank ", rank_, ": ", op.name, " count ", op.args.count, " ",
-              dataTypeName(op.args.dtype), " on the shared-memory board");
-  Status s = board_->run(op, boardStream_->sequence++, wait);
-  if (s.isOk()) return s;
-  if (aborted_) return invalidUsage(strCat(op.name, ": communicator aborted"));
-  // As after any failed call, the communicator is broken on this rank, and
-  // the peers hear why at once instead of waiting out their timeouts.
-  for (auto& c : owned_) c->abort(s);
-  board_.reset();
-  return s;
 }
 
 bool Communicator::gpuJobsPossible() const {

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "../unit/fake_gpu_work.h"
 #include "../unit/fake_libcuda_loader.h"
 #include "braid.h"
 #include "expect_braid.h"
@@ -75,20 +76,7 @@ class CudaStream : public ::testing::Test {
   }
 };
 
-// "GPU work" queued on a stream: waits a while, then writes `value` to every
-// element of `data`, so that a call not ordered after it reads the old data.
-struct SlowFill {
-  float* data;
-  int count;
-  float value;
-  std::atomic<bool> done{false};
-  static void run(void* self) {
-    auto* f = static_cast<SlowFill*>(self);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (int i = 0; i < f->count; ++i) f->data[i] = f->value + static_cast<float>(i);
-    f->done.store(true);
-  }
-};
+using braid::testing::SlowFill;
 
 // "GPU work" after the call: copies what the call left in `from`.
 struct Snapshot {

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fake_gpu_work.h"
 #include "fake_libcuda_loader.h"
 
 extern char** environ;
@@ -78,20 +79,7 @@ float* floats(DeviceMemory& memory) {
   return static_cast<float*>(memory.data());
 }
 
-// "GPU work": waits a while, then writes value + i to every element, so
-// that work not ordered after it reads the old data.
-struct SlowFill {
-  float* data;
-  int count;
-  float value;
-  std::atomic<bool> done{false};
-  static void run(void* self) {
-    auto* f = static_cast<SlowFill*>(self);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (int i = 0; i < f->count; ++i) f->data[i] = f->value + static_cast<float>(i);
-    f->done.store(true);
-  }
-};
+using braid::testing::SlowFill;
 
 // "GPU work" that holds its stream until the test opens it.
 struct Gate {

@@ -454,13 +454,7 @@ void CudaIpcConnection::abort(const Status& reason) {
   std::lock_guard lock(mutex_);
   if (!dead_.isOk()) return;
   dead_ = reason.isOk() ? remoteError("cuda_ipc: connection closed") : reason;
-  for (auto& s : sends_) s.request->fail(dead_);
-  sends_.clear();
-  for (auto& [send, record] : sentAwaitingRecord_) send->fail(dead_);
-  sentAwaitingRecord_.clear();
-  for (auto& [tag, p] : posted_) p.request->fail(dead_);
-  posted_.clear();
-  control_->abort(reason);
+  failAll(reason);
 }
 
 }  // namespace braid::transport::cuda_ipc

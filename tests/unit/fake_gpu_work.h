@@ -1,0 +1,27 @@
+// "GPU work" that tests queue on the stand-in driver's streams
+// (fakeCudaLaunchKernel): host functions that the stream's thread runs in
+// order with the rest of its work.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace braid::testing {
+
+// Waits a while, then writes value + i to every element, so that work not
+// ordered after it reads the old data.
+struct SlowFill {
+  float* data;
+  int count;
+  float value;
+  std::atomic<bool> done{false};
+  static void run(void* self) {
+    auto* f = static_cast<SlowFill*>(self);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < f->count; ++i) f->data[i] = f->value + static_cast<float>(i);
+    f->done.store(true);
+  }
+};
+
+}  // namespace braid::testing
