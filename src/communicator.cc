@@ -133,6 +133,8 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
     topology[p] = std::move(card.topology);
   }
   comm->hostShares_ = topo::hostShares(topology);
+  for (int p = 0; p < nranks; ++p)
+    comm->sameHost_.push_back(topology[p].hostId == topology[rank].hostId);
   const int ranksOnHost = comm->hostShares_[rank].ranks;
   const int coresOnHost = std::max<int>(comm->hostShares_[rank].cores, local.cores.size());
   // A few microseconds of pure spinning catch a peer that answers from its
@@ -346,14 +348,17 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
 }
 
 bool Communicator::gpuJobsPossible() const {
-  return GpuPath::built() && config_.cudaIpc && nranks_ > 1 && ranksOnHostOf(rank_) == nranks_;
+  if (!GpuPath::built() || nranks_ < 2) return false;
+  // Every rank reaches the same verdict: all on one host or not, alike.
+  return config_.gpuStagingPipelined || (config_.cudaIpc && ranksOnHostOf(rank_) == nranks_);
 }
 
 Result<GpuPath*> Communicator::gpuPathFor(int deviceOrdinal) {
   std::lock_guard lock(gpuPathMutex_);
   if (!gpuPath_) {
-    const size_t slotBytes = std::max<size_t>(4096, (config_.chunkBytes + 15) / 16 * 16);
-    auto made = GpuPath::create(rank_, deviceOrdinal, connections_, slotBytes);
+    std::vector<bool> ipc(nranks_);
+    for (int p = 0; p < nranks_; ++p) ipc[p] = config_.cudaIpc && sameHost_[p];
+    auto made = GpuPath::create(rank_, deviceOrdinal, connections_, ipc, config_.chunkBytes);
     if (!made.isOk()) {
       // The peers are about to wait for this rank's slots: tell them why
       // they never come, rather than let them time out.

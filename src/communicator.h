@@ -96,9 +96,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   int coresOnHostOf(int rank) const { return hostShares_[rank].cores; }
   // "shm", "tcp" or "self": what carries messages to `peer` (static string).
   const char* transportTo(int peer) const { return transportNames_[peer]; }
-  // Whether collectives on GPU device memory run as GPU jobs over cuda_ipc:
-  // a CUDA build, BRAID_CUDA_IPC=1, two or more ranks, all on this host.
-  // Every rank reaches the same verdict.
+  // Whether collectives on GPU device memory run as GPU jobs (gpu_path.h):
+  // a CUDA build, two or more ranks, and either BRAID_GPU_STAGING=pipelined
+  // or BRAID_CUDA_IPC=1 with every rank on this host. Every rank reaches
+  // the same verdict.
   bool gpuJobsPossible() const;
 
  private:
@@ -164,6 +165,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::unique_ptr<GpuPath> gpuPath_;
   std::vector<const char*> transportNames_;  // by rank
   std::vector<topo::HostShare> hostShares_;  // by rank
+  std::vector<bool> sameHost_;               // by rank: shares this rank's host
   // Whether calls time the model's shortlist and keep the fastest
   // (BRAID_TUNE=measure).
   bool measureAlgorithms_ = false;

@@ -7,6 +7,7 @@
 #include "src/common/strcat.h"
 #include "transports/cuda_ipc/cuda_ipc_connection.h"
 #include "transports/cuda_ipc/driver_ipc_device.h"
+#include "transports/gpu_staged/staged_connection.h"
 #ifdef BRAID_HAVE_CUDA
 #include "src/cuda/device_reduce.h"
 #endif
@@ -48,23 +49,31 @@ bool GpuPath::built() {
 
 Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
-                                                 size_t slotBytes) {
+                                                 const std::vector<bool>& ipc, size_t chunkBytes) {
   if (!built()) return notSupported("this build of braid moves host memory only");
   std::unique_ptr<GpuPath> path(new GpuPath);
   path->deviceOrdinal_ = deviceOrdinal;
   BRAID_ASSIGN_OR_RETURN(auto device, transport::cuda_ipc::DriverIpcDevice::create(deviceOrdinal));
   path->device_ = std::move(device);
   transport::cuda_ipc::CudaIpcConnection::Options options;
-  options.slotBytes = slotBytes;
+  options.slotBytes = std::max<size_t>(4096, (chunkBytes + 15) / 16 * 16);
+  transport::gpu_staged::StagedConnection::Options staged;
+  staged.minBounceBytes = chunkBytes;
   for (size_t p = 0; p < host.size(); ++p) {
     if (static_cast<int>(p) == rank) {
       path->connections_.push_back(host[p]);
       continue;
     }
-    BRAID_ASSIGN_OR_RETURN(auto ipc, transport::cuda_ipc::CudaIpcConnection::createShared(
-                                         *host[p], kCudaIpcChannel, path->device_, options));
-    path->connections_.push_back(ipc.get());
-    path->owned_.push_back(std::move(ipc));
+    std::unique_ptr<transport::Connection> connection;
+    if (ipc[p]) {
+      BRAID_ASSIGN_OR_RETURN(connection, transport::cuda_ipc::CudaIpcConnection::createShared(
+                                             *host[p], kCudaIpcChannel, path->device_, options));
+    } else {
+      connection = std::make_unique<transport::gpu_staged::StagedConnection>(
+          *host[p], path->device_, staged);
+    }
+    path->connections_.push_back(connection.get());
+    path->owned_.push_back(std::move(connection));
   }
   return path;
 }

@@ -1,15 +1,19 @@
-// Collectives whose buffers are GPU memory, among ranks that all share one
-// host: run by the progress engine as GPU jobs (Job::gpu) over cuda_ipc
-// connections, so the bytes go from GPU to GPU and the reductions run on
-// the GPU, never through host memory. Two or more processes on one GPU
-// work alike (each maps the others' slots; no kernel waits for another
-// process).
+// Collectives whose buffers are GPU memory: run by the progress engine as
+// GPU jobs (Job::gpu), with every local step and reduction on the GPU.
+// Peers of the same host are reached over cuda_ipc connections, so the
+// bytes go from GPU to GPU, never through host memory; two or more
+// processes on one GPU work alike (each maps the others' slots; no kernel
+// waits for another process). Other peers (other hosts, or where cuda_ipc
+// is off) are reached over gpu_staged connections: each message copied
+// through pinned host memory on the GPU's stream and carried by the host
+// connection, the copies of one message overlapping the wire time of the
+// others.
 //
 // One per communicator and GPU, made at the first such call: it opens the
-// GPU's primary context with a stream of its own, and a cuda_ipc
-// connection to every peer that shares the host connection to it (its
-// records in channel kCudaIpcChannel). The handshakes complete as the
-// first call progresses.
+// GPU's primary context with a stream of its own, and a connection to
+// every peer that shares the host connection to it (cuda_ipc records in
+// channel kCudaIpcChannel; gpu_staged messages under the call's own tags).
+// The cuda_ipc handshakes complete as the first call progresses.
 #pragma once
 
 #include <map>
@@ -35,10 +39,12 @@ class GpuPath {
   static bool built();
 
   // `host[p]` is the host connection to rank p (outlives the path); the own
-  // rank's entry stands in for its own place in connections().
+  // rank's entry stands in for its own place in connections(). `ipc[p]`:
+  // whether rank p is reached over cuda_ipc (else gpu_staged). `chunkBytes`
+  // sizes cuda_ipc's slots and the smallest bounce buffers.
   static Result<std::unique_ptr<GpuPath>> create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
-                                                 size_t slotBytes);
+                                                 const std::vector<bool>& ipc, size_t chunkBytes);
   ~GpuPath();
 
   int deviceOrdinal() const { return deviceOrdinal_; }

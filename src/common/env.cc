@@ -48,6 +48,11 @@ constexpr EnvParam kParams[] = {
     {"BRAID_CUDA_IPC", "1",
      "1: collectives whose buffers are GPU device memory, among ranks that all share one host, "
      "move GPU to GPU through CUDA IPC and reduce on the GPU; 0: staged through host memory."},
+    {"BRAID_GPU_STAGING", "pipelined",
+     "How GPU buffers reach peers without CUDA IPC (other hosts, or BRAID_CUDA_IPC=0). pipelined: "
+     "each message is copied through pinned host memory on the GPU's stream, its copies "
+     "overlapping the wire time of the others; whole: a call's buffers are copied to host memory, "
+     "the call runs on them, and the result is copied back."},
     {"BRAID_IB_HCA", "",
      "RDMA devices and ports to use: mlx5_0:1,mlx5_1 (names are prefixes unless they start with "
      "=), or ^mlx5_2 to leave some out; default: the first active port."},
@@ -258,6 +263,11 @@ Result<Config> loadConfig() {
     if (b != "0" && b != "1")
       return invalidArgument(strCat("BRAID_CUDA_IPC='", b, "' is neither 0 nor 1"));
     config.cudaIpc = b == "1";
+  }
+  if (std::string v = envString("BRAID_GPU_STAGING"); !v.empty()) {
+    if (v != "pipelined" && v != "whole")
+      return invalidArgument(strCat("BRAID_GPU_STAGING='", v, "' is neither pipelined nor whole"));
+    config.gpuStagingPipelined = v == "pipelined";
   }
   if (std::string v = envString("BRAID_LINK_ALPHA_US"); !v.empty())
     BRAID_RETURN_IF_ERROR(

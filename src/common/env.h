@@ -62,6 +62,10 @@ struct Config {
   int ibRetryCount = 7;  // BRAID_IB_RETRY_CNT
   bool shmBoard = true;  // BRAID_SHM_BOARD: tiny AllReduce and Barrier through one board
   bool cudaIpc = true;   // BRAID_CUDA_IPC: GPU buffers GPU to GPU among the ranks of one host
+  // BRAID_GPU_STAGING=pipelined: GPU buffers reach peers without cuda_ipc
+  // message by message through pinned host memory (whole: a call's buffers
+  // are copied to host memory and back).
+  bool gpuStagingPipelined = true;
   // Cost model figures; 0 = measured at init.
   double linkAlphaMicroseconds = 0;     // BRAID_LINK_ALPHA_US
   double linkGigabytesPerSecond = 0;    // BRAID_LINK_GBPS

@@ -146,6 +146,8 @@ using RankBody = int (*)(Rank& r);
 struct RankSetup {
   // "NAME=value" entries put in each rank's environment before it joins.
   std::vector<std::string> environment;
+  // The rank's BRAID_HOSTID, where ranks play several hosts; null: one host.
+  const char* (*hostOf)(int rank) = nullptr;
 };
 
 class GpuJobs : public ::testing::Test {
@@ -234,6 +236,8 @@ class GpuJobs : public ::testing::Test {
     RANK_CHECK(3, fake.ctxSetCurrent(context) == 0);
     std::vector<std::string> environment = {"BRAID_CHUNK_BYTES=" + std::to_string(kChunkBytes)};
     environment.insert(environment.end(), setup.environment.begin(), setup.environment.end());
+    if (setup.hostOf != nullptr)
+      environment.push_back(std::string("BRAID_HOSTID=") + setup.hostOf(rank));
     for (const std::string& entry : environment) RANK_CHECK(4, putenv(strdup(entry.c_str())) == 0);
     RANK_CHECK(5, braidCommInitRank(&r.comm, nranks, id, rank) == braidSuccess);
     const int outcome = body(r);
@@ -350,10 +354,11 @@ TEST_F(GpuJobs, CopyCollectivesMoveGpuToGpuAmongThreeRanks) {
   expectEveryRankPassed(runRanks(3, copyCollectives));
 }
 
-// With BRAID_CUDA_IPC=0 the same Broadcast is staged through host memory:
-// only host<->device copies, exactly those staging makes (the root's send
-// over, and every rank's recv over and back), and none from GPU to GPU.
-int stagedBroadcast(Rank& r) {
+// With BRAID_GPU_STAGING=whole and BRAID_CUDA_IPC=0 the same Broadcast is
+// staged whole through host memory: only host<->device copies, exactly
+// those staging makes (the root's send over, and every rank's recv over and
+// back), and none from GPU to GPU.
+int stagedWholeBroadcast(Rank& r) {
   float* send = r.allocate(kCount);
   float* recv = r.allocate(kCount);
   RANK_CHECK(10, send != nullptr && recv != nullptr);
@@ -365,10 +370,86 @@ int stagedBroadcast(Rank& r) {
   return 0;
 }
 
-TEST_F(GpuJobs, WithCudaIpcOffBroadcastIsStaged) {
+TEST_F(GpuJobs, WithWholeStagingBroadcastIsStagedWhole) {
   RankSetup setup;
-  setup.environment = {"BRAID_CUDA_IPC=0"};
-  expectEveryRankPassed(runRanks(2, stagedBroadcast, setup));
+  setup.environment = {"BRAID_CUDA_IPC=0", "BRAID_GPU_STAGING=whole"};
+  expectEveryRankPassed(runRanks(2, stagedWholeBroadcast, setup));
+}
+
+// Between hosts (each rank its own BRAID_HOSTID) the copy collectives are
+// GPU jobs over the host transport: every message goes through pinned host
+// memory, chunk by chunk for the pipelined Broadcast, so many more copies
+// than whole staging's 2 or 3, and none from GPU to GPU but the ranks' own
+// (an AllGather's own block).
+const char* ownHost(int rank) {
+  static const char* const kHosts[] = {"host-a", "host-b", "host-c"};
+  return kHosts[rank];
+}
+
+int copyCollectivesBetweenHosts(Rank& r) {
+  const int n = r.nranks(), me = r.rank(), root = n - 1;
+  float* send = r.allocate(n * kCount);
+  float* recv = r.allocate(n * kCount);
+  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  {
+    Copies copies;
+    if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
+    RANK_CHECK(13, copies.hostDeviceSince() >= kChunksPerBlock);
+    RANK_CHECK(14, copies.deviceSince() <= 1);
+  }
+  for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
+  RANK_CHECK(20, braidAllGather(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
+  RANK_CHECK(21, firstWrong(recv, n * kCount, [&](size_t i) {
+                   return value(static_cast<int>(i / kCount), 0, i % kCount);
+                 }) == -1);
+  for (size_t i = 0; i < n * kCount; ++i)
+    send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
+  for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
+  RANK_CHECK(30, braidAllToAll(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
+  RANK_CHECK(31, firstWrong(recv, n * kCount, [&](size_t i) {
+                   return value(static_cast<int>(i / kCount), me, i % kCount);
+                 }) == -1);
+  for (size_t i = 0; i < kCount; ++i) recv[i] = -1;
+  RANK_CHECK(50, braidScatter(me == root ? send : nullptr, recv, kCount, braidFloat32, root,
+                              r.comm, nullptr) == braidSuccess);
+  RANK_CHECK(51, firstWrong(recv, kCount, [&](size_t i) { return value(root, me, i); }) == -1);
+  return 0;
+}
+
+TEST_F(GpuJobs, CopyCollectivesGoThroughPinnedMemoryBetweenHosts) {
+  RankSetup setup;
+  setup.hostOf = ownHost;
+  expectEveryRankPassed(runRanks(2, copyCollectivesBetweenHosts, setup));
+}
+
+// Ranks 0 and 1 share a host, rank 2 has its own: in one call, 0 and 1
+// move GPU to GPU over cuda_ipc and reach 2 through pinned memory.
+const char* twoHosts(int rank) { return rank < 2 ? "host-a" : "host-b"; }
+
+int copyCollectivesOnTwoHosts(Rank& r) {
+  const int n = r.nranks(), me = r.rank();
+  float* send = r.allocate(n * kCount);
+  float* recv = r.allocate(n * kCount);
+  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  for (size_t i = 0; i < n * kCount; ++i)
+    send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
+  for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
+  Copies copies;
+  RANK_CHECK(30, braidAllToAll(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
+  RANK_CHECK(31, firstWrong(recv, n * kCount, [&](size_t i) {
+                   return value(static_cast<int>(i / kCount), me, i % kCount);
+                 }) == -1);
+  // Every rank sends a block to rank 2 or receives one from it (or both).
+  RANK_CHECK(32, copies.hostDeviceSince() >= 1);
+  // Ranks 0 and 1 send each other a block in slot-sized chunks.
+  if (me < 2) RANK_CHECK(33, copies.deviceSince() >= kChunksPerBlock);
+  return broadcastFromTheLastRank(r, send, recv);
+}
+
+TEST_F(GpuJobs, RanksOfOneHostUseCudaIpcAndReachTheOtherHostThroughPinnedMemory) {
+  RankSetup setup;
+  setup.hostOf = twoHosts;
+  expectEveryRankPassed(runRanks(3, copyCollectivesOnTwoHosts, setup));
 }
 
 // AllReduce on GPU memory reduces with braid's CUDA kernels (src/cuda),

@@ -35,27 +35,6 @@ CudaIpcConnection::Options smallSlots(int slots = 4, size_t slotBytes = 4096) {
   return o;
 }
 
-// Bytes of device memory with a known pattern, readable once the device is
-// synchronized.
-struct DeviceBuffer {
-  std::unique_ptr<DeviceMemory> memory;
-  size_t bytes;
-  DeviceBuffer(IpcDevice& device, size_t n) : bytes(n) {
-    auto m = device.allocate(n);
-    EXPECT_TRUE(m.isOk()) << m.status().message();
-    memory = std::move(*m);
-  }
-  uint8_t* data() const { return static_cast<uint8_t*>(memory->data()); }
-  void fill(uint8_t seed) {
-    for (size_t i = 0; i < bytes; ++i) data()[i] = static_cast<uint8_t>(i * 13 + seed + (i >> 11));
-  }
-  bool holds(uint8_t seed) const {
-    for (size_t i = 0; i < bytes; ++i)
-      if (data()[i] != static_cast<uint8_t>(i * 13 + seed + (i >> 11))) return false;
-    return true;
-  }
-};
-
 class CudaIpcPair : public ::testing::Test {
  protected:
   void open(CudaIpcConnection::Options options = smallSlots()) {

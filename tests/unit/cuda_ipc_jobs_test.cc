@@ -1,9 +1,11 @@
 // Every algorithm of every collective, run by the progress engine as GPU
-// jobs (Job::gpu) over cuda_ipc connections, in 2 to 4 forked processes
-// that each have a stand-in device (fake_ipc_device.h): local steps queued
-// on the device, messages copied GPU to GPU through the peers' slots. Each
-// rank's result must equal, bit for bit, what the simulator computes for
-// the same schedules and inputs in host memory.
+// jobs (Job::gpu) in 2 to 4 forked processes that each have a stand-in
+// device (fake_ipc_device.h): local steps queued on the device, messages
+// over cuda_ipc connections (copied GPU to GPU through the peers' slots),
+// over gpu_staged ones (copied through pinned host memory and a host
+// connection, as between hosts), or a mix of both. Each rank's result must
+// equal, bit for bit, what the simulator computes for the same schedules
+// and inputs in host memory.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -21,6 +23,7 @@
 #include "src/progress.h"
 #include "tests/harness/sim_network.h"
 #include "transports/cuda_ipc/cuda_ipc_connection.h"
+#include "transports/gpu_staged/staged_connection.h"
 #include "transports/loopback/loopback_connection.h"
 #include "transports/stream_connection.h"
 #include "transports/tcp/socket_stream.h"
@@ -33,6 +36,13 @@ using transport::cuda_ipc::CudaIpcConnection;
 using transport::cuda_ipc::DeviceMemory;
 using transport::cuda_ipc::FakeIpcDevice;
 
+// What carries the messages between two ranks' GPUs.
+enum class Route {
+  kIpc,     // cuda_ipc, as among the ranks of one host
+  kStaged,  // gpu_staged, as between hosts
+  kMixed,   // gpu_staged between ranks whose sum is odd, cuda_ipc otherwise
+};
+
 struct Case {
   const algo::Algorithm* algorithm;
   int P;
@@ -40,11 +50,17 @@ struct Case {
   DataType dtype;
   RedOp op;
   int root;
+  Route route = Route::kIpc;
 };
 
 std::string describe(const Case& c) {
+  const char* route = c.route == Route::kIpc ? "ipc" : c.route == Route::kStaged ? "staged" : "mixed";
   return strCat(algo::collectiveName(c.algorithm->kind), "/", c.algorithm->name, " P=", c.P,
-                " count=", c.count, " ", dataTypeName(c.dtype));
+                " count=", c.count, " ", dataTypeName(c.dtype), " ", route);
+}
+
+bool staged(const Case& c, int a, int b) {
+  return c.route == Route::kStaged || (c.route == Route::kMixed && (a + b) % 2 == 1);
 }
 
 algo::CollectiveArgs argsFor(const Case& c, int rank) {
@@ -106,6 +122,16 @@ int runRank(const Case& c, int rank, const std::map<std::pair<int, int>, int>& f
       const int fd = fds.at({rank, p});
       auto control = std::make_unique<transport::StreamConnection>(
           std::make_unique<tcp::SocketStream>(tcp::Fd(fd), p), p);
+      if (staged(c, rank, p)) {
+        // A small first bounce buffer, so that larger messages take new ones.
+        transport::gpu_staged::StagedConnection::Options staging;
+        staging.minBounceBytes = 1024;
+        owned.push_back(std::move(control));
+        owned.push_back(std::make_unique<transport::gpu_staged::StagedConnection>(
+            *owned.back(), device, staging));
+        connections[p] = owned.back().get();
+        continue;
+      }
       auto ipc = CudaIpcConnection::create(std::move(control), device, options);
       if (!ipc.isOk()) {
         (void)!::write(doneFd, "x", 1);
@@ -246,6 +272,30 @@ TEST(CudaIpcJobs, FloatAverageAndMaxRunOnTheDevice) {
     if (a.kind != CollectiveKind::kAllReduce) continue;
     for (RedOp op : {RedOp::kAvg, RedOp::kMax}) runCase({&a, 3, 3001, DataType::kFloat32, op, 0});
   }
+}
+
+TEST(CudaIpcJobs, EveryAlgorithmOverStagedConnectionsMatchesTheSimulator) {
+  for (const algo::Algorithm& a : algo::allAlgorithms()) {
+    if (a.kind == CollectiveKind::kSendRecv) continue;
+    for (int P : {2, 3, 4}) {
+      const size_t count = a.kind == CollectiveKind::kAllToAll ? 700 : 2500;
+      runCase({&a, P, count, DataType::kInt32, RedOp::kSum, P - 1, Route::kStaged});
+    }
+  }
+}
+
+// Each rank has peers of both kinds in one job (P = 3 and 4).
+TEST(CudaIpcJobs, EveryAlgorithmOverMixedConnectionsMatchesTheSimulator) {
+  for (const algo::Algorithm& a : algo::allAlgorithms()) {
+    if (a.kind == CollectiveKind::kSendRecv) continue;
+    for (int P : {3, 4}) {
+      const size_t count = a.kind == CollectiveKind::kAllToAll ? 700 : 2500;
+      runCase({&a, P, count, DataType::kInt32, RedOp::kSum, 0, Route::kMixed});
+    }
+  }
+  for (const algo::Algorithm& a : algo::allAlgorithms())
+    if (a.kind == CollectiveKind::kAllReduce)
+      runCase({&a, 4, 3001, DataType::kFloat32, RedOp::kAvg, 0, Route::kMixed});
 }
 
 }  // namespace

@@ -17,11 +17,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -45,7 +47,7 @@ class FakeIpcDevice final : public IpcDevice {
 
   std::chrono::microseconds workDelay{0};
   std::atomic<int> liveMappings{0};  // allocations and opened handles not yet released
-  std::atomic<size_t> copies{0}, combines{0}, allocations{0};
+  std::atomic<size_t> copies{0}, combines{0}, allocations{0}, hostAllocations{0};
   std::atomic<bool> failEnqueues{false};
 
   Result<std::unique_ptr<DeviceMemory>> allocate(size_t bytes) override {
@@ -62,6 +64,16 @@ class FakeIpcDevice final : public IpcDevice {
   Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) override {
     BRAID_ASSIGN_OR_RETURN(auto memory, mapHandle(handle));
     return std::unique_ptr<DeviceEvent>(new Event(std::move(memory)));
+  }
+
+  // Host memory the device reaches, as pinned memory is.
+  Result<std::unique_ptr<HostMemory>> allocateHost(size_t bytes) override {
+    ++hostAllocations;
+    return std::unique_ptr<HostMemory>(new Pinned(*this, bytes == 0 ? 1 : bytes));
+  }
+  Result<bool> hasRun(DeviceEvent& event) override {
+    Counters& c = static_cast<Event&>(event).counters();
+    return c.completed.load() >= c.recorded.load();
   }
 
   Status enqueueCopy(void* dst, const void* src, size_t bytes) override {
@@ -137,6 +149,24 @@ class FakeIpcDevice final : public IpcDevice {
     size_t bytes_;
     std::string owned_;  // the shm name of memory this process allocated
     IpcHandle handle_;
+  };
+  class Pinned final : public HostMemory {
+   public:
+    Pinned(FakeIpcDevice& device, size_t bytes)
+        : device_(device), data_(new std::byte[bytes]), bytes_(bytes) {
+      device_.addRange(data_.get(), bytes_);
+      ++device_.liveMappings;
+    }
+    ~Pinned() override {
+      device_.removeRange(data_.get());
+      --device_.liveMappings;
+    }
+    void* data() const override { return data_.get(); }
+
+   private:
+    FakeIpcDevice& device_;
+    std::unique_ptr<std::byte[]> data_;
+    size_t bytes_;
   };
   class Event final : public DeviceEvent {
    public:
@@ -245,6 +275,27 @@ class FakeIpcDevice final : public IpcDevice {
   bool busy_ = false, stopping_ = false;
   Status fault_;
   std::thread worker_;  // last: starts once the rest is built
+};
+
+// Bytes of device memory with a known pattern, readable once the device is
+// synchronized.
+struct DeviceBuffer {
+  std::unique_ptr<DeviceMemory> memory;
+  size_t bytes;
+  DeviceBuffer(IpcDevice& device, size_t n) : bytes(n) {
+    auto m = device.allocate(n);
+    if (!m.isOk()) std::abort();  // the stand-in only fails when memory runs out
+    memory = std::move(*m);
+  }
+  uint8_t* data() const { return static_cast<uint8_t*>(memory->data()); }
+  void fill(uint8_t seed) {
+    for (size_t i = 0; i < bytes; ++i) data()[i] = static_cast<uint8_t>(i * 13 + seed + (i >> 11));
+  }
+  bool holds(uint8_t seed) const {
+    for (size_t i = 0; i < bytes; ++i)
+      if (data()[i] != static_cast<uint8_t>(i * 13 + seed + (i >> 11))) return false;
+    return true;
+  }
 };
 
 }  // namespace braid::transport::cuda_ipc

@@ -87,7 +87,7 @@ unsigned long fakeCudaWaitCount(void) {
 }
 /* Of those copies: the ones between host and GPU memory (cuMemcpyDtoH,
  * cuMemcpyHtoD and their Async forms), as staging makes; and the ones from
- * GPU to GPU memory (cuMemcpyDtoDAsync), as the CUDA-IPC transport makes. */
+ * GPU to GPU memory (cuMemcpyAsync), as the CUDA-IPC transport makes. */
 unsigned long fakeCudaHostDeviceCopyCount(void) {
   return READ(hostDeviceCopies);
 }

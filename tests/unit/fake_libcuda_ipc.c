@@ -1,5 +1,5 @@
 /* Interprocess memory and events of the stand-in CUDA driver, and the
- * stream work that goes with them (device-to-device copies, event records
+ * stream work that goes with them (copies, event records
  * and waits), enough to run the CUDA-IPC transport's device in one process,
  * or in forked processes that share an arena (fakeCudaShareArena).
  *
@@ -381,12 +381,22 @@ static void copyOnStream(void* argument) {
   free(w);
 }
 
-/* Both ends checked when queued, as the driver validates its arguments. */
-int cuMemcpyDtoDAsync_v2(unsigned long long destination, unsigned long long source, size_t bytes,
-                         void* stream) {
-  int result = fakeCheckDeviceCopy(destination, bytes);
+/* Both ends checked when queued, as the driver validates its arguments.
+ * With unified addressing a copy's direction comes from its addresses: one
+ * that starts in GPU memory must lie in it wholly; any other is host memory
+ * (pinned, from cuMemHostAlloc, where a GPU would need it). */
+int cuMemcpyAsync(unsigned long long destination, unsigned long long source, size_t bytes,
+                  void* stream) {
+  const int toDevice = isDeviceMemory(destination, 1), fromDevice = isDeviceMemory(source, 1);
+  int result = FAKE_CUDA_SUCCESS;
+  if (toDevice && fromDevice) {
+    result = fakeCheckDeviceCopy(destination, bytes);
+    if (result == FAKE_CUDA_SUCCESS && !isDeviceMemory(source, bytes))
+      result = FAKE_CUDA_ERROR_INVALID_VALUE;
+  } else if (toDevice || fromDevice) {
+    result = fakeCheckCopy(toDevice ? destination : source, bytes);
+  }
   if (result != FAKE_CUDA_SUCCESS) return result;
-  if (!isDeviceMemory(source, bytes)) return FAKE_CUDA_ERROR_INVALID_VALUE;
   CopyWork* w = malloc(sizeof(CopyWork));
   if (w == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
   w->destination = (void*)(uintptr_t)destination;
@@ -395,4 +405,11 @@ int cuMemcpyDtoDAsync_v2(unsigned long long destination, unsigned long long sour
   result = cuLaunchHostFunc(stream, copyOnStream, w);
   if (result != FAKE_CUDA_SUCCESS) free(w);
   return result;
+}
+
+int cuEventQuery(void* event) {
+  FakeEvent* e = eventOf(event);
+  if (e == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
+  const unsigned long recorded = __atomic_load_n(&e->state->recorded, __ATOMIC_ACQUIRE);
+  return reachedRecord(e->state, recorded) ? FAKE_CUDA_SUCCESS : FAKE_CUDA_ERROR_NOT_READY;
 }

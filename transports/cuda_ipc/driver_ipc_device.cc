@@ -26,6 +26,10 @@ constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x1;  // CU_IPC_MEM_LAZY_ENABLE
 // Interprocess events must not time (CUDA refuses the handle otherwise).
 constexpr unsigned kEventDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
 constexpr unsigned kEventInterprocess = 0x4;   // CU_EVENT_INTERPROCESS
+// Pinned for every context, and mapped into the device's address space, so
+// that kernels may read it (a reduction of bytes a host connection brought).
+constexpr unsigned kHostAllocPortableMapped = 0x1 | 0x2;  // CU_MEMHOSTALLOC_PORTABLE | _DEVICEMAP
+constexpr CuResult kNotReady = 600;                       // CUDA_ERROR_NOT_READY
 
 // CUipcMemHandle and CUipcEventHandle: passed by value, as cuda.h declares
 // them, so the calls' ABI is the driver's.
@@ -71,13 +75,17 @@ struct Driver {
   CuResult (*streamWaitEvent)(CuStream, CuEvent, unsigned) = nullptr;
   CuResult (*memAlloc)(DevicePtr*, size_t) = nullptr;
   CuResult (*memFree)(DevicePtr) = nullptr;
-  CuResult (*memcpyDtoDAsync)(DevicePtr, DevicePtr, size_t, CuStream) = nullptr;
+  CuResult (*memHostAlloc)(void**, size_t, unsigned) = nullptr;
+  CuResult (*memFreeHost)(void*) = nullptr;
+  // Unified addressing: device and pinned host memory alike.
+  CuResult (*memcpyAsync)(DevicePtr, DevicePtr, size_t, CuStream) = nullptr;
   CuResult (*ipcGetMemHandle)(CuIpcMemHandle*, DevicePtr) = nullptr;
   CuResult (*ipcOpenMemHandle)(DevicePtr*, CuIpcMemHandle, unsigned) = nullptr;
   CuResult (*ipcCloseMemHandle)(DevicePtr) = nullptr;
   CuResult (*eventCreate)(CuEvent*, unsigned) = nullptr;
   CuResult (*eventDestroy)(CuEvent) = nullptr;
   CuResult (*eventRecord)(CuEvent, CuStream) = nullptr;
+  CuResult (*eventQuery)(CuEvent) = nullptr;
   CuResult (*ipcGetEventHandle)(CuIpcEventHandle*, CuEvent) = nullptr;
   CuResult (*ipcOpenEventHandle)(CuEvent*, CuIpcEventHandle) = nullptr;
   CuResult (*getErrorString)(CuResult, const char**) = nullptr;
@@ -116,13 +124,16 @@ const Driver* loadDriver(std::string& why) {
   finder.find(d.streamWaitEvent, "cuStreamWaitEvent");
   finder.find(d.memAlloc, "cuMemAlloc_v2");
   finder.find(d.memFree, "cuMemFree_v2");
-  finder.find(d.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  finder.find(d.memHostAlloc, "cuMemHostAlloc");
+  finder.find(d.memFreeHost, "cuMemFreeHost");
+  finder.find(d.memcpyAsync, "cuMemcpyAsync");
   finder.find(d.ipcGetMemHandle, "cuIpcGetMemHandle");
   finder.find(d.ipcOpenMemHandle, "cuIpcOpenMemHandle_v2");
   finder.find(d.ipcCloseMemHandle, "cuIpcCloseMemHandle");
   finder.find(d.eventCreate, "cuEventCreate");
   finder.find(d.eventDestroy, "cuEventDestroy_v2");
   finder.find(d.eventRecord, "cuEventRecord");
+  finder.find(d.eventQuery, "cuEventQuery");
   finder.find(d.ipcGetEventHandle, "cuIpcGetEventHandle");
   finder.find(d.ipcOpenEventHandle, "cuIpcOpenEventHandle");
   finder.find(d.getErrorString, "cuGetErrorString");
@@ -216,6 +227,24 @@ class DriverMemory final : public DeviceMemory {
   std::shared_ptr<const PrimaryContext> context_;
   DevicePtr pointer_;
   Origin origin_;
+};
+
+class DriverHostMemory final : public HostMemory {
+ public:
+  DriverHostMemory(std::shared_ptr<const PrimaryContext> context, void* data)
+      : context_(std::move(context)), data_(data) {}
+  ~DriverHostMemory() override {
+    const Driver& d = context_->driver();
+    (void)context_->call("", [&] { return d.memFreeHost(data_); });
+  }
+  DriverHostMemory(const DriverHostMemory&) = delete;
+  DriverHostMemory& operator=(const DriverHostMemory&) = delete;
+
+  void* data() const override { return data_; }
+
+ private:
+  std::shared_ptr<const PrimaryContext> context_;
+  void* data_;
 };
 
 class DriverEvent final : public DeviceEvent {
@@ -343,11 +372,26 @@ Result<std::unique_ptr<DeviceEvent>> DriverIpcDevice::openEvent(const IpcHandle&
   return std::unique_ptr<DeviceEvent>(std::move(event));
 }
 
+Result<std::unique_ptr<HostMemory>> DriverIpcDevice::allocateHost(size_t bytes) {
+  if (bytes == 0) return invalidArgument("cuda_ipc: allocating 0 bytes of pinned host memory");
+  std::unique_ptr<HostMemory> memory;
+  BRAID_RETURN_IF_ERROR(
+      context_->call(strCat("allocating ", bytes, " bytes of pinned host memory"), [&] {
+        void* data = nullptr;
+        const driver_ipc::CuResult r =
+            driver_.memHostAlloc(&data, bytes, driver_ipc::kHostAllocPortableMapped);
+        if (r == driver_ipc::kSuccess)
+          memory = std::make_unique<driver_ipc::DriverHostMemory>(context_, data);
+        return r;
+      }));
+  return memory;
+}
+
 Status DriverIpcDevice::enqueueCopy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return Status::ok();
   return context_->call("cuda_ipc: queueing a copy", [&] {
-    return driver_.memcpyDtoDAsync(driver_ipc::devicePointer(dst), driver_ipc::devicePointer(src),
-                                   bytes, stream_);
+    return driver_.memcpyAsync(driver_ipc::devicePointer(dst), driver_ipc::devicePointer(src),
+                               bytes, stream_);
   });
 }
 
@@ -378,6 +422,18 @@ Status DriverIpcDevice::enqueueWait(DeviceEvent& event) {
   constexpr std::string_view kWhat = "cuda_ipc: queueing a wait for an event";
   BRAID_ASSIGN_OR_RETURN(driver_ipc::CuEvent e, driver_ipc::cudaEventOf(event, kWhat));
   return context_->call(kWhat, [&] { return driver_.streamWaitEvent(stream_, e, 0); });
+}
+
+Result<bool> DriverIpcDevice::hasRun(DeviceEvent& event) {
+  constexpr std::string_view kWhat = "querying an event of the GPU's stream";
+  BRAID_ASSIGN_OR_RETURN(driver_ipc::CuEvent e, driver_ipc::cudaEventOf(event, kWhat));
+  bool done = false;
+  BRAID_RETURN_IF_ERROR(context_->call(kWhat, [&] {
+    const driver_ipc::CuResult r = driver_.eventQuery(e);
+    done = r == driver_ipc::kSuccess;
+    return r == driver_ipc::kNotReady ? driver_ipc::kSuccess : r;
+  }));
+  return done;
 }
 
 Status DriverIpcDevice::synchronize() {

@@ -39,12 +39,14 @@ class DriverIpcDevice final : public IpcDevice {
   Result<std::unique_ptr<DeviceMemory>> openMemory(const IpcHandle& handle) override;
   Result<std::unique_ptr<DeviceEvent>> createEvent() override;
   Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) override;
+  Result<std::unique_ptr<HostMemory>> allocateHost(size_t bytes) override;
 
   Status enqueueCopy(void* dst, const void* src, size_t bytes) override;
   Status enqueueCombine(void* dst, const void* local, const void* incoming, size_t bytes,
                         const Combiner& combiner) override;
   Status enqueueRecord(DeviceEvent& event) override;
   Status enqueueWait(DeviceEvent& event) override;
+  Result<bool> hasRun(DeviceEvent& event) override;
   Status synchronize() override;
 
   // The CUstream all work is queued on.

@@ -38,6 +38,16 @@ class DeviceMemory {
   virtual const IpcHandle& handle() const = 0;
 };
 
+// Page-locked host memory that the device's copies and reductions reach
+// directly (cuMemHostAlloc): the bounce buffers of a transport that carries
+// GPU memory over a host connection (transports/gpu_staged). Freed when
+// destroyed.
+class HostMemory {
+ public:
+  virtual ~HostMemory() = default;
+  virtual void* data() const = 0;
+};
+
 // An interprocess event: this process's own, or a peer's opened from its
 // handle. A wait queued on it holds later work until the work queued before
 // the event's latest record (at the time of the wait) has run.
@@ -55,15 +65,22 @@ class IpcDevice {
   virtual Result<std::unique_ptr<DeviceMemory>> openMemory(const IpcHandle& handle) = 0;
   virtual Result<std::unique_ptr<DeviceEvent>> createEvent() = 0;
   virtual Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) = 0;
+  virtual Result<std::unique_ptr<HostMemory>> allocateHost(size_t bytes) = 0;
 
-  // dst = src, `bytes` of device memory (either may be a peer's).
+  // dst = src, `bytes` of device memory (either may be a peer's) or of
+  // allocateHost's memory.
   virtual Status enqueueCopy(void* dst, const void* src, size_t bytes) = 0;
   // dst = local (op) incoming, for bytes / combiner.unit elements, with the
-  // combiner's device function (its host function on a stand-in device).
+  // combiner's device function (its host function on a stand-in device);
+  // `incoming` may be allocateHost's memory.
   virtual Status enqueueCombine(void* dst, const void* local, const void* incoming, size_t bytes,
                                 const Combiner& combiner) = 0;
   virtual Status enqueueRecord(DeviceEvent& event) = 0;
   virtual Status enqueueWait(DeviceEvent& event) = 0;
+
+  // Whether the work queued before the event's latest record has run. Never
+  // waits.
+  virtual Result<bool> hasRun(DeviceEvent& event) = 0;
 
   // Waits until everything queued so far has run; the first error of the
   // queued work, if any.

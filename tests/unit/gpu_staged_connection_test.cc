@@ -1,0 +1,210 @@
+// GPU memory over a host connection (transports/gpu_staged): two ends in
+// this process over a socket pair, each with a stand-in device of its own
+// (fake_ipc_device.h), whose stream is slowed where a missing wait would
+// show up as wrong bytes.
+#include "transports/gpu_staged/staged_connection.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstring>
+#include <initializer_list>
+#include <vector>
+
+#include "fake_ipc_device.h"
+#include "transports/stream_connection.h"
+#include "transports/tcp/socket_stream.h"
+
+namespace braid::transport::gpu_staged {
+namespace {
+
+using cuda_ipc::DeviceBuffer;
+using cuda_ipc::FakeIpcDevice;
+using State = Request::State;
+
+class StagedPair : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+    hostA = std::make_unique<StreamConnection>(
+        std::make_unique<tcp::SocketStream>(tcp::Fd(fds[0]), 1), 1);
+    hostB = std::make_unique<StreamConnection>(
+        std::make_unique<tcp::SocketStream>(tcp::Fd(fds[1]), 0), 0);
+    devA = std::make_shared<FakeIpcDevice>();
+    devB = std::make_shared<FakeIpcDevice>();
+    StagedConnection::Options options;
+    options.minBounceBytes = 4096;
+    A = std::make_unique<StagedConnection>(*hostA, devA, options);
+    B = std::make_unique<StagedConnection>(*hostB, devB, options);
+  }
+
+  // Drives both ends until no request is pending (or 10 s).
+  void drive(std::initializer_list<RequestPtr> requests) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+      (void)A->progress();
+      (void)B->progress();
+      bool pending = false;
+      for (const auto& r : requests) pending = pending || r->state() == State::kPending;
+      if (!pending) return;
+    }
+    ADD_FAILURE() << "requests still pending after 10 s";
+  }
+  void synchronize() {
+    EXPECT_TRUE(devA->synchronize().isOk()) << devA->synchronize().message();
+    EXPECT_TRUE(devB->synchronize().isOk()) << devB->synchronize().message();
+  }
+
+  std::unique_ptr<StreamConnection> hostA, hostB;
+  std::shared_ptr<FakeIpcDevice> devA, devB;
+  std::unique_ptr<StagedConnection> A, B;
+};
+
+TEST_F(StagedPair, MessagesOfEverySizeArriveBothWays) {
+  devA->workDelay = devB->workDelay = std::chrono::microseconds(200);
+  uint64_t tag = 10;
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{100}, size_t{4096}, size_t{3 << 20}}) {
+    SCOPED_TRACE(bytes);
+    DeviceBuffer sa(*devA, bytes + 1), ra(*devA, bytes + 1), sb(*devB, bytes + 1),
+        rb(*devB, bytes + 1);
+    sa.fill(1);
+    sb.fill(2);
+    ++tag;
+    auto s1 = A->postSend(sa.data(), bytes, Tag{tag, 5});
+    auto s2 = B->postSend(sb.data(), bytes, Tag{tag, 6});
+    auto r1 = B->postRecv(rb.data(), bytes, Tag{tag, 5});
+    auto r2 = A->postRecv(ra.data(), bytes, Tag{tag, 6});
+    drive({s1, s2, r1, r2});
+    for (const auto& r : {s1, s2, r1, r2})
+      ASSERT_EQ(r->state(), State::kDone) << r->error().message();
+    synchronize();
+    EXPECT_EQ(std::memcmp(rb.data(), sa.data(), bytes), 0);
+    EXPECT_EQ(std::memcmp(ra.data(), sb.data(), bytes), 0);
+  }
+  // Every payload byte crossed through the devices' copies.
+  EXPECT_GT(devA->copies.load(), 0u);
+  EXPECT_GT(devB->copies.load(), 0u);
+}
+
+// A send leaves only once its copy out of the GPU has run: on a slow stream
+// the bytes sent are still the ones the GPU held when the send was posted
+// after work that wrote them.
+TEST_F(StagedPair, ASendCarriesWhatTheStreamWroteBeforeIt) {
+  devA->workDelay = std::chrono::milliseconds(5);
+  DeviceBuffer source(*devA, 64 * 1024), staging(*devA, 64 * 1024), dst(*devB, 64 * 1024);
+  staging.fill(7);
+  std::memset(source.data(), 0, source.bytes);
+  // Queued before the send: the send must carry these bytes, not zeros.
+  ASSERT_TRUE(devA->enqueueCopy(source.data(), staging.data(), source.bytes).isOk());
+  auto s = A->postSend(source.data(), source.bytes, Tag{1, 1});
+  auto r = B->postRecv(dst.data(), dst.bytes, Tag{1, 1});
+  drive({s, r});
+  ASSERT_EQ(r->state(), State::kDone) << r->error().message();
+  synchronize();
+  EXPECT_TRUE(dst.holds(7));
+}
+
+// A receive is done once its copy into the GPU is queued; its bounce buffer
+// is reused only after that copy ran, or the next message would overwrite
+// the bytes the copy has yet to read.
+TEST_F(StagedPair, ABounceBufferIsReusedOnlyAfterItsCopyRan) {
+  devB->workDelay = std::chrono::milliseconds(20);
+  constexpr size_t kBytes = 4096;
+  DeviceBuffer s1(*devA, kBytes), s2(*devA, kBytes), d1(*devB, kBytes), d2(*devB, kBytes);
+  s1.fill(1);
+  s2.fill(2);
+  auto send1 = A->postSend(s1.data(), kBytes, Tag{1, 0});
+  auto recv1 = B->postRecv(d1.data(), kBytes, Tag{1, 0});
+  drive({send1, recv1});
+  ASSERT_EQ(recv1->state(), State::kDone);
+  (void)B->progress();
+  auto send2 = A->postSend(s2.data(), kBytes, Tag{2, 0});
+  auto recv2 = B->postRecv(d2.data(), kBytes, Tag{2, 0});
+  drive({send2, recv2});
+  ASSERT_EQ(recv2->state(), State::kDone);
+  synchronize();
+  EXPECT_TRUE(d1.holds(1));
+  EXPECT_TRUE(d2.holds(2));
+  // Two bounce buffers: the second receive could not wait for the first's.
+  EXPECT_EQ(B->bounceBuffers(), 2u);
+  // Later messages reuse them, once progress saw their copies done.
+  (void)B->progress();
+  auto send3 = A->postSend(s1.data(), kBytes, Tag{3, 0});
+  auto recv3 = B->postRecv(d2.data(), kBytes, Tag{3, 0});
+  drive({send3, recv3});
+  synchronize();
+  EXPECT_TRUE(d2.holds(1));
+  EXPECT_EQ(B->bounceBuffers(), 2u);
+}
+
+// A reduction reads the incoming bytes straight from the bounce buffer.
+TEST_F(StagedPair, AReceiveWithReductionCombinesOnTheDevice) {
+  constexpr size_t kCount = 5000;
+  DeviceBuffer send(*devA, kCount * 4), local(*devB, kCount * 4), dst(*devB, kCount * 4);
+  for (size_t i = 0; i < kCount; ++i) {
+    const int32_t a = static_cast<int32_t>(i), b = static_cast<int32_t>(3 * i + 1);
+    std::memcpy(send.data() + 4 * i, &a, 4);
+    std::memcpy(local.data() + 4 * i, &b, 4);
+  }
+  Combiner sum;
+  sum.unit = 4;
+  sum.apply = [](void* d, const void* l, const void* in, size_t n, const void*) {
+    for (size_t i = 0; i < n; ++i) {
+      int32_t x, y;
+      std::memcpy(&x, static_cast<const uint8_t*>(l) + 4 * i, 4);
+      std::memcpy(&y, static_cast<const uint8_t*>(in) + 4 * i, 4);
+      const int32_t z = x + y;
+      std::memcpy(static_cast<uint8_t*>(d) + 4 * i, &z, 4);
+    }
+  };
+  auto s = A->postSend(send.data(), send.bytes, Tag{1, 0});
+  auto r = B->postRecvReduce(dst.data(), local.data(), dst.bytes, Tag{1, 0}, sum);
+  drive({s, r});
+  ASSERT_EQ(r->state(), State::kDone) << r->error().message();
+  synchronize();
+  for (size_t i = 0; i < kCount; ++i) {
+    int32_t z;
+    std::memcpy(&z, dst.data() + 4 * i, 4);
+    ASSERT_EQ(z, static_cast<int32_t>(4 * i + 1)) << i;
+  }
+  EXPECT_EQ(devB->combines.load(), 1u);
+}
+
+// A message of another size than the receive fails it as misuse, with the
+// host connection's message; the sender's side is unharmed.
+TEST_F(StagedPair, AMessageOfAnotherSizeFailsTheReceive) {
+  DeviceBuffer send(*devA, 100), dst(*devB, 200);
+  auto s = A->postSend(send.data(), 100, Tag{1, 0});
+  auto r = B->postRecv(dst.data(), 200, Tag{1, 0});
+  drive({s, r});
+  ASSERT_EQ(r->state(), State::kFailed);
+  EXPECT_EQ(r->error().code(), ErrorCode::kInvalidUsage) << r->error().message();
+}
+
+// A device that refuses work fails the send that needed it, cleanly.
+TEST_F(StagedPair, ADeviceThatRefusesWorkFailsTheSend) {
+  DeviceBuffer send(*devA, 100);
+  devA->failEnqueues = true;
+  auto s = A->postSend(send.data(), 100, Tag{1, 0});
+  ASSERT_EQ(s->state(), State::kFailed);
+  EXPECT_EQ(s->error().code(), ErrorCode::kUnhandledCudaError) << s->error().message();
+}
+
+// Abort fails what is pending here, and closes the host connection, so the
+// peer's requests fail too rather than wait.
+TEST_F(StagedPair, AbortFailsPendingRequestsOnBothEnds) {
+  DeviceBuffer a(*devA, 100), b(*devB, 100);
+  auto ra = A->postRecv(a.data(), 100, Tag{1, 0});
+  auto rb = B->postRecv(b.data(), 100, Tag{2, 0});
+  A->abort(Status(ErrorCode::kInternalError, "test abort"));
+  EXPECT_EQ(ra->state(), State::kFailed);
+  drive({rb});
+  EXPECT_EQ(rb->state(), State::kFailed);
+  auto late = A->postSend(a.data(), 100, Tag{3, 0});
+  EXPECT_EQ(late->state(), State::kFailed);
+}
+
+}  // namespace
+}  // namespace braid::transport::gpu_staged

@@ -1,0 +1,115 @@
+// GPU memory over a host connection (tcp, shm, ib): each message goes
+// through page-locked host memory, copied on the GPU's stream, so a GPU job
+// (src/progress.h, Job::gpu) reaches peers that CUDA IPC cannot, such as
+// ranks on other hosts.
+//
+// A send queues a copy of its GPU bytes into a pinned bounce buffer and an
+// event after it; once the event has run, the bytes go to the host
+// connection under the send's own tag. A receive lands in a bounce buffer;
+// once it has arrived, a copy into its GPU destination (or a reduction
+// straight from the bounce buffer) is queued on the stream and the receive
+// is done: what the job queues after it runs after the copy. So the copies
+// of one message overlap the wire time of the others, and a schedule that
+// splits its data into chunks (ring, trees) keeps the copy engines and the
+// wire busy together; within one message there is no overlap.
+//
+// Sends reach the host connection in the order they were posted (the tags
+// of a channel must rise), each after its own copy. Bounce buffers and
+// events are kept for reuse until the connection goes: freeing pinned
+// memory may wait for the whole GPU, which a CUDA stream waiting for this
+// very call may hold.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "transports/cuda_ipc/ipc_device.h"
+#include "transports/transport.h"
+
+namespace braid::transport::gpu_staged {
+
+class StagedConnection final : public Connection {
+ public:
+  struct Options {
+    // Smallest bounce buffer: messages up to this size share buffers.
+    size_t minBounceBytes = 512 * 1024;
+  };
+
+  // `host` carries the bytes and must outlive this connection; other users
+  // may share it. `device` runs the copies, on the stream GPU jobs use.
+  StagedConnection(Connection& host, std::shared_ptr<cuda_ipc::IpcDevice> device,
+                   Options options);
+  ~StagedConnection() override;
+
+  RequestPtr postSend(const void* data, size_t bytes, Tag tag) override;
+  RequestPtr postRecv(void* data, size_t bytes, Tag tag) override;
+  RequestPtr postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
+                            const Combiner& combiner) override;
+  Result<bool> progress() override;
+  int pollFd() const override { return host_.pollFd(); }
+  bool wantsWrite() const override { return host_.wantsWrite(); }
+  bool prepareToSleep() override;
+  void abort(const Status& reason) override;
+  Status peerFailure() const override { return host_.peerFailure(); }
+  std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
+    return host_.unclaimed(channel, below);
+  }
+  bool mayHaveUnclaimed() const override { return host_.mayHaveUnclaimed(); }
+  int peer() const override { return host_.peer(); }
+
+  // Pinned bounce buffers made so far (tests).
+  size_t bounceBuffers() const;
+
+ private:
+  struct Bounce {
+    std::unique_ptr<cuda_ipc::HostMemory> memory;
+    size_t bytes = 0;
+    void* data() const { return memory ? memory->data() : nullptr; }
+  };
+  struct Send {
+    RequestPtr request;
+    Bounce bounce;
+    std::unique_ptr<cuda_ipc::DeviceEvent> copied;  // null: nothing to copy
+    size_t bytes = 0;
+    Tag tag;
+    RequestPtr onHost;  // posted to the host connection once copied
+  };
+  struct Recv {
+    RequestPtr request;
+    Bounce bounce;
+    RequestPtr onHost;
+    void* dst = nullptr;
+    const void* local = nullptr;  // set for a reduction
+    size_t bytes = 0;
+    Combiner combiner;
+    std::unique_ptr<cuda_ipc::DeviceEvent> drained;  // set once its copy is queued
+  };
+
+  Result<Bounce> takeBounce(size_t bytes);
+  void giveBack(Bounce bounce);
+  Result<std::unique_ptr<cuda_ipc::DeviceEvent>> takeEvent();
+  void giveBack(std::unique_ptr<cuda_ipc::DeviceEvent> event);
+  RequestPtr failed(Status error);
+  Status postCopiedSends(bool& moved);
+  Status finishSends(bool& moved);
+  Status finishRecvs(bool& moved);
+  void failAll(const Status& reason);
+
+  Connection& host_;
+  std::shared_ptr<cuda_ipc::IpcDevice> device_;
+  Options options_;
+  mutable std::mutex mutex_;
+  std::deque<Send> sends_;  // in the order posted
+  std::vector<Recv> recvs_;
+  std::multimap<size_t, Bounce> freeBounces_;  // by size
+  std::vector<std::unique_ptr<cuda_ipc::DeviceEvent>> freeEvents_;
+  std::vector<Bounce> retired_;  // may still be in queued copies; never reused
+  size_t bounceBuffers_ = 0;
+  Status dead_;
+};
+
+}  // namespace braid::transport::gpu_staged
