@@ -10,6 +10,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/fuse.h"
+#include "algorithms/split.h"
 #include "src/board_collectives.h"
 #include "src/common/log.h"
 #include "src/common/strcat.h"
@@ -234,9 +235,10 @@ std::string_view Communicator::lastAlgorithm(algo::CollectiveKind kind) const {
 
 const Communicator::CachedPlan& Communicator::planFor(StreamState& st,
                                                       const algo::CollectiveArgs& args,
-                                                      const algo::Algorithm* requested) {
+                                                      const algo::Algorithm* requested,
+                                                      size_t pieceBytes) {
   for (auto it = st.plans.begin(); it != st.plans.end(); ++it)
-    if (it->args == args && it->requested == requested) {
+    if (it->args == args && it->requested == requested && it->pieceBytes == pieceBytes) {
       std::rotate(it, it + 1, st.plans.end());  // most recent last
       return st.plans.back();
     }
@@ -244,6 +246,7 @@ const Communicator::CachedPlan& Communicator::planFor(StreamState& st,
   CachedPlan plan;
   plan.args = args;
   plan.requested = requested;
+  plan.pieceBytes = pieceBytes;
   plan.algorithm = requested ? requested : &selector_.choose(args);
   struct Planned {
     algo::Schedule schedule;
@@ -252,6 +255,9 @@ const Communicator::CachedPlan& Communicator::planFor(StreamState& st,
   auto planned = std::make_shared<Planned>();
   planned->schedule = plan.algorithm->plan(args);
   algo::fuseReceiveReductions(planned->schedule);
+  if (pieceBytes > 0)
+    planned->schedule =
+        algo::splitTransfers(planned->schedule, pieceBytes, dataTypeSize(args.dtype));
   planned->index = indexSchedule(planned->schedule);
   plan.index = &planned->index;
   plan.schedule = std::shared_ptr<const algo::Schedule>(planned, &planned->schedule);
@@ -311,7 +317,10 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       args.rank = rank_;
       args.nranks = nranks_;
       args.chunkBytes = config_.chunkBytes;
-      const CachedPlan& plan = planFor(st, args, op.algorithm);
+      // Messages staged through host memory are split into pieces, so that
+      // the copies of one overlap the wire time of the next.
+      const size_t pieceBytes = gpu && gpu->hasStagedPeers() ? config_.chunkBytes : 0;
+      const CachedPlan& plan = planFor(st, args, op.algorithm, pieceBytes);
       const algo::Algorithm* algorithm = plan.algorithm;
       schedule = plan.schedule;
       job.index = plan.index;

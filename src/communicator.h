@@ -115,6 +115,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     // than the rest of a small call's bookkeeping).
     const algo::Algorithm* requested = nullptr;
     const algo::Algorithm* algorithm = nullptr;
+    // Messages split into pieces of this size (0: not split).
+    size_t pieceBytes = 0;
     // Shares ownership of the index: a call keeps both alive even if the
     // cache drops the plan meanwhile.
     std::shared_ptr<const algo::Schedule> schedule;
@@ -131,9 +133,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   };
   StreamState& stream(int index);
   // The algorithm and fused schedule for `args`, from the stream's cache or
-  // new: `requested`, or the selector's choice when it is null.
+  // new: `requested`, or the selector's choice when it is null; with its
+  // messages split into pieces of `pieceBytes` unless 0.
   const CachedPlan& planFor(StreamState& st, const algo::CollectiveArgs& args,
-                            const algo::Algorithm* requested);
+                            const algo::Algorithm* requested, size_t pieceBytes = 0);
   // One call without a group: timed when the online tuner is trying
   // algorithms for its size (measureAlgorithms_).
   Status runTuned(const Operation& op, int stream);

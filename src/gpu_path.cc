@@ -71,6 +71,7 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
     } else {
       connection = std::make_unique<transport::gpu_staged::StagedConnection>(
           *host[p], path->device_, staged);
+      path->hasStagedPeers_ = true;
     }
     path->connections_.push_back(connection.get());
     path->owned_.push_back(std::move(connection));

@@ -48,6 +48,9 @@ class GpuPath {
   ~GpuPath();
 
   int deviceOrdinal() const { return deviceOrdinal_; }
+  // Whether some peer is reached over gpu_staged (the same on every rank:
+  // all share one host with cuda_ipc on, or not).
+  bool hasStagedPeers() const { return hasStagedPeers_; }
   // By rank: cuda_ipc connections, and the own rank's host entry.
   std::span<transport::Connection* const> connections() const { return connections_; }
   // The device and its reductions, for a job's gpu field.
@@ -60,6 +63,7 @@ class GpuPath {
   GpuPath() = default;
 
   int deviceOrdinal_ = -1;
+  bool hasStagedPeers_ = false;
   std::shared_ptr<transport::cuda_ipc::IpcDevice> device_;
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;

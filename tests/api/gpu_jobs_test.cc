@@ -378,9 +378,8 @@ TEST_F(GpuJobs, WithWholeStagingBroadcastIsStagedWhole) {
 
 // Between hosts (each rank its own BRAID_HOSTID) the copy collectives are
 // GPU jobs over the host transport: every message goes through pinned host
-// memory, chunk by chunk for the pipelined Broadcast, so many more copies
-// than whole staging's 2 or 3, and none from GPU to GPU but the ranks' own
-// (an AllGather's own block).
+// memory in pieces of a chunk, so many more copies than whole staging's 2
+// or 3, and none from GPU to GPU in a Broadcast but the root's own.
 const char* ownHost(int rank) {
   static const char* const kHosts[] = {"host-a", "host-b", "host-c"};
   return kHosts[rank];
@@ -405,10 +404,17 @@ int copyCollectivesBetweenHosts(Rank& r) {
   for (size_t i = 0; i < n * kCount; ++i)
     send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
   for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
-  RANK_CHECK(30, braidAllToAll(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
-  RANK_CHECK(31, firstWrong(recv, n * kCount, [&](size_t i) {
-                   return value(static_cast<int>(i / kCount), me, i % kCount);
-                 }) == -1);
+  {
+    // AllToAll sends each peer its block as one message, which the
+    // communicator splits into chunk-sized pieces, each copied on its own.
+    Copies copies;
+    RANK_CHECK(30,
+               braidAllToAll(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
+    RANK_CHECK(31, firstWrong(recv, n * kCount, [&](size_t i) {
+                     return value(static_cast<int>(i / kCount), me, i % kCount);
+                   }) == -1);
+    RANK_CHECK(32, copies.hostDeviceSince() >= 2 * kChunksPerBlock);  // out and in
+  }
   for (size_t i = 0; i < kCount; ++i) recv[i] = -1;
   RANK_CHECK(50, braidScatter(me == root ? send : nullptr, recv, kCount, braidFloat32, root,
                               r.comm, nullptr) == braidSuccess);

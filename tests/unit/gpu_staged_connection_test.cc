@@ -206,5 +206,30 @@ TEST_F(StagedPair, AbortFailsPendingRequestsOnBothEnds) {
   EXPECT_EQ(late->state(), State::kFailed);
 }
 
+// A peer that leaves right after its last send (an orderly close) must not
+// take with it the messages that arrived before: a receive posted after
+// this end saw the close still gets its bytes, copied into the GPU.
+TEST_F(StagedPair, AMessageThatArrivedBeforeThePeerLeftIsStillReceived) {
+  DeviceBuffer send(*devA, 5000), dst(*devB, 5000);
+  send.fill(3);
+  auto s = A->postSend(send.data(), 5000, Tag{1, 0});
+  drive({s});
+  ASSERT_EQ(s->state(), State::kDone);
+  A->abort(Status::ok());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (B->progress().isOk() && std::chrono::steady_clock::now() < until) {
+  }
+  ASSERT_FALSE(B->progress().isOk());  // B has seen the close
+  auto r = B->postRecv(dst.data(), 5000, Tag{1, 0});
+  (void)B->progress();
+  ASSERT_EQ(r->state(), State::kDone) << r->error().message();
+  synchronize();
+  EXPECT_TRUE(dst.holds(3));
+  // A receive of a message that never came fails, with the peer's leaving.
+  auto never = B->postRecv(dst.data(), 5000, Tag{2, 0});
+  (void)B->progress();
+  EXPECT_EQ(never->state(), State::kFailed);
+}
+
 }  // namespace
 }  // namespace braid::transport::gpu_staged

@@ -195,20 +195,21 @@ Result<bool> StagedConnection::progress() {
   std::lock_guard lock(mutex_);
   if (!dead_.isOk()) return dead_;
   bool moved = false;
-  Status status = postCopiedSends(moved);
-  if (status.isOk()) {
-    auto hostMoved = host_.progress();
-    if (hostMoved.isOk())
-      moved = *hostMoved || moved;
-    else
-      status = hostMoved.status();
-  }
-  if (status.isOk()) status = finishSends(moved);
-  if (status.isOk()) status = finishRecvs(moved);
-  if (!status.isOk()) {
-    failAll(status);
+  Status device = postCopiedSends(moved);
+  // A host connection that died (the peer left) has failed its pending
+  // requests, and those posted later fail too, except receives of messages
+  // that arrived before: they still land, and are copied into the GPU here,
+  // as the host connection's own users would get them. So its error only
+  // passes through; an error of the device ends this connection.
+  auto hostMoved = host_.progress();
+  if (hostMoved.isOk()) moved = *hostMoved || moved;
+  if (device.isOk()) device = finishSends(moved);
+  if (device.isOk()) device = finishRecvs(moved);
+  if (!device.isOk()) {
+    failAll(device);
     return dead_;
   }
+  if (!hostMoved.isOk()) return hostMoved.status();
   return moved;
 }
 

@@ -14,7 +14,10 @@
 // wire busy together; within one message there is no overlap.
 //
 // Sends reach the host connection in the order they were posted (the tags
-// of a channel must rise), each after its own copy. Bounce buffers and
+// of a channel must rise), each after its own copy. When the host
+// connection dies, its requests fail as they would for its own users, and
+// messages that arrived before still reach receives posted later; only a
+// failure of the device ends this connection itself. Bounce buffers and
 // events are kept for reuse until the connection goes: freeing pinned
 // memory may wait for the whole GPU, which a CUDA stream waiting for this
 // very call may hold.
