@@ -69,8 +69,8 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
       BRAID_ASSIGN_OR_RETURN(connection, transport::cuda_ipc::CudaIpcConnection::createShared(
                                              *host[p], kCudaIpcChannel, path->device_, options));
     } else {
-      connection = std::make_unique<transport::gpu_staged::StagedConnection>(
-          *host[p], path->device_, staged);
+      connection = std::make_unique<transport::gpu_staged::StagedConnection>(*host[p],
+                                                                             path->device_, staged);
       path->hasStagedPeers_ = true;
     }
     path->connections_.push_back(connection.get());

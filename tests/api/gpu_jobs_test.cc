@@ -416,8 +416,8 @@ int copyCollectivesBetweenHosts(Rank& r) {
     RANK_CHECK(32, copies.hostDeviceSince() >= 2 * kChunksPerBlock);  // out and in
   }
   for (size_t i = 0; i < kCount; ++i) recv[i] = -1;
-  RANK_CHECK(50, braidScatter(me == root ? send : nullptr, recv, kCount, braidFloat32, root,
-                              r.comm, nullptr) == braidSuccess);
+  RANK_CHECK(50, braidScatter(me == root ? send : nullptr, recv, kCount, braidFloat32, root, r.comm,
+                              nullptr) == braidSuccess);
   RANK_CHECK(51, firstWrong(recv, kCount, [&](size_t i) { return value(root, me, i); }) == -1);
   return 0;
 }
@@ -430,7 +430,9 @@ TEST_F(GpuJobs, CopyCollectivesGoThroughPinnedMemoryBetweenHosts) {
 
 // Ranks 0 and 1 share a host, rank 2 has its own: in one call, 0 and 1
 // move GPU to GPU over cuda_ipc and reach 2 through pinned memory.
-const char* twoHosts(int rank) { return rank < 2 ? "host-a" : "host-b"; }
+const char* twoHosts(int rank) {
+  return rank < 2 ? "host-a" : "host-b";
+}
 
 int copyCollectivesOnTwoHosts(Rank& r) {
   const int n = r.nranks(), me = r.rank();

@@ -55,7 +55,9 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  const char* route = c.route == Route::kIpc ? "ipc" : c.route == Route::kStaged ? "staged" : "mixed";
+  const char* route = c.route == Route::kIpc      ? "ipc"
+                      : c.route == Route::kStaged ? "staged"
+                                                  : "mixed";
   return strCat(algo::collectiveName(c.algorithm->kind), "/", c.algorithm->name, " P=", c.P,
                 " count=", c.count, " ", dataTypeName(c.dtype), " ", route);
 }
@@ -128,8 +130,8 @@ int runRank(const Case& c, int rank, const std::map<std::pair<int, int>, int>& f
         transport::gpu_staged::StagedConnection::Options staging;
         staging.minBounceBytes = 1024;
         owned.push_back(std::move(control));
-        owned.push_back(std::make_unique<transport::gpu_staged::StagedConnection>(
-            *owned.back(), device, staging));
+        owned.push_back(std::make_unique<transport::gpu_staged::StagedConnection>(*owned.back(),
+                                                                                  device, staging));
         connections[p] = owned.back().get();
         continue;
       }
@@ -153,7 +155,8 @@ int runRank(const Case& c, int rank, const std::map<std::pair<int, int>, int>& f
   algo::fuseReceiveReductions(schedule);
   // With staged peers the communicator splits messages into pieces: here
   // of 1000 bytes, fewer than a 4096-byte chunk, so every algorithm splits.
-  if (c.route != Route::kIpc) schedule = algo::splitTransfers(schedule, 1000, dataTypeSize(c.dtype));
+  if (c.route != Route::kIpc)
+    schedule = algo::splitTransfers(schedule, 1000, dataTypeSize(c.dtype));
   const size_t sendBytes = algo::sendBufferBytes(args), recvBytes = algo::recvBufferBytes(args);
   auto alloc = [&](size_t n) { return device->allocate(n == 0 ? 1 : n); };
   auto send = alloc(sendBytes), recv = alloc(recvBytes), scratch = alloc(schedule.scratchBytes);

@@ -124,8 +124,8 @@ static uint64_t readHandle(const FakeIpcHandle* handle, uint32_t kind) {
 static int isDeviceMemory(unsigned long long device, size_t bytes) {
   unsigned type = 0;
   if (cuPointerGetAttribute(&type, FAKE_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, device) != 0) return 0;
-  return bytes == 0 ||
-         cuPointerGetAttribute(&type, FAKE_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, device + bytes - 1) == 0;
+  return bytes == 0 || cuPointerGetAttribute(&type, FAKE_CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                             device + bytes - 1) == 0;
 }
 
 int cuIpcGetMemHandle(FakeIpcHandle* handle, unsigned long long device) {

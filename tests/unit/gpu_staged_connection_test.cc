@@ -2,8 +2,6 @@
 // this process over a socket pair, each with a stand-in device of its own
 // (fake_ipc_device.h), whose stream is slowed where a missing wait would
 // show up as wrong bytes.
-#include "transports/gpu_staged/staged_connection.h"
-
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "fake_ipc_device.h"
+#include "transports/gpu_staged/staged_connection.h"
 #include "transports/stream_connection.h"
 #include "transports/tcp/socket_stream.h"
 

@@ -18,7 +18,8 @@ namespace braid::algo {
 namespace {
 
 // P ranks' memory for `args`, with inputs that differ on every rank.
-std::vector<sim::RankMemory> inputs(const CollectiveArgs& base, const std::vector<Schedule>& plans) {
+std::vector<sim::RankMemory> inputs(const CollectiveArgs& base,
+                                    const std::vector<Schedule>& plans) {
   std::vector<sim::RankMemory> memory(plans.size());
   for (size_t r = 0; r < plans.size(); ++r) {
     CollectiveArgs args = base;

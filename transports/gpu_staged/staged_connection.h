@@ -44,8 +44,7 @@ class StagedConnection final : public Connection {
 
   // `host` carries the bytes and must outlive this connection; other users
   // may share it. `device` runs the copies, on the stream GPU jobs use.
-  StagedConnection(Connection& host, std::shared_ptr<cuda_ipc::IpcDevice> device,
-                   Options options);
+  StagedConnection(Connection& host, std::shared_ptr<cuda_ipc::IpcDevice> device, Options options);
   ~StagedConnection() override;
 
   RequestPtr postSend(const void* data, size_t bytes, Tag tag) override;
