@@ -277,6 +277,30 @@ int broadcastFromTheLastRank(Rank& r, float* send, float* recv) {
   return 0;
 }
 
+// AllGather: block b of recv is rank b's send (its block 0).
+int allGatherChecked(Rank& r, float* send, float* recv) {
+  const int n = r.nranks();
+  for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
+  RANK_CHECK(20, braidAllGather(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
+  RANK_CHECK(21, firstWrong(recv, n * kCount, [&](size_t i) {
+                   return value(static_cast<int>(i / kCount), 0, i % kCount);
+                 }) == -1);
+  return 0;
+}
+
+// AllToAll: block j of rank i's send lands in block i of rank j's recv.
+int allToAllChecked(Rank& r, float* send, float* recv) {
+  const int n = r.nranks(), me = r.rank();
+  for (size_t i = 0; i < n * kCount; ++i)
+    send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
+  for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
+  RANK_CHECK(30, braidAllToAll(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
+  RANK_CHECK(31, firstWrong(recv, n * kCount, [&](size_t i) {
+                   return value(static_cast<int>(i / kCount), me, i % kCount);
+                 }) == -1);
+  return 0;
+}
+
 int copyCollectives(Rank& r) {
   const int n = r.nranks(), me = r.rank(), root = n - 1;
   float* send = r.allocate(n * kCount);
@@ -289,29 +313,14 @@ int copyCollectives(Rank& r) {
     EXPECT_GPU_TO_GPU(13, copies);
   }
 
-  // AllGather: block b of recv is rank b's send.
-  for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
   {
     Copies copies;
-    RANK_CHECK(20,
-               braidAllGather(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
-    RANK_CHECK(21, firstWrong(recv, n * kCount, [&](size_t i) {
-                     return value(static_cast<int>(i / kCount), 0, i % kCount);
-                   }) == -1);
+    if (const int failed = allGatherChecked(r, send, recv)) return failed;
     EXPECT_GPU_TO_GPU(22, copies);
   }
-
-  // AllToAll: block j of rank i's send lands in block i of rank j's recv.
-  for (size_t i = 0; i < n * kCount; ++i)
-    send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
-  for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
   {
     Copies copies;
-    RANK_CHECK(30,
-               braidAllToAll(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
-    RANK_CHECK(31, firstWrong(recv, n * kCount, [&](size_t i) {
-                     return value(static_cast<int>(i / kCount), me, i % kCount);
-                   }) == -1);
+    if (const int failed = allToAllChecked(r, send, recv)) return failed;
     EXPECT_GPU_TO_GPU(32, copies);
   }
 
@@ -396,23 +405,12 @@ int copyCollectivesBetweenHosts(Rank& r) {
     RANK_CHECK(13, copies.hostDeviceSince() >= kChunksPerBlock);
     RANK_CHECK(14, copies.deviceSince() <= 1);
   }
-  for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
-  RANK_CHECK(20, braidAllGather(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
-  RANK_CHECK(21, firstWrong(recv, n * kCount, [&](size_t i) {
-                   return value(static_cast<int>(i / kCount), 0, i % kCount);
-                 }) == -1);
-  for (size_t i = 0; i < n * kCount; ++i)
-    send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
-  for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
+  if (const int failed = allGatherChecked(r, send, recv)) return failed;
   {
     // AllToAll sends each peer its block as one message, which the
     // communicator splits into chunk-sized pieces, each copied on its own.
     Copies copies;
-    RANK_CHECK(30,
-               braidAllToAll(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
-    RANK_CHECK(31, firstWrong(recv, n * kCount, [&](size_t i) {
-                     return value(static_cast<int>(i / kCount), me, i % kCount);
-                   }) == -1);
+    if (const int failed = allToAllChecked(r, send, recv)) return failed;
     RANK_CHECK(32, copies.hostDeviceSince() >= 2 * kChunksPerBlock);  // out and in
   }
   for (size_t i = 0; i < kCount; ++i) recv[i] = -1;
@@ -439,14 +437,8 @@ int copyCollectivesOnTwoHosts(Rank& r) {
   float* send = r.allocate(n * kCount);
   float* recv = r.allocate(n * kCount);
   RANK_CHECK(10, send != nullptr && recv != nullptr);
-  for (size_t i = 0; i < n * kCount; ++i)
-    send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
-  for (size_t i = 0; i < n * kCount; ++i) recv[i] = -1;
   Copies copies;
-  RANK_CHECK(30, braidAllToAll(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
-  RANK_CHECK(31, firstWrong(recv, n * kCount, [&](size_t i) {
-                   return value(static_cast<int>(i / kCount), me, i % kCount);
-                 }) == -1);
+  if (const int failed = allToAllChecked(r, send, recv)) return failed;
   // Every rank sends a block to rank 2 or receives one from it (or both).
   RANK_CHECK(32, copies.hostDeviceSince() >= 1);
   // Ranks 0 and 1 send each other a block in slot-sized chunks.
