@@ -33,17 +33,14 @@ Status refuseGpuMemory(const char* argument, const braid::BufferMemory& memory) 
       memory.device >= 0 ? braid::strCat("device ", memory.device) : std::string("device unknown");
   const char* reason =
       braid::gpuStagingBuilt()
-          ? "GPU buffers are staged through host memory, so far not in calls inside a group"
+          ? "GPU buffers inside a group are staged through host memory, so far only in calls on "
+            "stream NULL"
           : "this build of braid moves host memory only";
   return braid::notSupported(braid::strCat(argument, " is ", braid::memoryKindName(memory.kind),
                                            " memory (", device, "): ", reason));
 }
 
-// Which of an operation's buffers are on a GPU, and their sizes.
-struct GpuPlacement {
-  size_t sendBytes = 0, recvBytes = 0;
-  bool sendOnGpu = false, recvOnGpu = false;
-};
+using braid::api::GpuPlacement;
 
 GpuPlacement placementOf(const Operation& o, bool sendOnGpu, bool recvOnGpu) {
   GpuPlacement p;
@@ -114,9 +111,13 @@ Status runGpuJobs(Operation o, int ordinal, braid::Communicator& comm, int strea
 // it); or refuses it.
 Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
                     const braid::BufferMemory& sendMemory, const braid::BufferMemory& recvMemory) {
-  if (!braid::gpuStagingBuilt() || braid::api::groupOpen())
+  if (!braid::gpuStagingBuilt() || (braid::api::groupOpen() && stream != nullptr))
     return onGpu(sendMemory) ? refuseGpuMemory("sendbuff", sendMemory)
                              : refuseGpuMemory("recvbuff", recvMemory);
+  if (braid::api::groupOpen()) {
+    const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
+    return braid::api::submitStagedToGroup(comm, std::move(o), placement);
+  }
   if (const int ordinal = gpuJobOrdinal(o, comm, sendMemory, recvMemory); ordinal >= 0) {
     if (stream == nullptr) return runGpuJobs(std::move(o), ordinal, *comm->comm, 0);
     BRAID_RETURN_IF_ERROR(checkStreamOfComm(comm, stream));

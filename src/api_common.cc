@@ -5,6 +5,7 @@
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
+#include "src/device_staging.h"
 #include "src/handles.h"
 
 namespace braid::api {
@@ -16,6 +17,7 @@ struct PendingOperation {
   std::shared_ptr<Communicator> comm;
   std::shared_ptr<HostStream> stream;  // null: run by braidGroupEnd
   Operation op;
+  GpuPlacement gpu;  // buffers braidGroupEnd stages (stream null only)
 };
 thread_local int groupDepth = 0;
 thread_local std::vector<PendingOperation> groupOps;
@@ -74,6 +76,12 @@ Status submit(braidComm_t comm, braidStream_t stream, std::vector<Operation> ops
   return comm->comm->run(ops, 0);
 }
 
+Status submitStagedToGroup(braidComm_t comm, Operation op, const GpuPlacement& placement) {
+  if (groupDepth == 0) return internalError("no group is open");
+  groupOps.push_back({comm->comm, nullptr, std::move(op), placement});
+  return Status::ok();
+}
+
 Status groupStart() {
   ++groupDepth;
   return Status::ok();
@@ -89,6 +97,20 @@ Status groupEnd() {
   std::map<HostStream*, std::vector<Operation>> perStream;
   std::map<Communicator*, std::vector<Operation>> now;
   std::vector<std::shared_ptr<Communicator>> keepAlive;
+  // GPU buffers go over to host memory now, after the work queued on their
+  // GPUs, and their results come back once the whole group ran: the
+  // group's calls may run in any order, and all at once.
+  std::vector<StagedBuffers> staged;
+  for (auto& p : ops) {
+    const GpuPlacement& g = p.gpu;
+    if (!g.sendOnGpu && !g.recvOnGpu) continue;
+    BRAID_ASSIGN_OR_RETURN(StagedBuffers s,
+                           StagedBuffers::stage(p.op.send, g.sendBytes, g.sendOnGpu, p.op.recv,
+                                                g.recvBytes, g.recvOnGpu, contextOrderedCopies()));
+    p.op.send = s.send();
+    p.op.recv = s.recv();
+    staged.push_back(std::move(s));
+  }
   for (auto& p : ops) {
     keepAlive.push_back(p.comm);
     if (p.stream)
@@ -99,7 +121,9 @@ Status groupEnd() {
   for (auto& [stream, batch] : perStream) stream->enqueue(std::move(batch));
   if (now.empty()) return Status::ok();
   std::vector<std::pair<Communicator*, std::vector<Operation>>> batches(now.begin(), now.end());
-  return Communicator::runTogether(batches);
+  BRAID_RETURN_IF_ERROR(Communicator::runTogether(batches));
+  for (StagedBuffers& s : staged) BRAID_RETURN_IF_ERROR(s.finish());
+  return Status::ok();
 }
 
 }  // namespace braid::api

@@ -62,4 +62,14 @@ Status checkStream(braidStream_t stream);
 Status submit(braidComm_t comm, braidStream_t stream, std::vector<Operation> ops);
 bool groupOpen();
 
+// Which of an operation's buffers are on a GPU, and their sizes.
+struct GpuPlacement {
+  size_t sendBytes = 0, recvBytes = 0;
+  bool sendOnGpu = false, recvOnGpu = false;
+};
+// Queues `op` (stream NULL) in the open group; braidGroupEnd stages its GPU
+// buffers through host memory (src/device_staging.h) before the group runs,
+// and copies its result back after.
+Status submitStagedToGroup(braidComm_t comm, Operation op, const GpuPlacement& placement);
+
 }  // namespace braid::api

@@ -1,7 +1,7 @@
 // GPU buffers given to the C ABI. A CUDA build (BRAID_TEST_STAGING) stages
-// them through host memory for calls with stream NULL outside a group, and
-// refuses them elsewhere; a build without CUDA refuses them everywhere, with
-// braidNotSupported and a message naming the argument and the device, never
+// them through host memory for calls with stream NULL (inside a group too)
+// and on a braid stream outside a group, and refuses them elsewhere; a build without CUDA refuses
+// them everywhere, with braidNotSupported and a message naming the argument and the device, never
 // reading them as host memory. The process loads a stand-in CUDA driver
 // (tests/unit/fake_libcuda.c, path in FAKE_LIBCUDA) that reports a range of
 // ordinary host memory as GPU memory and copies with memcpy, so a call that
@@ -179,6 +179,14 @@ int rankOfTwo(const braidUniqueId& id, int rank, SetDeviceRange setDeviceRange, 
   if (gpu[0] != 100.0f || gpu[63] != 226.0f) return 15;  // (0 + i) + (100 + i)
   // Send: 1 over; Recv: 2; AllReduce in place: 2.
   if (copies() - before != (rank == 0 ? 3u : 4u)) return 16;
+  // Each sends its first half to the other and receives into its second:
+  // only a group lets both send first.
+  fill(gpu, 32, static_cast<float>(1000 * rank));
+  if (braidGroupStart() != braidSuccess) return 18;
+  if (braidSend(gpu, 32, braidFloat32, 1 - rank, comm, nullptr) != braidSuccess) return 19;
+  if (braidRecv(gpu + 32, 32, braidFloat32, 1 - rank, comm, nullptr) != braidSuccess) return 20;
+  if (braidGroupEnd() != braidSuccess) return 21;
+  if (gpu[32] != 1000.0f * (1 - rank) || gpu[63] != 1000.0f * (1 - rank) + 31) return 22;
   if (braidCommDestroy(comm) != braidSuccess) return 17;
   setDeviceRange(nullptr, 0, 0, 0);
   return 0;
@@ -220,16 +228,44 @@ TEST_F(GpuBuffers, OnAHostStreamTheyAreStagedInTheStreamsOrder) {
   EXPECT_BRAID_OK(braidStreamDestroy(stream));
 }
 
-TEST_F(GpuBuffers, InAGroupTheyAreRefused) {
+// In a group (stream NULL) they are staged when the group ends, around the
+// whole group: a self Send of one GPU buffer and its Recv into another,
+// and an AllReduce in place on a third.
+TEST_F(GpuBuffers, InAGroupTheyAreStagedAroundTheGroup) {
+  float* source = gpu_;
+  float* target = gpu_ + 16;
+  float* reduced = gpu_ + 32;
+  fill(target, 16, -100);
+  fill(reduced, 16, 100);
+  const unsigned long before = copies_();
   EXPECT_BRAID_OK(braidGroupStart());
-  EXPECT_REFUSED(braidSend(gpu_, 64, braidFloat32, 0, comm_, nullptr), "braidSend",
-                 "sendbuff is GPU device memory (device 3)", "group");
-  EXPECT_REFUSED(braidRecv(gpu_, 64, braidFloat32, 0, comm_, nullptr), "braidRecv",
-                 "recvbuff is GPU device memory (device 3)");
-  EXPECT_REFUSED(braidAllReduce(host_, gpu_, 64, braidFloat32, braidSum, comm_, nullptr),
-                 "braidAllReduce", "recvbuff");
+  EXPECT_BRAID_OK(braidSend(source, 16, braidFloat32, 0, comm_, nullptr));
+  EXPECT_BRAID_OK(braidRecv(target, 16, braidFloat32, 0, comm_, nullptr));
+  EXPECT_BRAID_OK(braidAllReduce(reduced, reduced, 16, braidFloat32, braidSum, comm_, nullptr));
+  // Nothing is read before the group ends: it sends what the GPU holds then.
+  fill(source, 16, 7);
+  EXPECT_EQ(copies_() - before, 0u);
+  EXPECT_BRAID_OK(braidGroupEnd());
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(target[i], 7.0f + static_cast<float>(i)) << i;
+    EXPECT_EQ(reduced[i], 100.0f + static_cast<float>(i)) << i;
+  }
+  // Send: over; Recv: over and back; AllReduce in place: over and back.
+  EXPECT_EQ(copies_() - before, 5u);
+}
+
+// On a braid stream inside a group they are refused, saying where they work.
+TEST_F(GpuBuffers, InAGroupOnAHostStreamTheyAreRefused) {
+  braidStream_t stream = nullptr;
+  ASSERT_EQ(braidStreamCreate(comm_, &stream), braidSuccess) << braidGetLastError(nullptr);
+  EXPECT_BRAID_OK(braidGroupStart());
+  EXPECT_REFUSED(braidAllReduce(host_, gpu_, 64, braidFloat32, braidSum, comm_, stream),
+                 "braidAllReduce", "recvbuff is GPU device memory (device 3)", "stream NULL");
+  EXPECT_REFUSED(braidSend(gpu_, 64, braidFloat32, 0, comm_, stream), "braidSend", "sendbuff");
   // Nothing was queued: the group ends with nothing to run.
   EXPECT_BRAID_OK(braidGroupEnd());
+  EXPECT_BRAID_OK(braidStreamSynchronize(stream));
+  EXPECT_BRAID_OK(braidStreamDestroy(stream));
 }
 
 TEST_F(GpuBuffers, AFailedCopyIsACudaErrorWithTheDriversMessage) {
@@ -276,23 +312,6 @@ TEST_F(GpuBuffers, OtherCollectivesRefuseTheBuffersTheyUse) {
                  "sendbuff");
   EXPECT_REFUSED(braidScatter(gpu_, host_, 64, braidFloat32, 0, comm_, nullptr), "braidScatter",
                  "sendbuff");
-}
-
-TEST_F(GpuBuffers, SendAndRecvRefuseInsideAGroup) {
-  EXPECT_BRAID_OK(braidGroupStart());
-  EXPECT_REFUSED(braidSend(gpu_, 64, braidFloat32, 0, comm_, nullptr), "braidSend",
-                 "sendbuff is GPU device memory (device 3)");
-  EXPECT_REFUSED(braidRecv(gpu_, 64, braidFloat32, 0, comm_, nullptr), "braidRecv",
-                 "recvbuff is GPU device memory (device 3)");
-  // Nothing was queued: the group ends with nothing to run.
-  EXPECT_BRAID_OK(braidGroupEnd());
-  // A self send and receive of host memory still pair up.
-  float in[4] = {1, 2, 3, 4}, out[4] = {};
-  EXPECT_BRAID_OK(braidGroupStart());
-  EXPECT_BRAID_OK(braidSend(in, 4, braidFloat32, 0, comm_, nullptr));
-  EXPECT_BRAID_OK(braidRecv(out, 4, braidFloat32, 0, comm_, nullptr));
-  EXPECT_BRAID_OK(braidGroupEnd());
-  EXPECT_EQ(out[3], 4.0f);
 }
 
 #endif
