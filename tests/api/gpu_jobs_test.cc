@@ -301,6 +301,18 @@ int allToAllChecked(Rank& r, float* send, float* recv) {
   return 0;
 }
 
+// Scatter from the last rank: rank j gets block j of its send.
+int scatterFromTheLastRankChecked(Rank& r, float* send, float* recv) {
+  const int n = r.nranks(), me = r.rank(), root = n - 1;
+  for (size_t i = 0; i < n * kCount; ++i)
+    send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
+  for (size_t i = 0; i < kCount; ++i) recv[i] = -1;
+  RANK_CHECK(50, braidScatter(me == root ? send : nullptr, recv, kCount, braidFloat32, root, r.comm,
+                              nullptr) == braidSuccess);
+  RANK_CHECK(51, firstWrong(recv, kCount, [&](size_t i) { return value(root, me, i); }) == -1);
+  return 0;
+}
+
 int copyCollectives(Rank& r) {
   const int n = r.nranks(), me = r.rank(), root = n - 1;
   float* send = r.allocate(n * kCount);
@@ -341,15 +353,9 @@ int copyCollectives(Rank& r) {
     EXPECT_GPU_TO_GPU(43, copies);
   }
 
-  // Scatter from the last rank: rank j gets block j of its send.
-  for (size_t i = 0; i < n * kCount; ++i)
-    send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
-  for (size_t i = 0; i < kCount; ++i) recv[i] = -1;
   {
     Copies copies;
-    RANK_CHECK(50, braidScatter(me == root ? send : nullptr, recv, kCount, braidFloat32, root,
-                                r.comm, nullptr) == braidSuccess);
-    RANK_CHECK(51, firstWrong(recv, kCount, [&](size_t i) { return value(root, me, i); }) == -1);
+    if (const int failed = scatterFromTheLastRankChecked(r, send, recv)) return failed;
     EXPECT_GPU_TO_GPU(52, copies);
   }
   return 0;
@@ -395,7 +401,7 @@ const char* ownHost(int rank) {
 }
 
 int copyCollectivesBetweenHosts(Rank& r) {
-  const int n = r.nranks(), me = r.rank(), root = n - 1;
+  const int n = r.nranks();
   float* send = r.allocate(n * kCount);
   float* recv = r.allocate(n * kCount);
   RANK_CHECK(10, send != nullptr && recv != nullptr);
@@ -413,11 +419,7 @@ int copyCollectivesBetweenHosts(Rank& r) {
     if (const int failed = allToAllChecked(r, send, recv)) return failed;
     RANK_CHECK(32, copies.hostDeviceSince() >= 2 * kChunksPerBlock);  // out and in
   }
-  for (size_t i = 0; i < kCount; ++i) recv[i] = -1;
-  RANK_CHECK(50, braidScatter(me == root ? send : nullptr, recv, kCount, braidFloat32, root, r.comm,
-                              nullptr) == braidSuccess);
-  RANK_CHECK(51, firstWrong(recv, kCount, [&](size_t i) { return value(root, me, i); }) == -1);
-  return 0;
+  return scatterFromTheLastRankChecked(r, send, recv);
 }
 
 TEST_F(GpuJobs, CopyCollectivesGoThroughPinnedMemoryBetweenHosts) {
@@ -557,18 +559,12 @@ TEST_F(GpuJobs, AfterTheLinkProbeTheHandshakeIsNotOvertaken) {
 
 // A Scatter, after a Broadcast that set the connections up.
 int scatterLast(Rank& r) {
-  const int n = r.nranks(), root = n - 1;
+  const int n = r.nranks();
   float* send = r.allocate(n * kCount);
   float* recv = r.allocate(n * kCount);
   RANK_CHECK(10, send != nullptr && recv != nullptr);
   if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
-  for (size_t i = 0; i < n * kCount; ++i)
-    send[i] = value(r.rank(), static_cast<int>(i / kCount), i % kCount);
-  RANK_CHECK(50, braidScatter(r.rank() == root ? send : nullptr, recv, kCount, braidFloat32, root,
-                              r.comm, nullptr) == braidSuccess);
-  RANK_CHECK(51,
-             firstWrong(recv, kCount, [&](size_t i) { return value(root, r.rank(), i); }) == -1);
-  return 0;
+  return scatterFromTheLastRankChecked(r, send, recv);
 }
 
 // A peer that handled the goodbye of a rank which destroyed the communicator

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -190,7 +191,13 @@ class FakeIpcDevice final : public IpcDevice {
     static std::atomic<uint32_t> serial{0};
     const HandleFields fields{static_cast<int32_t>(::getpid()), serial++, bytes};
     const std::string name = shmName(fields);
-    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+      // Only a process with this pid made it, and this one never repeats a
+      // serial: it is left by a dead process whose pid came round again.
+      ::shm_unlink(name.c_str());
+      fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    }
     if (fd < 0) return errnoStatus("shm_open " + name, errno);
     void* data = MAP_FAILED;
     if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0)

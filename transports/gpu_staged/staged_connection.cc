@@ -123,7 +123,7 @@ Status StagedConnection::postCopiedSends(bool& moved) {
   return Status::ok();
 }
 
-Status StagedConnection::finishSends(bool& moved) {
+void StagedConnection::finishSends(bool& moved) {
   for (auto it = sends_.begin(); it != sends_.end();) {
     if (!it->onHost || it->onHost->state() == Request::State::kPending) {
       ++it;
@@ -137,7 +137,6 @@ Status StagedConnection::finishSends(bool& moved) {
     it = sends_.erase(it);
     moved = true;
   }
-  return Status::ok();
 }
 
 // A receive that arrived queues its copy (or reduction) out of the bounce
@@ -203,7 +202,7 @@ Result<bool> StagedConnection::progress() {
   // passes through; an error of the device ends this connection.
   auto hostMoved = host_.progress();
   if (hostMoved.isOk()) moved = *hostMoved || moved;
-  if (device.isOk()) device = finishSends(moved);
+  finishSends(moved);
   if (device.isOk()) device = finishRecvs(moved);
   if (!device.isOk()) {
     failAll(device);

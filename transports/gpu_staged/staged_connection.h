@@ -97,7 +97,7 @@ class StagedConnection final : public Connection {
   void giveBack(std::unique_ptr<cuda_ipc::DeviceEvent> event);
   RequestPtr failed(Status error);
   Status postCopiedSends(bool& moved);
-  Status finishSends(bool& moved);
+  void finishSends(bool& moved);
   Status finishRecvs(bool& moved);
   void failAll(const Status& reason);
 
