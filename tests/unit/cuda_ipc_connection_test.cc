@@ -329,6 +329,87 @@ TEST(CudaIpcShared, RecordsShareTheHostConnectionWithItsOwnMessages) {
   b->reset();
 }
 
+// A host connection that, once told endAfter(n), reports the peer gone from
+// its n-th call of progress() on, after doing that call's work: what a
+// socket does when the peer read the last record and closed while this end
+// was writing it.
+class ControlThatEnds final : public Connection {
+ public:
+  explicit ControlThatEnds(std::unique_ptr<Connection> inner) : inner_(std::move(inner)) {}
+  RequestPtr postSend(const void* data, size_t bytes, Tag tag) override {
+    return inner_->postSend(data, bytes, tag);
+  }
+  RequestPtr postRecv(void* data, size_t bytes, Tag tag) override {
+    return inner_->postRecv(data, bytes, tag);
+  }
+  RequestPtr postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
+                            const Combiner& combiner) override {
+    return inner_->postRecvReduce(dst, local, bytes, tag, combiner);
+  }
+  Result<bool> progress() override {
+    auto moved = inner_->progress();
+    if (callsLeft_ > 0 && --callsLeft_ == 0) ended_ = true;
+    if (ended_) return remoteError("test: the peer left");
+    return moved;
+  }
+  int pollFd() const override { return inner_->pollFd(); }
+  bool wantsWrite() const override { return inner_->wantsWrite(); }
+  void abort(const Status& reason) override { inner_->abort(reason); }
+  Status peerFailure() const override { return inner_->peerFailure(); }
+  std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
+    return inner_->unclaimed(channel, below);
+  }
+  int peer() const override { return inner_->peer(); }
+  void endAfter(int calls) { callsLeft_ = calls; }
+
+ private:
+  std::unique_ptr<Connection> inner_;
+  int callsLeft_ = 0;
+  bool ended_ = false;
+};
+
+// A send whose last record was written is done even if the host connection
+// fails in the same progress() call: the peer has everything it needs (a
+// rank may destroy its communicator right after its last receive).
+TEST(CudaIpcPeerLeaves, ASendWhoseLastRecordWasWrittenIsDoneNotFailed) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  auto devA = std::make_shared<FakeIpcDevice>(), devB = std::make_shared<FakeIpcDevice>();
+  auto controlA = std::make_unique<ControlThatEnds>(controlEnd(fds[0], 1));
+  ControlThatEnds& endsA = *controlA;
+  auto a = CudaIpcConnection::create(std::move(controlA), devA, smallSlots());
+  auto b = CudaIpcConnection::create(controlEnd(fds[1], 0), devB, smallSlots());
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  DeviceBuffer s(*devA, 100), r(*devB, 100);
+  s.fill(3);
+  // The handshake first, so the next progress() of A queues the send.
+  auto warmS = (*a)->postSend(s.data(), 0, Tag{1, 1});
+  auto warmR = (*b)->postRecv(r.data(), 0, Tag{1, 1});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((warmS->state() == State::kPending || warmR->state() == State::kPending) &&
+         std::chrono::steady_clock::now() < until) {
+    (void)(*a)->progress();
+    (void)(*b)->progress();
+  }
+  ASSERT_EQ(warmS->state(), State::kDone);
+  auto sent = (*a)->postSend(s.data(), 100, Tag{2, 1});
+  auto got = (*b)->postRecv(r.data(), 100, Tag{2, 1});
+  // A's next progress(): the first call of its host connection reads, the
+  // send is queued and its record posted, the second call writes the record
+  // and then reports the peer gone.
+  endsA.endAfter(2);
+  (void)(*a)->progress();
+  EXPECT_EQ(sent->state(), State::kDone) << sent->error().message();
+  while (got->state() == State::kPending && std::chrono::steady_clock::now() < until)
+    (void)(*b)->progress();
+  ASSERT_EQ(got->state(), State::kDone) << got->error().message();
+  EXPECT_TRUE(devA->synchronize().isOk());
+  EXPECT_TRUE(devB->synchronize().isOk());
+  EXPECT_TRUE(r.holds(3));
+  // Later work on A fails: the connection ended.
+  EXPECT_EQ((*a)->postSend(s.data(), 100, Tag{3, 1})->state(), State::kFailed);
+}
+
 // Two processes, each with its own stand-in device: the handles cross a
 // process boundary, as CUDA IPC handles do.
 TEST(CudaIpcProcesses, TwoProcessesExchangeAndReduce) {

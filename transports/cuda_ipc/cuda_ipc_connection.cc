@@ -443,7 +443,14 @@ void CudaIpcConnection::failAll(const Status& reason) {
   if (dead_.isOk()) dead_ = reason;
   for (auto& s : sends_) s.request->fail(dead_);
   sends_.clear();
-  for (auto& [send, record] : sentAwaitingRecord_) send->fail(dead_);
+  // A send whose last record was written before the end is done: the peer
+  // has all it needs (it may have read that record and then left).
+  for (auto& [send, record] : sentAwaitingRecord_) {
+    if (record->state() == Request::State::kDone)
+      send->complete();
+    else
+      send->fail(dead_);
+  }
   sentAwaitingRecord_.clear();
   for (auto& [tag, p] : posted_) p.request->fail(dead_);
   posted_.clear();
