@@ -25,6 +25,10 @@ bool macEqual(const Mac& a, const Mac& b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+bool secretEqual(const Secret& a, const Secret& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
 std::string toHex(std::span<const uint8_t> bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out;

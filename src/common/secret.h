@@ -19,6 +19,7 @@ Status randomBytes(std::span<uint8_t> out);
 Mac hmac(const Secret& secret, std::span<const uint8_t> data);
 // Constant-time comparison.
 bool macEqual(const Mac& a, const Mac& b);
+bool secretEqual(const Secret& a, const Secret& b);
 
 std::string toHex(std::span<const uint8_t> bytes);
 // Exactly 2*out.size() hex digits, else false.
