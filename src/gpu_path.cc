@@ -49,11 +49,17 @@ bool GpuPath::built() {
 
 Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
-                                                 const std::vector<bool>& ipc, size_t chunkBytes) {
+                                                 const std::vector<bool>& ipc, size_t chunkBytes,
+                                                 Config::CudaIpcHandles handles) {
   if (!built()) return notSupported("this build of braid moves host memory only");
   std::unique_ptr<GpuPath> path(new GpuPath);
   path->deviceOrdinal_ = deviceOrdinal;
-  BRAID_ASSIGN_OR_RETURN(auto device, transport::cuda_ipc::DriverIpcDevice::create(deviceOrdinal));
+  using Handles = transport::cuda_ipc::DriverIpcDevice::Handles;
+  const Handles exports = handles == Config::CudaIpcHandles::kLegacy    ? Handles::kLegacy
+                          : handles == Config::CudaIpcHandles::kPosixFd ? Handles::kPosixFd
+                                                                        : Handles::kAuto;
+  BRAID_ASSIGN_OR_RETURN(auto device,
+                         transport::cuda_ipc::DriverIpcDevice::create(deviceOrdinal, exports));
   path->device_ = std::move(device);
   transport::cuda_ipc::CudaIpcConnection::Options options;
   options.slotBytes = std::max<size_t>(4096, (chunkBytes + 15) / 16 * 16);

@@ -22,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "src/common/env.h"
 #include "src/progress.h"
 #include "transports/transport.h"
 
@@ -41,10 +42,12 @@ class GpuPath {
   // `host[p]` is the host connection to rank p (outlives the path); the own
   // rank's entry stands in for its own place in connections(). `ipc[p]`:
   // whether rank p is reached over cuda_ipc (else gpu_staged). `chunkBytes`
-  // sizes cuda_ipc's slots and the smallest bounce buffers.
+  // sizes cuda_ipc's slots and the smallest bounce buffers; `handles` says
+  // how cuda_ipc exports them.
   static Result<std::unique_ptr<GpuPath>> create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
-                                                 const std::vector<bool>& ipc, size_t chunkBytes);
+                                                 const std::vector<bool>& ipc, size_t chunkBytes,
+                                                 Config::CudaIpcHandles handles);
   ~GpuPath();
 
   int deviceOrdinal() const { return deviceOrdinal_; }

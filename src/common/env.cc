@@ -53,6 +53,10 @@ constexpr EnvParam kParams[] = {
      "each message is copied through pinned host memory on the GPU's stream, its copies "
      "overlapping the wire time of the others; whole: a call's buffers are copied to host memory, "
      "the call runs on them, and the result is copied back."},
+    {"BRAID_CUDA_IPC_HANDLES", "auto",
+     "How cuda_ipc exports its GPU memory to the ranks of its host. fd: cuMem memory exported as "
+     "a POSIX file descriptor, handed over a Unix socket; legacy: cudaMalloc memory and a legacy "
+     "CUDA IPC handle; auto: fd where the driver and GPU support it, else legacy."},
     {"BRAID_IB_HCA", "",
      "RDMA devices and ports to use: mlx5_0:1,mlx5_1 (names are prefixes unless they start with "
      "=), or ^mlx5_2 to leave some out; default: the first active port."},
@@ -268,6 +272,17 @@ Result<Config> loadConfig() {
     if (v != "pipelined" && v != "whole")
       return invalidArgument(strCat("BRAID_GPU_STAGING='", v, "' is neither pipelined nor whole"));
     config.gpuStagingPipelined = v == "pipelined";
+  }
+  if (std::string v = envString("BRAID_CUDA_IPC_HANDLES"); !v.empty()) {
+    if (v == "auto")
+      config.cudaIpcHandles = Config::CudaIpcHandles::kAuto;
+    else if (v == "legacy")
+      config.cudaIpcHandles = Config::CudaIpcHandles::kLegacy;
+    else if (v == "fd")
+      config.cudaIpcHandles = Config::CudaIpcHandles::kPosixFd;
+    else
+      return invalidArgument(
+          strCat("BRAID_CUDA_IPC_HANDLES='", v, "' is none of auto, legacy and fd"));
   }
   if (std::string v = envString("BRAID_LINK_ALPHA_US"); !v.empty())
     BRAID_RETURN_IF_ERROR(

@@ -66,6 +66,9 @@ struct Config {
   // message by message through pinned host memory (whole: a call's buffers
   // are copied to host memory and back).
   bool gpuStagingPipelined = true;
+  // BRAID_CUDA_IPC_HANDLES: how cuda_ipc exports its GPU memory to peers.
+  enum class CudaIpcHandles { kAuto, kLegacy, kPosixFd };
+  CudaIpcHandles cudaIpcHandles = CudaIpcHandles::kAuto;
   // Cost model figures; 0 = measured at init.
   double linkAlphaMicroseconds = 0;     // BRAID_LINK_ALPHA_US
   double linkGigabytesPerSecond = 0;    // BRAID_LINK_GBPS

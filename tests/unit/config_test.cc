@@ -113,6 +113,25 @@ TEST(Config, TuneIsTheModelUnlessSetToMeasure) {
       << refused.status().message();
 }
 
+TEST(Config, CudaIpcHandlesAreAutoUnlessSet) {
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->cudaIpcHandles, Config::CudaIpcHandles::kAuto);
+  using H = Config::CudaIpcHandles;
+  for (auto [word, mode] : std::vector<std::pair<const char*, H>>{
+           {"auto", H::kAuto}, {"legacy", H::kLegacy}, {"fd", H::kPosixFd}}) {
+    ScopedEnv h("BRAID_CUDA_IPC_HANDLES", word);
+    auto parsed = loadConfig();
+    ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+    EXPECT_EQ(parsed->cudaIpcHandles, mode) << word;
+  }
+  ScopedEnv bad("BRAID_CUDA_IPC_HANDLES", "posix");
+  auto refused = loadConfig();
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("auto, legacy and fd"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(Config, SingleCopyThresholdFollowsTheRingAndTheCores) {
   auto c = loadConfig();
   ASSERT_TRUE(c.isOk()) << c.status().message();

@@ -410,6 +410,26 @@ TEST(CudaIpcPeerLeaves, ASendWhoseLastRecordWasWrittenIsDoneNotFailed) {
   EXPECT_EQ((*a)->postSend(s.data(), 100, Tag{3, 1})->state(), State::kFailed);
 }
 
+// A peer that fails and leaves during the handshake takes with it what
+// this end opens (a cuMem descriptor is fetched from its process): this end
+// reports the reason the peer gave, not its own failed open.
+TEST_F(CudaIpcPair, APeerThatLeavesDuringTheHandshakeIsReportedWithItsReason) {
+  devA->beforeOpen = [this] {
+    B->abort(Status(ErrorCode::kUnhandledCudaError, "the peer's own reason"));
+    return remoteError("the exporter is gone");
+  };
+  DeviceBuffer r(*devA, 64);
+  auto got = A->postRecv(r.data(), 64, Tag{1, 1});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got->state() == State::kPending && std::chrono::steady_clock::now() < until) {
+    (void)B->progress();
+    (void)A->progress();
+  }
+  ASSERT_EQ(got->state(), State::kFailed);
+  EXPECT_NE(got->error().message().find("the peer's own reason"), std::string::npos)
+      << got->error().message();
+}
+
 // Two processes, each with its own stand-in device: the handles cross a
 // process boundary, as CUDA IPC handles do.
 TEST(CudaIpcProcesses, TwoProcessesExchangeAndReduce) {

@@ -40,6 +40,8 @@ struct FakeDriver {
   unsigned long (*ipcOpenCount)();
   unsigned long (*liveIpcMappings)();
   unsigned long (*liveEvents)();
+  unsigned long (*liveVmmAllocations)();
+  unsigned long (*liveVmmMaps)();
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -51,7 +53,9 @@ struct FakeDriver {
            find(failStream, "fakeCudaFailStream") && find(contextDepth, "fakeCudaContextDepth") &&
            find(ipcOpenCount, "fakeCudaIpcOpenCount") &&
            find(liveIpcMappings, "fakeCudaLiveIpcMappings") &&
-           find(liveEvents, "fakeCudaLiveEvents");
+           find(liveEvents, "fakeCudaLiveEvents") &&
+           find(liveVmmAllocations, "fakeCudaLiveVmmAllocations") &&
+           find(liveVmmMaps, "fakeCudaLiveVmmMaps");
   }
 };
 
@@ -109,6 +113,8 @@ class DriverIpcDeviceTest : public ::testing::Test {
     EXPECT_EQ(fake.contextDepth(), 0);
     EXPECT_EQ(fake.liveEvents(), eventsBefore_) << "events left";
     EXPECT_EQ(fake.liveIpcMappings(), mappingsBefore_) << "mappings left";
+    EXPECT_EQ(fake.liveVmmMaps(), 0u) << "cuMem mappings left";
+    EXPECT_EQ(fake.liveVmmAllocations(), 0u) << "cuMem allocations not released";
   }
 
   static std::unique_ptr<DriverIpcDevice> makeDevice() { return take(DriverIpcDevice::create(0)); }
@@ -467,6 +473,90 @@ TEST_F(DriverIpcDeviceTest, ThreadsShareADevice) {
     });
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(good.load(), kThreads);
+}
+
+// A GPU that exports cuMem memory as POSIX file descriptors (the
+// stand-in's FAKE_CUDA_VMM=1): allocate() exports one, handed over by the
+// device's descriptor server, and openMemory maps the same memory again.
+class FdHandles : public DriverIpcDeviceTest {
+ protected:
+  void SetUp() override {
+    setenv("FAKE_CUDA_VMM", "1", 1);
+    DriverIpcDeviceTest::SetUp();
+  }
+  void TearDown() override {
+    unsetenv("FAKE_CUDA_VMM");
+    DriverIpcDeviceTest::TearDown();
+  }
+};
+
+TEST_F(FdHandles, MemoryIsExportedAsADescriptorAndOpensAsTheSameMemory) {
+  constexpr int kCount = 1000;  // not a multiple of the granularity
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  EXPECT_TRUE(device->exportsFds());
+  auto exported = take(device->allocate(kCount * sizeof(float)));
+  auto source = take(device->allocate(kCount * sizeof(float)));
+  ASSERT_TRUE(exported && source);
+  EXPECT_EQ(exported->handle().scheme, IpcHandle::Scheme::kPosixFd);
+  EXPECT_NE(exported->handle().bytes, source->handle().bytes);
+  EXPECT_EQ(fake.liveVmmMaps(), 2u);
+
+  const unsigned long legacyOpens = fake.ipcOpenCount();
+  auto opened = take(device->openMemory(exported->handle()));
+  ASSERT_TRUE(opened);
+  EXPECT_EQ(fake.ipcOpenCount(), legacyOpens);  // no legacy handle was opened
+  EXPECT_EQ(fake.liveVmmMaps(), 3u);
+  // A mapping of its own at another address, of the same memory.
+  EXPECT_NE(opened->data(), exported->data());
+  for (int i = 0; i < kCount; ++i) {
+    floats(*source)[i] = 0.25f * static_cast<float>(i);
+    floats(*exported)[i] = -1.0f;
+  }
+  ASSERT_OK(device->enqueueCopy(opened->data(), source->data(), kCount * sizeof(float)));
+  ASSERT_OK(device->synchronize());
+  for (int i = 0; i < kCount; ++i) ASSERT_EQ(floats(*exported)[i], 0.25f * static_cast<float>(i));
+
+  opened.reset();
+  EXPECT_EQ(fake.liveVmmMaps(), 2u);
+  // Once the memory is gone, its handle opens no more.
+  const IpcHandle stale = exported->handle();
+  exported.reset();
+  auto late = device->openMemory(stale);
+  ASSERT_FALSE(late.isOk());
+  EXPECT_EQ(late.status().code(), ErrorCode::kRemoteError);
+  EXPECT_NE(late.status().message().find("refused"), std::string::npos) << late.status().message();
+}
+
+TEST_F(FdHandles, LegacyHandlesWhenAskedAndEitherKindOpens) {
+  auto fds = makeDevice();
+  auto legacy = take(DriverIpcDevice::create(0, DriverIpcDevice::Handles::kLegacy));
+  ASSERT_TRUE(fds && legacy);
+  EXPECT_FALSE(legacy->exportsFds());
+  auto a = take(legacy->allocate(4096));
+  auto b = take(fds->allocate(4096));
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->handle().scheme, IpcHandle::Scheme::kCudaIpc);
+  EXPECT_EQ(b->handle().scheme, IpcHandle::Scheme::kPosixFd);
+  auto bOnLegacy = take(legacy->openMemory(b->handle()));
+  auto aOnFds = take(fds->openMemory(a->handle()));
+  ASSERT_TRUE(bOnLegacy && aOnFds);
+  std::memset(b->data(), 7, 4096);
+  EXPECT_EQ(static_cast<const uint8_t*>(bOnLegacy->data())[4095], 7);
+}
+
+TEST_F(DriverIpcDeviceTest, WithoutDescriptorsAutoUsesLegacyHandlesAndPosixFdIsRefused) {
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  EXPECT_FALSE(device->exportsFds());
+  auto memory = take(device->allocate(256));
+  ASSERT_TRUE(memory);
+  EXPECT_EQ(memory->handle().scheme, IpcHandle::Scheme::kCudaIpc);
+  auto refused = DriverIpcDevice::create(0, DriverIpcDevice::Handles::kPosixFd);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kNotSupported);
+  EXPECT_NE(refused.status().message().find("BRAID_CUDA_IPC_HANDLES=legacy"), std::string::npos)
+      << refused.status().message();
 }
 
 // Without a CUDA driver in the process. The stand-in, once loaded, stays,

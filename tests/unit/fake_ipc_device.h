@@ -50,12 +50,15 @@ class FakeIpcDevice final : public IpcDevice {
   std::atomic<int> liveMappings{0};  // allocations and opened handles not yet released
   std::atomic<size_t> copies{0}, combines{0}, allocations{0}, hostAllocations{0};
   std::atomic<bool> failEnqueues{false};
+  // Runs before each openMemory; an error it returns is openMemory's.
+  std::function<Status()> beforeOpen;
 
   Result<std::unique_ptr<DeviceMemory>> allocate(size_t bytes) override {
     ++allocations;
     return mapNew(bytes == 0 ? 1 : bytes);
   }
   Result<std::unique_ptr<DeviceMemory>> openMemory(const IpcHandle& handle) override {
+    if (beforeOpen) BRAID_RETURN_IF_ERROR(beforeOpen());
     return mapHandle(handle);
   }
   Result<std::unique_ptr<DeviceEvent>> createEvent() override {

@@ -308,6 +308,10 @@ static void* carve(size_t bytes, size_t alignment, int sharedOnly) {
   return carved;
 }
 
+void* fakeCarveDeviceMemory(size_t bytes, size_t alignment) {
+  return carve(bytes, alignment, 0);
+}
+
 void* fakeSharedCarve(size_t bytes, int* shared) {
   *shared = READ(sharedBegin) != 0;
   /* A cache line each: states polled by one process and written by another
@@ -357,6 +361,9 @@ int cuGetErrorString(int error, const char** text) {
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_NOT_READY:
       *text = "device not ready";
+      return FAKE_CUDA_SUCCESS;
+    case FAKE_CUDA_ERROR_NOT_SUPPORTED:
+      *text = "operation not supported";
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_WOULD_DEADLOCK:
       *text =

@@ -14,6 +14,7 @@ enum {
   FAKE_CUDA_ERROR_NOT_INITIALIZED = 3,
   FAKE_CUDA_ERROR_INVALID_CONTEXT = 201,
   FAKE_CUDA_ERROR_INVALID_HANDLE = 400,
+  FAKE_CUDA_ERROR_NOT_SUPPORTED = 801,
   FAKE_CUDA_ERROR_NOT_READY = 600,
   FAKE_CUDA_ERROR_ILLEGAL_ADDRESS = 700,
   /* Not CUDA's: a call that would hang on a GPU (see cuCtxSynchronize). */
@@ -44,6 +45,9 @@ int fakeCheckDeviceCopy(unsigned long long device, size_t bytes);
  * processes (fakeCudaShareArena), which every one of them maps at the same
  * address. */
 int fakeInSharedArena(unsigned long long address, size_t bytes);
+/* `bytes` of GPU memory aligned to `alignment` (a power of two), from the
+ * arena as cuMemAlloc's, or NULL. */
+void* fakeCarveDeviceMemory(size_t bytes, size_t alignment);
 /* `bytes` of memory from this process's part of that arena, never freed,
  * or NULL; `shared` says whether an arena is shared (NULL then: it is
  * full). */

@@ -109,6 +109,18 @@ Status CudaIpcConnection::finishHandshake() {
   return Status::ok();
 }
 
+// Opening what the peer exported fails when the peer is gone (a file
+// descriptor is fetched from its process); it said why before it went, and
+// that reason is what this end reports.
+Status CudaIpcConnection::peerReasonOr(Status mine) {
+  for (int i = 0; i < 16; ++i) {
+    auto moved = control_->progress();
+    if (!moved.isOk() || !*moved) break;
+  }
+  Status theirs = control_->peerFailure();
+  return theirs.isOk() ? mine : theirs;
+}
+
 uint8_t* CudaIpcConnection::slot(uint32_t k) const {
   return static_cast<uint8_t*>(pool_->data()) + k * options_.slotBytes;
 }
@@ -381,6 +393,7 @@ Result<bool> CudaIpcConnection::progress() {
       status = helloReceived_->error();
     else if (helloReceived_->state() == Request::State::kDone) {
       status = finishHandshake();
+      if (!status.isOk()) status = peerReasonOr(status);
       moved = true;
     }
   }

@@ -137,6 +137,7 @@ class CudaIpcConnection final : public Connection {
                     std::shared_ptr<IpcDevice> device, Options options);
   Status startHandshake();
   Status finishHandshake();
+  Status peerReasonOr(Status mine);
   Status sendRecord(const Record& record);
   void postRecordReceives();
   Status handleRecord(const Record& record);

@@ -1,5 +1,7 @@
 #include "transports/cuda_ipc/driver_ipc_device.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -7,7 +9,9 @@
 #include <string_view>
 
 #include "src/common/cuda_driver.h"
+#include "src/common/log.h"
 #include "src/common/strcat.h"
+#include "transports/cuda_ipc/fd_handoff.h"
 
 namespace braid::transport::cuda_ipc {
 namespace driver_ipc {
@@ -30,6 +34,45 @@ constexpr unsigned kEventInterprocess = 0x4;   // CU_EVENT_INTERPROCESS
 // that kernels may read it (a reduction of bytes a host connection brought).
 constexpr unsigned kHostAllocPortableMapped = 0x1 | 0x2;  // CU_MEMHOSTALLOC_PORTABLE | _DEVICEMAP
 constexpr CuResult kNotReady = 600;                       // CUDA_ERROR_NOT_READY
+
+// The virtual memory management API (cuMem*), for memory exported as a
+// POSIX file descriptor.
+using CuMemHandle = unsigned long long;  // CUmemGenericAllocationHandle
+struct CuMemLocation {                   // CUmemLocation
+  int type;
+  int id;
+};
+struct CuMemAllocationProp {  // CUmemAllocationProp (v1)
+  int type;
+  int requestedHandleTypes;
+  CuMemLocation location;
+  void* win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+};
+static_assert(sizeof(CuMemAllocationProp) == 32);
+struct CuMemAccessDesc {  // CUmemAccessDesc
+  CuMemLocation location;
+  int flags;
+};
+constexpr int kHandleTypePosixFd = 0x1;        // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+constexpr int kAllocationPinned = 0x1;         // CU_MEM_ALLOCATION_TYPE_PINNED
+constexpr int kLocationDevice = 0x1;           // CU_MEM_LOCATION_TYPE_DEVICE
+constexpr int kAccessReadWrite = 0x3;          // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+constexpr int kGranularityMinimum = 0x0;       // CU_MEM_ALLOC_GRANULARITY_MINIMUM
+constexpr int kAttributeVmm = 102;             // ..._VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+constexpr int kAttributePosixFdHandles = 103;  // ..._HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+
+// What an IpcHandle of scheme kPosixFd holds.
+struct FdMemoryHandle {
+  FdTicket ticket;
+  uint64_t bytes;  // mapped: a multiple of the allocation granularity
+};
+static_assert(sizeof(FdMemoryHandle) <= sizeof(IpcHandle::bytes));
 
 // CUipcMemHandle and CUipcEventHandle: passed by value, as cuda.h declares
 // them, so the calls' ABI is the driver's.
@@ -89,6 +132,21 @@ struct Driver {
   CuResult (*ipcGetEventHandle)(CuIpcEventHandle*, CuEvent) = nullptr;
   CuResult (*ipcOpenEventHandle)(CuEvent*, CuIpcEventHandle) = nullptr;
   CuResult (*getErrorString)(CuResult, const char**) = nullptr;
+  // Optional: drivers before CUDA 10.2 lack them (vmm false then).
+  bool vmm = false;
+  CuResult (*deviceGetAttribute)(int*, int, CuDevice) = nullptr;
+  CuResult (*memCreate)(CuMemHandle*, size_t, const CuMemAllocationProp*,
+                        unsigned long long) = nullptr;
+  CuResult (*memRelease)(CuMemHandle) = nullptr;
+  CuResult (*memAddressReserve)(DevicePtr*, size_t, size_t, DevicePtr,
+                                unsigned long long) = nullptr;
+  CuResult (*memAddressFree)(DevicePtr, size_t) = nullptr;
+  CuResult (*memMap)(DevicePtr, size_t, size_t, CuMemHandle, unsigned long long) = nullptr;
+  CuResult (*memUnmap)(DevicePtr, size_t) = nullptr;
+  CuResult (*memSetAccess)(DevicePtr, size_t, const CuMemAccessDesc*, size_t) = nullptr;
+  CuResult (*memGetAllocationGranularity)(size_t*, const CuMemAllocationProp*, int) = nullptr;
+  CuResult (*memExportToShareableHandle)(void*, CuMemHandle, int, unsigned long long) = nullptr;
+  CuResult (*memImportFromShareableHandle)(CuMemHandle*, void*, int) = nullptr;
 
   // The driver's error `result` of `what`, with CUDA's message.
   Status error(CuResult result, std::string_view what) const {
@@ -141,6 +199,19 @@ const Driver* loadDriver(std::string& why) {
     why = finder.missing;
     return nullptr;
   }
+  cudadriver::EntryFinder vmm;
+  vmm.find(d.deviceGetAttribute, "cuDeviceGetAttribute");
+  vmm.find(d.memCreate, "cuMemCreate");
+  vmm.find(d.memRelease, "cuMemRelease");
+  vmm.find(d.memAddressReserve, "cuMemAddressReserve");
+  vmm.find(d.memAddressFree, "cuMemAddressFree");
+  vmm.find(d.memMap, "cuMemMap");
+  vmm.find(d.memUnmap, "cuMemUnmap");
+  vmm.find(d.memSetAccess, "cuMemSetAccess");
+  vmm.find(d.memGetAllocationGranularity, "cuMemGetAllocationGranularity");
+  vmm.find(d.memExportToShareableHandle, "cuMemExportToShareableHandle");
+  vmm.find(d.memImportFromShareableHandle, "cuMemImportFromShareableHandle");
+  d.vmm = vmm.missing.empty();
   loaded = d;
   found = true;
   return &loaded;
@@ -170,6 +241,7 @@ class PrimaryContext {
   PrimaryContext& operator=(const PrimaryContext&) = delete;
 
   const Driver& driver() const { return driver_; }
+  CuDevice device() const { return device_; }
 
   // Runs `work` (returning a Status) with the context current on this
   // thread, then restores the thread's own.
@@ -205,14 +277,33 @@ namespace {
 
 class DriverMemory final : public DeviceMemory {
  public:
-  enum class Origin { kAllocated, kOpened };
+  // kMapped: cuMem memory mapped at an address reserved for it (this
+  // process's own, exported as a file descriptor, or a peer's imported).
+  enum class Origin { kAllocated, kOpened, kMapped };
 
-  DriverMemory(std::shared_ptr<const PrimaryContext> context, DevicePtr pointer, Origin origin)
-      : context_(std::move(context)), pointer_(pointer), origin_(origin) {}
+  DriverMemory(std::shared_ptr<const PrimaryContext> context, DevicePtr pointer, Origin origin,
+               size_t mappedBytes = 0)
+      : context_(std::move(context)),
+        pointer_(pointer),
+        origin_(origin),
+        mappedBytes_(mappedBytes) {}
   ~DriverMemory() override {
+    // Peers that have not fetched the descriptor yet get a refusal from now on.
+    if (server_) server_->withdraw(offer_);
     const Driver& d = context_->driver();
     (void)context_->call("", [&] {
-      return origin_ == Origin::kOpened ? d.ipcCloseMemHandle(pointer_) : d.memFree(pointer_);
+      switch (origin_) {
+        case Origin::kOpened:
+          return d.ipcCloseMemHandle(pointer_);
+        case Origin::kMapped: {
+          const CuResult r = d.memUnmap(pointer_, mappedBytes_);
+          const CuResult f = d.memAddressFree(pointer_, mappedBytes_);
+          return r != kSuccess ? r : f;
+        }
+        case Origin::kAllocated:
+          break;
+      }
+      return d.memFree(pointer_);
     });
   }
   DriverMemory(const DriverMemory&) = delete;
@@ -222,12 +313,37 @@ class DriverMemory final : public DeviceMemory {
   const IpcHandle& handle() const override { return handle_; }
 
   IpcHandle handle_;
+  // The descriptor offered to peers, for memory exported as one.
+  std::shared_ptr<FdServer> server_;
+  uint64_t offer_ = 0;
 
  private:
   std::shared_ptr<const PrimaryContext> context_;
   DevicePtr pointer_;
   Origin origin_;
+  size_t mappedBytes_;
 };
+
+// Reserves an address range for `allocation` (`bytes`, a multiple of the
+// granularity), maps it there, and lets this GPU read and write it; the
+// range is undone if a step fails. Call with the context current.
+CuResult mapAllocation(const Driver& d, CuDevice device, CuMemHandle allocation, size_t bytes,
+                       DevicePtr* pointer) {
+  DevicePtr reserved = 0;
+  if (CuResult r = d.memAddressReserve(&reserved, bytes, 0, 0, 0); r != kSuccess) return r;
+  if (CuResult r = d.memMap(reserved, bytes, 0, allocation, 0); r != kSuccess) {
+    (void)d.memAddressFree(reserved, bytes);
+    return r;
+  }
+  const CuMemAccessDesc access{{kLocationDevice, device}, kAccessReadWrite};
+  if (CuResult r = d.memSetAccess(reserved, bytes, &access, 1); r != kSuccess) {
+    (void)d.memUnmap(reserved, bytes);
+    (void)d.memAddressFree(reserved, bytes);
+    return r;
+  }
+  *pointer = reserved;
+  return kSuccess;
+}
 
 class DriverHostMemory final : public HostMemory {
  public:
@@ -282,14 +398,35 @@ Result<CuEvent> cudaEventOf(DeviceEvent& event, std::string_view what) {
 using driver_ipc::DriverEvent;
 using driver_ipc::DriverMemory;
 
-Result<std::unique_ptr<DriverIpcDevice>> DriverIpcDevice::create(int deviceOrdinal) {
+Result<std::unique_ptr<DriverIpcDevice>> DriverIpcDevice::create(int deviceOrdinal,
+                                                                 Handles handles) {
   std::string why;
   const driver_ipc::Driver* d = driver_ipc::loadDriver(why);
   if (d == nullptr)
     return notSupported(
         strCat("cuda_ipc needs the CUDA driver of a process that uses a GPU: ", why));
   BRAID_ASSIGN_OR_RETURN(auto context, driver_ipc::PrimaryContext::retain(*d, deviceOrdinal));
-  std::unique_ptr<DriverIpcDevice> device(new DriverIpcDevice(*d, std::move(context)));
+  bool fdExports = false;
+  if (handles != Handles::kLegacy && d->vmm) {
+    int vmm = 0, fds = 0;
+    BRAID_RETURN_IF_ERROR(
+        context->call("cuda_ipc: asking whether the GPU exports descriptors", [&] {
+          driver_ipc::CuResult r =
+              d->deviceGetAttribute(&vmm, driver_ipc::kAttributeVmm, context->device());
+          if (r == driver_ipc::kSuccess)
+            r = d->deviceGetAttribute(&fds, driver_ipc::kAttributePosixFdHandles,
+                                      context->device());
+          return r;
+        }));
+    fdExports = vmm != 0 && fds != 0;
+  }
+  if (handles == Handles::kPosixFd && !fdExports)
+    return notSupported(strCat("cuda_ipc: GPU ", deviceOrdinal,
+                               " cannot export its memory as a file descriptor (cuMem), or the "
+                               "driver is older than CUDA 10.2; BRAID_CUDA_IPC_HANDLES=legacy "
+                               "uses legacy CUDA IPC handles"));
+  std::unique_ptr<DriverIpcDevice> device(new DriverIpcDevice(*d, std::move(context), handles));
+  device->fdExports_ = fdExports;
   // Non-blocking: work the application queues on the legacy default stream
   // neither waits for the transport's copies nor holds them.
   BRAID_RETURN_IF_ERROR(device->context_->call("cuda_ipc: creating the device's stream", [&] {
@@ -299,8 +436,14 @@ Result<std::unique_ptr<DriverIpcDevice>> DriverIpcDevice::create(int deviceOrdin
 }
 
 DriverIpcDevice::DriverIpcDevice(const driver_ipc::Driver& driver,
-                                 std::shared_ptr<const driver_ipc::PrimaryContext> context)
-    : driver_(driver), context_(std::move(context)) {}
+                                 std::shared_ptr<const driver_ipc::PrimaryContext> context,
+                                 Handles handles)
+    : driver_(driver), context_(std::move(context)), handles_(handles) {}
+
+bool DriverIpcDevice::exportsFds() const {
+  std::lock_guard lock(mutex_);
+  return fdExports_;
+}
 
 DriverIpcDevice::~DriverIpcDevice() {
   // The driver lets the stream's queued work finish before it frees it.
@@ -309,6 +452,16 @@ DriverIpcDevice::~DriverIpcDevice() {
 
 Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocate(size_t bytes) {
   if (bytes == 0) return invalidArgument("cuda_ipc: allocating 0 bytes of GPU memory");
+  if (exportsFds()) {
+    auto memory = allocateExportingFd(bytes);
+    if (memory.isOk() || handles_ == Handles::kPosixFd) return memory;
+    // kAuto: a GPU that says it exports descriptors but fails to (a
+    // container without the right to, say) still has legacy handles.
+    BRAID_INFO("cuda_ipc: exporting GPU memory as a file descriptor failed (",
+               memory.status().message(), "); using legacy CUDA IPC handles from now on");
+    std::lock_guard lock(mutex_);
+    fdExports_ = false;
+  }
   std::unique_ptr<DriverMemory> memory;
   BRAID_RETURN_IF_ERROR(
       context_->call(strCat("cuda_ipc: allocating ", bytes, " bytes of GPU memory"), [&] {
@@ -327,7 +480,92 @@ Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocate(size_t bytes) {
   return std::unique_ptr<DeviceMemory>(std::move(memory));
 }
 
+Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocateExportingFd(size_t bytes) {
+  const std::string what = strCat("cuda_ipc: allocating ", bytes, " bytes of GPU memory (cuMem)");
+  if (!driver_.vmm) return notSupported(strCat(what, ": the driver has no cuMem calls"));
+  driver_ipc::CuMemAllocationProp prop{};
+  prop.type = driver_ipc::kAllocationPinned;
+  prop.requestedHandleTypes = driver_ipc::kHandleTypePosixFd;
+  prop.location = {driver_ipc::kLocationDevice, context_->device()};
+  std::unique_ptr<DriverMemory> memory;
+  int exported = -1;
+  size_t mapped = 0;
+  BRAID_RETURN_IF_ERROR(context_->run(what, [&]() -> Status {
+    size_t granularity = 0;
+    driver_ipc::CuResult r =
+        driver_.memGetAllocationGranularity(&granularity, &prop, driver_ipc::kGranularityMinimum);
+    if (r != driver_ipc::kSuccess) return driver_.error(r, strCat(what, ": its granularity"));
+    if (granularity == 0) granularity = 1;
+    mapped = (bytes + granularity - 1) / granularity * granularity;
+    driver_ipc::CuMemHandle allocation = 0;
+    if (r = driver_.memCreate(&allocation, mapped, &prop, 0); r != driver_ipc::kSuccess)
+      return driver_.error(r, what);
+    driver_ipc::DevicePtr pointer = 0;
+    r = driver_ipc::mapAllocation(driver_, context_->device(), allocation, mapped, &pointer);
+    if (r == driver_ipc::kSuccess) {
+      memory =
+          std::make_unique<DriverMemory>(context_, pointer, DriverMemory::Origin::kMapped, mapped);
+      r = driver_.memExportToShareableHandle(&exported, allocation, driver_ipc::kHandleTypePosixFd,
+                                             0);
+    }
+    // The mapping keeps the memory, and the descriptor names it: the
+    // allocation's own handle is no longer needed.
+    (void)driver_.memRelease(allocation);
+    return r == driver_ipc::kSuccess ? Status::ok() : driver_.error(r, what);
+  }));
+  std::shared_ptr<FdServer> server;
+  {
+    std::lock_guard lock(mutex_);
+    if (!fdServer_) {
+      auto started = FdServer::start();
+      if (!started.isOk()) {
+        (void)close(exported);
+        return started.status();
+      }
+      fdServer_ = std::move(started).value();
+    }
+    server = fdServer_;
+  }
+  BRAID_ASSIGN_OR_RETURN(FdTicket ticket, server->offer(tcp::Fd(exported)));
+  memory->server_ = std::move(server);
+  memory->offer_ = ticket.id;
+  const driver_ipc::FdMemoryHandle contents{ticket, mapped};
+  memory->handle_.scheme = IpcHandle::Scheme::kPosixFd;
+  std::memcpy(memory->handle_.bytes.data(), &contents, sizeof(contents));
+  return std::unique_ptr<DeviceMemory>(std::move(memory));
+}
+
+Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::openFdMemory(const IpcHandle& handle) {
+  const std::string what = "cuda_ipc: opening a peer's GPU memory (cuMem)";
+  if (!driver_.vmm) return notSupported(strCat(what, ": the driver has no cuMem calls"));
+  driver_ipc::FdMemoryHandle contents;
+  std::memcpy(&contents, handle.bytes.data(), sizeof(contents));
+  if (contents.bytes == 0) return remoteError(strCat(what, ": a handle of 0 bytes"));
+  BRAID_ASSIGN_OR_RETURN(tcp::Fd fd, fetchFd(contents.ticket));
+  std::unique_ptr<DriverMemory> memory;
+  BRAID_RETURN_IF_ERROR(context_->run(what, [&]() -> Status {
+    driver_ipc::CuMemHandle allocation = 0;
+    driver_ipc::CuResult r = driver_.memImportFromShareableHandle(
+        &allocation, reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
+        driver_ipc::kHandleTypePosixFd);
+    if (r != driver_ipc::kSuccess) return driver_.error(r, what);
+    driver_ipc::DevicePtr pointer = 0;
+    r = driver_ipc::mapAllocation(driver_, context_->device(), allocation, contents.bytes,
+                                  &pointer);
+    if (r == driver_ipc::kSuccess)
+      memory = std::make_unique<DriverMemory>(context_, pointer, DriverMemory::Origin::kMapped,
+                                              contents.bytes);
+    (void)driver_.memRelease(allocation);
+    return r == driver_ipc::kSuccess ? Status::ok() : driver_.error(r, what);
+  }));
+  memory->handle_ = handle;
+  return std::unique_ptr<DeviceMemory>(std::move(memory));
+}
+
 Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::openMemory(const IpcHandle& handle) {
+  if (handle.scheme == IpcHandle::Scheme::kPosixFd) return openFdMemory(handle);
+  if (handle.scheme != IpcHandle::Scheme::kCudaIpc)
+    return remoteError("cuda_ipc: a peer's GPU memory handle of an unknown scheme");
   std::unique_ptr<DriverMemory> memory;
   BRAID_RETURN_IF_ERROR(context_->call("cuda_ipc: opening a peer's GPU memory", [&] {
     driver_ipc::DevicePtr pointer = 0;

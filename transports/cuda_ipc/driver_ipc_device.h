@@ -14,11 +14,14 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 
 #include "src/common/status.h"
 #include "transports/cuda_ipc/ipc_device.h"
 
 namespace braid::transport::cuda_ipc {
+
+class FdServer;
 
 namespace driver_ipc {
 struct Driver;
@@ -27,9 +30,18 @@ class PrimaryContext;
 
 class DriverIpcDevice final : public IpcDevice {
  public:
+  // How allocate() exports memory. kPosixFd: cuMem memory exported as a
+  // POSIX file descriptor, handed to peers through fd_handoff.h; kLegacy:
+  // cuMemAlloc memory and a legacy CUDA IPC handle; kAuto: kPosixFd where
+  // the driver and GPU support it, else kLegacy. Either kind of handle
+  // opens on any device (openMemory follows the handle's scheme).
+  enum class Handles { kAuto, kLegacy, kPosixFd };
+
   // The device of CUDA ordinal `deviceOrdinal`, with a non-blocking stream
-  // of its own. kNotSupported where the process has no CUDA driver loaded.
-  static Result<std::unique_ptr<DriverIpcDevice>> create(int deviceOrdinal);
+  // of its own. kNotSupported where the process has no CUDA driver loaded,
+  // or for kPosixFd where the GPU cannot export file descriptors.
+  static Result<std::unique_ptr<DriverIpcDevice>> create(int deviceOrdinal,
+                                                         Handles handles = Handles::kAuto);
   ~DriverIpcDevice() override;
 
   DriverIpcDevice(const DriverIpcDevice&) = delete;
@@ -51,14 +63,22 @@ class DriverIpcDevice final : public IpcDevice {
 
   // The CUstream all work is queued on.
   void* stream() const { return stream_; }
+  // Whether allocate() exports file descriptors (cuMem) now.
+  bool exportsFds() const;
 
  private:
   DriverIpcDevice(const driver_ipc::Driver& driver,
-                  std::shared_ptr<const driver_ipc::PrimaryContext> context);
+                  std::shared_ptr<const driver_ipc::PrimaryContext> context, Handles handles);
+  Result<std::unique_ptr<DeviceMemory>> allocateExportingFd(size_t bytes);
+  Result<std::unique_ptr<DeviceMemory>> openFdMemory(const IpcHandle& handle);
 
   const driver_ipc::Driver& driver_;
   std::shared_ptr<const driver_ipc::PrimaryContext> context_;
+  const Handles handles_;
   void* stream_ = nullptr;
+  mutable std::mutex mutex_;
+  bool fdExports_ = false;              // what kAuto settled on, or kPosixFd
+  std::shared_ptr<FdServer> fdServer_;  // started at the first such export
 };
 
 }  // namespace braid::transport::cuda_ipc

@@ -24,8 +24,12 @@
 namespace braid::transport::cuda_ipc {
 
 // An exported handle, opaque: CUipcMemHandle and CUipcEventHandle are both
-// 64 bytes.
+// 64 bytes. Memory may also be exported as a POSIX file descriptor (cuMem),
+// which travels beside the connection (fd_handoff.h): its bytes then say
+// where to fetch it.
 struct IpcHandle {
+  enum class Scheme : uint32_t { kCudaIpc = 0, kPosixFd = 1 };
+  Scheme scheme = Scheme::kCudaIpc;
   std::array<uint8_t, 64> bytes{};
 };
 
