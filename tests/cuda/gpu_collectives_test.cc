@@ -1,0 +1,317 @@
+// Every collective on GPU memory among 2, 3 and 4 processes that share one
+// real GPU, through braid's C ABI: the messages go GPU to GPU over cuda_ipc
+// (with each way of exporting its memory), reductions run as braid's
+// kernels, and calls on a CUDA stream are ordered with the work before and
+// after them on that stream. Needs a GPU: without one it exits 77 (skipped).
+//
+// The ranks are forked before any process of this test touches CUDA (a
+// CUDA context does not survive fork); whether a GPU is there is asked by a
+// child too.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid.h"
+
+namespace {
+
+// Not a multiple of any chunk or slot size, and several slots long.
+constexpr size_t kCount = (size_t{1} << 20) + 37;
+
+// Exact in a float and an int32 for every sum below.
+float value(int rank, int block, size_t i) {
+  return static_cast<float>(rank * 64 + block * 8 + static_cast<int>(i % 8));
+}
+
+// What one forked rank has.
+struct Rank {
+  int rank = 0, nranks = 0;
+  braidComm_t comm = nullptr;
+  cudaStream_t cudaStream = nullptr;
+  braidStream_t stream = nullptr;  // over cudaStream
+  float* send = nullptr;           // nranks * kCount floats of GPU memory
+  float* recv = nullptr;           // the same
+
+  int fail(const char* step, const std::string& what) const {
+    std::fprintf(stderr, "rank %d of %d, %s: %s (braid: %s)\n", rank, nranks, step, what.c_str(),
+                 braidGetLastError(nullptr));
+    return 1;
+  }
+};
+
+// A call of a collective on `stream` (NULL or the rank's braid stream).
+using Call = std::function<braidResult_t(Rank&, braidStream_t)>;
+// What this rank's send buffer holds before the call, and what its receive
+// buffer must hold after it (only the first `expectedCount` floats).
+struct Case {
+  const char* name;
+  std::function<float(int rank, size_t i)> input;  // i < nranks * kCount
+  std::function<float(int rank, size_t i)> expected;
+  size_t expectedCount;
+  Call call;
+};
+
+// Runs `c` on stream NULL and on the CUDA stream. On the CUDA stream the
+// input is copied in by work queued before the call, and the result copied
+// out by work queued after it, neither waited for by the host in between:
+// a call that ran before the copy in, or let the copy out run before its
+// result landed, leaves the poison in the output.
+int runCase(Rank& r, const Case& c) {
+  const size_t total = static_cast<size_t>(r.nranks) * kCount;
+  std::vector<float> input(total), output(total);
+  for (size_t i = 0; i < total; ++i) input[i] = c.input(r.rank, i);
+  for (int onStream = 0; onStream < 2; ++onStream) {
+    const std::string step = std::string(c.name) + (onStream ? " on a CUDA stream" : " on NULL");
+    if (cudaMemset(r.send, 0xff, total * sizeof(float)) != cudaSuccess ||
+        cudaMemset(r.recv, 0xff, total * sizeof(float)) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess)
+      return r.fail(step.c_str(), "poisoning the buffers");
+    braidResult_t result;
+    if (onStream) {
+      cudaMemcpyAsync(r.send, input.data(), total * sizeof(float), cudaMemcpyHostToDevice,
+                      r.cudaStream);
+      result = c.call(r, r.stream);
+      cudaMemcpyAsync(output.data(), r.recv, total * sizeof(float), cudaMemcpyDeviceToHost,
+                      r.cudaStream);
+      if (result == braidSuccess) result = braidStreamSynchronize(r.stream);
+      if (cudaStreamSynchronize(r.cudaStream) != cudaSuccess)
+        return r.fail(step.c_str(), "the CUDA stream failed");
+    } else {
+      cudaMemcpy(r.send, input.data(), total * sizeof(float), cudaMemcpyHostToDevice);
+      result = c.call(r, nullptr);
+      cudaMemcpy(output.data(), r.recv, total * sizeof(float), cudaMemcpyDeviceToHost);
+    }
+    if (result != braidSuccess) return r.fail(step.c_str(), braidGetErrorString(result));
+    for (size_t i = 0; i < c.expectedCount; ++i)
+      if (output[i] != c.expected(r.rank, i))
+        return r.fail(step.c_str(), "element " + std::to_string(i) + " is " +
+                                        std::to_string(output[i]) + ", not " +
+                                        std::to_string(c.expected(r.rank, i)));
+  }
+  return 0;
+}
+
+std::vector<Case> everyCollective(int n) {
+  const size_t all = static_cast<size_t>(n) * kCount;
+  auto block = [](size_t i) { return static_cast<int>(i / kCount); };
+  auto sumOfRanks = [n](int b, size_t i) {
+    float s = 0;
+    for (int p = 0; p < n; ++p) s += value(p, b, i);
+    return s;
+  };
+  return {
+      {"AllReduce", [](int r, size_t i) { return value(r, 0, i); },
+       [sumOfRanks](int, size_t i) { return sumOfRanks(0, i); }, kCount,
+       [](Rank& r, braidStream_t s) {
+         return braidAllReduce(r.send, r.recv, kCount, braidFloat32, braidSum, r.comm, s);
+       }},
+      {"Broadcast", [](int r, size_t i) { return value(r, 0, i); },
+       [n](int, size_t i) { return value(n - 1, 0, i); }, kCount,
+       [](Rank& r, braidStream_t s) {
+         return braidBroadcast(r.send, r.recv, kCount, braidFloat32, r.nranks - 1, r.comm, s);
+       }},
+      {"Reduce", [](int r, size_t i) { return value(r, 0, i); },
+       [sumOfRanks](int r, size_t i) { return r == 0 ? sumOfRanks(0, i) : -1.0f; }, kCount,
+       [](Rank& r, braidStream_t s) {
+         return braidReduce(r.send, r.recv, kCount, braidFloat32, braidSum, 0, r.comm, s);
+       }},
+      {"AllGather", [](int r, size_t i) { return value(r, 0, i); },
+       [block](int, size_t i) { return value(block(i), 0, i % kCount); }, all,
+       [](Rank& r, braidStream_t s) {
+         return braidAllGather(r.send, r.recv, kCount, braidFloat32, r.comm, s);
+       }},
+      {"ReduceScatter", [block](int r, size_t i) { return value(r, block(i), i % kCount); },
+       [sumOfRanks](int r, size_t i) { return sumOfRanks(r, i); }, kCount,
+       [](Rank& r, braidStream_t s) {
+         return braidReduceScatter(r.send, r.recv, kCount, braidFloat32, braidSum, r.comm, s);
+       }},
+      {"AllToAll", [block](int r, size_t i) { return value(r, block(i), i % kCount); },
+       [block](int r, size_t i) { return value(block(i), r, i % kCount); }, all,
+       [](Rank& r, braidStream_t s) {
+         return braidAllToAll(r.send, r.recv, kCount, braidFloat32, r.comm, s);
+       }},
+      {"Gather", [](int r, size_t i) { return value(r, 0, i); },
+       [block](int r, size_t i) { return r == 0 ? value(block(i), 0, i % kCount) : -1.0f; }, all,
+       [](Rank& r, braidStream_t s) {
+         return braidGather(r.send, r.recv, kCount, braidFloat32, 0, r.comm, s);
+       }},
+      {"Scatter", [block](int r, size_t i) { return value(r, block(i), i % kCount); },
+       [](int r, size_t i) { return value(0, r, i); }, kCount,
+       [](Rank& r, braidStream_t s) {
+         return braidScatter(r.send, r.recv, kCount, braidFloat32, 0, r.comm, s);
+       }},
+  };
+}
+
+// 0xff bytes: what a poisoned float reads as (a NaN), never equal; ranks
+// that receive nothing must keep it, so expected() says -1 there and the
+// check below skips them.
+int checkCases(Rank& r, const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    Case checked = c;
+    const auto expected = c.expected;
+    // Non-roots of Reduce and Gather receive nothing: not checked.
+    if (expected(r.rank, 0) == -1.0f) checked.expectedCount = 0;
+    if (int failed = runCase(r, checked)) return failed;
+  }
+  return 0;
+}
+
+// Send/Recv around a ring inside a group (stream NULL).
+int ringSendRecv(Rank& r) {
+  std::vector<float> input(kCount), output(kCount);
+  for (size_t i = 0; i < kCount; ++i) input[i] = value(r.rank, 0, i);
+  cudaMemcpy(r.send, input.data(), kCount * sizeof(float), cudaMemcpyHostToDevice);
+  const int next = (r.rank + 1) % r.nranks, previous = (r.rank + r.nranks - 1) % r.nranks;
+  braidGroupStart();
+  braidSend(r.send, kCount, braidFloat32, next, r.comm, nullptr);
+  braidRecv(r.recv, kCount, braidFloat32, previous, r.comm, nullptr);
+  if (braidResult_t result = braidGroupEnd(); result != braidSuccess)
+    return r.fail("Send/Recv ring", braidGetErrorString(result));
+  cudaMemcpy(output.data(), r.recv, kCount * sizeof(float), cudaMemcpyDeviceToHost);
+  for (size_t i = 0; i < kCount; ++i)
+    if (output[i] != value(previous, 0, i))
+      return r.fail("Send/Recv ring", "element " + std::to_string(i));
+  return 0;
+}
+
+// One rank's whole run: joins `id`'s communicator with `environment` set,
+// then runs `body`.
+int runRank(int rank, int nranks, const braidUniqueId& id,
+            const std::vector<std::string>& environment, const std::function<int(Rank&)>& body) {
+  for (const std::string& entry : environment) putenv(const_cast<char*>(entry.c_str()));
+  Rank r;
+  r.rank = rank;
+  r.nranks = nranks;
+  const size_t bytes = static_cast<size_t>(nranks) * kCount * sizeof(float);
+  if (cudaSetDevice(0) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&r.cudaStream, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMalloc(&r.send, bytes) != cudaSuccess || cudaMalloc(&r.recv, bytes) != cudaSuccess)
+    return r.fail("setup", "CUDA refused a stream or memory");
+  if (braidCommInitRank(&r.comm, nranks, id, rank) != braidSuccess)
+    return r.fail("setup", "braidCommInitRank");
+  if (braidStreamCreateFromCuda(r.comm, r.cudaStream, &r.stream) != braidSuccess)
+    return r.fail("setup", "braidStreamCreateFromCuda");
+  const int failed = body(r);
+  braidStreamDestroy(r.stream);
+  if (braidCommDestroy(r.comm) != braidSuccess && failed == 0)
+    return r.fail("teardown", "braidCommDestroy");
+  return failed;
+}
+
+// Forks `nranks` ranks that run `body`; the number of ranks that failed
+// (each says why on stderr), or nranks where one hung.
+int runRanks(int nranks, const std::vector<std::string>& environment,
+             const std::function<int(Rank&)>& body) {
+  braidUniqueId id;
+  if (braidGetUniqueId(&id) != braidSuccess) return nranks;
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < nranks; ++rank) {
+    const pid_t child = fork();
+    if (child == 0) _exit(runRank(rank, nranks, id, environment, body));
+    children.push_back(child);
+  }
+  int failed = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  for (pid_t child : children) {
+    int status = 0;
+    pid_t done = 0;
+    while ((done = waitpid(child, &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (done != child) {
+      kill(child, SIGKILL);
+      (void)waitpid(child, &status, 0);
+      std::fprintf(stderr, "a rank hung (killed after 240 s)\n");
+      ++failed;
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++failed;
+    }
+  }
+  return failed;
+}
+
+class GpuCollectives : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
+
+TEST_P(GpuCollectives, EveryCollectiveOnStreamNullAndOnACudaStream) {
+  const auto [nranks, handles] = GetParam();
+  EXPECT_EQ(runRanks(nranks, {std::string("BRAID_CUDA_IPC_HANDLES=") + handles},
+                     [](Rank& r) {
+                       if (int failed = checkCases(r, everyCollective(r.nranks))) return failed;
+                       return ringSendRecv(r);
+                     }),
+            0)
+      << "ranks failed (their stderr says why)";
+}
+
+TEST_P(GpuCollectives, EveryAllReduceAlgorithm) {
+  const auto [nranks, handles] = GetParam();
+  for (const char* algorithm : {"ring", "butterfly", "halving", "dbtree"}) {
+    SCOPED_TRACE(algorithm);
+    const std::string forced = std::string("BRAID_ALGO=allreduce=") + algorithm;
+    EXPECT_EQ(runRanks(nranks, {std::string("BRAID_CUDA_IPC_HANDLES=") + handles, forced},
+                       [algorithm](Rank& r) {
+                         std::vector<Case> cases = everyCollective(r.nranks);
+                         cases.resize(1);  // AllReduce
+                         if (int failed = checkCases(r, cases)) return failed;
+                         const char* used = "";
+                         braidCommGetLastAlgorithm(r.comm, "allreduce", &used);
+                         return std::strcmp(used, algorithm) == 0
+                                    ? 0
+                                    : r.fail("AllReduce", std::string("ran ") + used);
+                       }),
+              0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(OneGpu, GpuCollectives,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values("auto", "legacy")));
+
+// Whether a GPU is usable, asked in a child so that this process stays
+// without CUDA (its ranks are forked from it).
+bool gpuPresent(std::string& why) {
+  int pipeFds[2];
+  if (pipe(pipeFds) != 0) return false;
+  const pid_t child = fork();
+  if (child == 0) {
+    int devices = 0;
+    const cudaError_t error = cudaGetDeviceCount(&devices);
+    const char* text = cudaGetErrorString(error != cudaSuccess ? error
+                                          : devices == 0       ? cudaErrorNoDevice
+                                                               : error);
+    (void)!write(pipeFds[1], text, std::strlen(text));
+    _exit(error == cudaSuccess && devices > 0 ? 0 : 1);
+  }
+  close(pipeFds[1]);
+  char text[256] = {};
+  (void)!read(pipeFds[0], text, sizeof(text) - 1);
+  close(pipeFds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  why = text;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace
+
+// Exit status 77 is how meson counts a test as skipped.
+int main(int argc, char** argv) {
+  std::string why;
+  if (!gpuPresent(why)) {
+    std::printf("SKIP: no CUDA device here (%s)\n", why.c_str());
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
