@@ -31,13 +31,9 @@ bool onGpu(const braid::BufferMemory& memory) {
 Status refuseGpuMemory(const char* argument, const braid::BufferMemory& memory) {
   const std::string device =
       memory.device >= 0 ? braid::strCat("device ", memory.device) : std::string("device unknown");
-  const char* reason =
-      braid::gpuStagingBuilt()
-          ? "GPU buffers inside a group are staged through host memory, so far only in calls on "
-            "stream NULL"
-          : "this build of braid moves host memory only";
   return braid::notSupported(braid::strCat(argument, " is ", braid::memoryKindName(memory.kind),
-                                           " memory (", device, "): ", reason));
+                                           " memory (", device,
+                                           "): this build of braid moves host memory only"));
 }
 
 using braid::api::GpuPlacement;
@@ -111,12 +107,12 @@ Status runGpuJobs(Operation o, int ordinal, braid::Communicator& comm, int strea
 // it); or refuses it.
 Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
                     const braid::BufferMemory& sendMemory, const braid::BufferMemory& recvMemory) {
-  if (!braid::gpuStagingBuilt() || (braid::api::groupOpen() && stream != nullptr))
+  if (!braid::gpuStagingBuilt())
     return onGpu(sendMemory) ? refuseGpuMemory("sendbuff", sendMemory)
                              : refuseGpuMemory("recvbuff", recvMemory);
   if (braid::api::groupOpen()) {
     const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
-    return braid::api::submitStagedToGroup(comm, std::move(o), placement);
+    return braid::api::submitStagedToGroup(comm, stream, std::move(o), placement);
   }
   if (const int ordinal = gpuJobOrdinal(o, comm, sendMemory, recvMemory); ordinal >= 0) {
     if (stream == nullptr) return runGpuJobs(std::move(o), ordinal, *comm->comm, 0);
@@ -148,14 +144,15 @@ Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
 // the bridge's copies, then lets the CUDA stream go on.
 Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   BRAID_RETURN_IF_ERROR(checkStreamOfComm(comm, stream));
-  if (braid::api::groupOpen())
-    return braid::notSupported(
-        "calls on a CUDA stream (braidStreamCreateFromCuda) inside a group: not yet");
   const braid::BufferMemory sendMemory =
       o.send ? braid::memoryKindOf(o.send) : braid::BufferMemory{};
   const braid::BufferMemory recvMemory =
       o.recv ? braid::memoryKindOf(o.recv) : braid::BufferMemory{};
   const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
+  // Inside a group: run when the CUDA stream reaches braidGroupEnd, all the
+  // group's calls on this stream together, staged around the batch.
+  if (braid::api::groupOpen())
+    return braid::api::submitStagedToGroup(comm, stream, std::move(o), placement);
   // As GPU jobs, with no wait for the GPU: the bridge has the CUDA stream's
   // earlier work done when the call runs (and waiting for the whole GPU
   // would wait for the CUDA stream, which waits for the call).

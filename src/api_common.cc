@@ -2,6 +2,7 @@
 // checks, and group calls (per thread, nestable).
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
@@ -17,7 +18,9 @@ struct PendingOperation {
   std::shared_ptr<Communicator> comm;
   std::shared_ptr<HostStream> stream;  // null: run by braidGroupEnd
   Operation op;
-  GpuPlacement gpu;  // buffers braidGroupEnd stages (stream null only)
+  GpuPlacement gpu;  // buffers staged around the group
+  // Set where `stream` is ordered on a CUDA stream (braidStreamCreateFromCuda).
+  std::shared_ptr<CudaStreamBridge> cuda;
 };
 thread_local int groupDepth = 0;
 thread_local std::vector<PendingOperation> groupOps;
@@ -76,11 +79,69 @@ Status submit(braidComm_t comm, braidStream_t stream, std::vector<Operation> ops
   return comm->comm->run(ops, 0);
 }
 
-Status submitStagedToGroup(braidComm_t comm, Operation op, const GpuPlacement& placement) {
+Status submitStagedToGroup(braidComm_t comm, braidStream_t stream, Operation op,
+                           const GpuPlacement& placement) {
   if (groupDepth == 0) return internalError("no group is open");
-  groupOps.push_back({comm->comm, nullptr, std::move(op), placement});
+  if (stream) {
+    BRAID_RETURN_IF_ERROR(checkStream(stream));
+    if (&stream->stream->communicator() != comm->comm.get())
+      return invalidArgument("stream belongs to another communicator");
+  }
+  groupOps.push_back({comm->comm, stream ? stream->stream : nullptr, std::move(op), placement,
+                      stream ? stream->cuda : nullptr});
   return Status::ok();
 }
+
+namespace {
+
+// Stages the GPU buffers of `ops` (placements[i] says which) with `copies`,
+// runs them as one batch on `host`, and copies the results back.
+Status runStagedBatch(HostStream& host, std::vector<Operation> ops,
+                      const std::vector<GpuPlacement>& placements, GpuCopies& copies) {
+  std::vector<StagedBuffers> staged;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const GpuPlacement& g = placements[i];
+    if (!g.sendOnGpu && !g.recvOnGpu) continue;
+    BRAID_ASSIGN_OR_RETURN(StagedBuffers s,
+                           StagedBuffers::stage(ops[i].send, g.sendBytes, g.sendOnGpu, ops[i].recv,
+                                                g.recvBytes, g.recvOnGpu, copies));
+    ops[i].send = s.send();
+    ops[i].recv = s.recv();
+    staged.push_back(std::move(s));
+  }
+  BRAID_RETURN_IF_ERROR(host.communicator().run(ops, host.index()));
+  for (StagedBuffers& s : staged) BRAID_RETURN_IF_ERROR(s.finish());
+  return Status::ok();
+}
+
+// Queues a group's calls on one braid stream as one task: on a CUDA
+// stream, held at this point (braidGroupEnd) until the task ran, they run
+// once the CUDA stream reaches it, staging with the bridge's copies; on a
+// host stream, after the calls queued before, staging after the work on
+// their GPUs.
+Status enqueueStagedBatch(std::shared_ptr<HostStream> host, std::shared_ptr<CudaStreamBridge> cuda,
+                          std::vector<Operation> ops, std::vector<GpuPlacement> placements) {
+  std::optional<CudaStreamBridge::Gate> gate;
+  if (cuda) {
+    BRAID_ASSIGN_OR_RETURN(gate, cuda->hold());
+  }
+  HostStream* stream = host.get();  // outlives its queued tasks
+  stream->enqueueTask([cuda, gate, ops = std::move(ops), placements = std::move(placements),
+                       stream](const Status& earlier) -> Status {
+    Status outcome = Status::ok();
+    if (earlier.isOk()) {
+      if (cuda) outcome = cuda->awaitReached(*gate, stream->communicator().timeout());
+      if (outcome.isOk())
+        outcome = runStagedBatch(*stream, ops, placements,
+                                 cuda ? static_cast<GpuCopies&>(*cuda) : contextOrderedCopies());
+    }
+    if (cuda) cuda->release(*gate);  // after a failure too: the CUDA stream must not hang
+    return outcome;
+  });
+  return Status::ok();
+}
+
+}  // namespace
 
 Status groupStart() {
   ++groupDepth;
@@ -94,7 +155,16 @@ Status groupEnd() {
   groupOps.clear();
   // Stream operations go to their streams as one batch per stream; the rest
   // run here, all communicators together.
-  std::map<HostStream*, std::vector<Operation>> perStream;
+  // A stream's batch with GPU buffers, or ordered on a CUDA stream, runs as
+  // one task (enqueueStagedBatch).
+  struct StreamBatch {
+    std::shared_ptr<HostStream> stream;
+    std::shared_ptr<CudaStreamBridge> cuda;
+    std::vector<Operation> ops;
+    std::vector<GpuPlacement> placements;
+    bool staged = false;
+  };
+  std::map<HostStream*, StreamBatch> perStream;
   std::map<Communicator*, std::vector<Operation>> now;
   std::vector<std::shared_ptr<Communicator>> keepAlive;
   // GPU buffers go over to host memory now, after the work queued on their
@@ -103,7 +173,7 @@ Status groupEnd() {
   std::vector<StagedBuffers> staged;
   for (auto& p : ops) {
     const GpuPlacement& g = p.gpu;
-    if (!g.sendOnGpu && !g.recvOnGpu) continue;
+    if (p.stream || (!g.sendOnGpu && !g.recvOnGpu)) continue;
     BRAID_ASSIGN_OR_RETURN(StagedBuffers s,
                            StagedBuffers::stage(p.op.send, g.sendBytes, g.sendOnGpu, p.op.recv,
                                                 g.recvBytes, g.recvOnGpu, contextOrderedCopies()));
@@ -113,12 +183,23 @@ Status groupEnd() {
   }
   for (auto& p : ops) {
     keepAlive.push_back(p.comm);
-    if (p.stream)
-      perStream[p.stream.get()].push_back(std::move(p.op));
-    else
+    if (p.stream) {
+      StreamBatch& batch = perStream[p.stream.get()];
+      batch.stream = p.stream;
+      if (p.cuda) batch.cuda = p.cuda;
+      batch.staged = batch.staged || p.gpu.sendOnGpu || p.gpu.recvOnGpu;
+      batch.ops.push_back(std::move(p.op));
+      batch.placements.push_back(p.gpu);
+    } else
       now[p.comm.get()].push_back(std::move(p.op));
   }
-  for (auto& [stream, batch] : perStream) stream->enqueue(std::move(batch));
+  for (auto& [stream, batch] : perStream) {
+    if (batch.cuda || batch.staged)
+      BRAID_RETURN_IF_ERROR(enqueueStagedBatch(batch.stream, batch.cuda, std::move(batch.ops),
+                                               std::move(batch.placements)));
+    else
+      stream->enqueue(std::move(batch.ops));
+  }
   if (now.empty()) return Status::ok();
   std::vector<std::pair<Communicator*, std::vector<Operation>>> batches(now.begin(), now.end());
   BRAID_RETURN_IF_ERROR(Communicator::runTogether(batches));

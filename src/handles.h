@@ -67,9 +67,12 @@ struct GpuPlacement {
   size_t sendBytes = 0, recvBytes = 0;
   bool sendOnGpu = false, recvOnGpu = false;
 };
-// Queues `op` (stream NULL) in the open group; braidGroupEnd stages its GPU
-// buffers through host memory (src/device_staging.h) before the group runs,
-// and copies its result back after.
-Status submitStagedToGroup(braidComm_t comm, Operation op, const GpuPlacement& placement);
+// Queues `op` in the open group; its GPU buffers are staged through host
+// memory (src/device_staging.h) before the group runs and its result copied
+// back after: by braidGroupEnd for stream NULL, else on the stream when it
+// reaches the group (on a CUDA stream, the point of braidGroupEnd). Calls on
+// a CUDA stream go here with host buffers too.
+Status submitStagedToGroup(braidComm_t comm, braidStream_t stream, Operation op,
+                           const GpuPlacement& placement);
 
 }  // namespace braid::api

@@ -180,6 +180,58 @@ TEST_F(CudaStream, CallsRunBetweenTheWorkBeforeAndAfterThemWithoutBlockingTheCal
   EXPECT_EQ(WEXITSTATUS(status), 0) << "rank 1 failed at step " << WEXITSTATUS(status);
 }
 
+// One rank of two exchanging GPU buffers with Send/Recv in a group on a
+// CUDA stream, as data-parallel frameworks batch their point-to-point
+// calls: each sends first, which only a group makes safe. Returns 0, or the
+// step that failed.
+int exchangeRank(const braidUniqueId& id, int rank) {
+  constexpr int kCount = 4096;
+  static float gpu[2 * kCount];
+  float* send = gpu;
+  float* recv = gpu + kCount;
+  fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
+  void* cudaStream = fake.makeStream();
+  if (cudaStream == nullptr) return 10;
+  braidComm_t comm = nullptr;
+  if (braidCommInitRank(&comm, 2, id, rank) != braidSuccess) return 11;
+  braidStream_t stream = nullptr;
+  if (braidStreamCreateFromCuda(comm, cudaStream, &stream) != braidSuccess) return 12;
+  for (int i = 0; i < kCount; ++i) send[i] = recv[i] = -1.0f;
+  SlowFill fill{send, kCount, static_cast<float>(10000 * (rank + 1))};
+  if (fake.launchKernel(cudaStream, SlowFill::run, &fill) != 0) return 13;
+  const int peer = 1 - rank;
+  if (braidGroupStart() != braidSuccess) return 14;
+  if (braidSend(send, kCount, braidFloat32, peer, comm, stream) != braidSuccess) return 15;
+  if (braidRecv(recv, kCount, braidFloat32, peer, comm, stream) != braidSuccess) return 16;
+  if (braidGroupEnd() != braidSuccess) return 17;
+  if (fill.done.load()) return 18;  // braidGroupEnd returned at once
+  static float seen[kCount];
+  Snapshot snapshot{recv, seen, kCount};
+  if (fake.launchKernel(cudaStream, Snapshot::run, &snapshot) != 0) return 19;
+  if (fake.streamSynchronize(cudaStream) != 0) return 20;
+  if (braidStreamSynchronize(stream) != braidSuccess) return 21;
+  for (int i = 0; i < kCount; ++i)
+    if (seen[i] != static_cast<float>(10000 * (peer + 1) + i)) return 22;
+  if (braidStreamDestroy(stream) != braidSuccess) return 23;
+  if (braidCommDestroy(comm) != braidSuccess) return 24;
+  if (fake.streamDestroy(cudaStream) != 0) return 25;
+  return 0;
+}
+
+TEST_F(CudaStream, TwoRanksExchangeGpuBuffersInAGroupOnTheirCudaStreams) {
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess) << braidGetLastError(nullptr);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(exchangeRank(id, 1));
+  const int mine = exchangeRank(id, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(mine, 0) << "rank 0 failed at step " << mine << ": " << braidGetLastError(nullptr);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "rank 1 failed at step " << WEXITSTATUS(status);
+}
+
 // One rank, a CUDA stream of the stand-in, and a braid stream on it.
 class OneRankOnACudaStream : public CudaStream {
  protected:
@@ -233,12 +285,59 @@ TEST_F(OneRankOnACudaStream, AFaultedStreamFailsTheCallWithCudasMessageAndDoesNo
   aborted_ = true;
 }
 
-TEST_F(OneRankOnACudaStream, InsideAGroupTheCallIsRefused) {
-  float x = 1.0f, y = 0.0f;
+// A group's calls on a CUDA stream run when the stream reaches the point of
+// braidGroupEnd: after the work queued before it, and before the work
+// queued after it; GPU buffers are staged around the whole group.
+TEST_F(OneRankOnACudaStream, AGroupRunsAtItsEndBetweenTheWorkBeforeAndAfterIt) {
+  constexpr int kCount = 16;
+  static float gpu[3 * kCount];
+  float* source = gpu;
+  float* target = gpu + kCount;
+  float* reduced = gpu + 2 * kCount;
+  fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
+  for (int i = 0; i < kCount; ++i) {
+    source[i] = -1.0f;
+    target[i] = -2.0f;
+    reduced[i] = 100.0f + static_cast<float>(i);
+  }
+  float host[kCount] = {}, hostIn[kCount];
+  for (int i = 0; i < kCount; ++i) hostIn[i] = 3.0f;
   EXPECT_BRAID_OK(braidGroupStart());
-  EXPECT_BRAID_ERROR(braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm_, stream_),
-                     braidNotSupported, "braidAllReduce", "CUDA", "group");
+  EXPECT_BRAID_OK(braidSend(source, kCount, braidFloat32, 0, comm_, stream_));
+  EXPECT_BRAID_OK(braidRecv(target, kCount, braidFloat32, 0, comm_, stream_));
+  EXPECT_BRAID_OK(braidAllReduce(reduced, reduced, kCount, braidFloat32, braidSum, comm_, stream_));
+  EXPECT_BRAID_OK(braidAllReduce(hostIn, host, kCount, braidFloat32, braidSum, comm_, stream_));
+  // Work queued after the calls but before the group ends comes before them.
+  SlowFill fill{source, kCount, 7.0f};
+  ASSERT_EQ(fake.launchKernel(cudaStream_, SlowFill::run, &fill), 0);
   EXPECT_BRAID_OK(braidGroupEnd());
+  EXPECT_FALSE(fill.done.load());  // braidGroupEnd did not wait for it
+  float seenTarget[kCount] = {}, seenHost[kCount] = {};
+  Snapshot afterTarget{target, seenTarget, kCount}, afterHost{host, seenHost, kCount};
+  ASSERT_EQ(fake.launchKernel(cudaStream_, Snapshot::run, &afterTarget), 0);
+  ASSERT_EQ(fake.launchKernel(cudaStream_, Snapshot::run, &afterHost), 0);
+  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
+  EXPECT_BRAID_OK(braidStreamSynchronize(stream_));
+  for (int i = 0; i < kCount; ++i) {
+    EXPECT_EQ(seenTarget[i], 7.0f + static_cast<float>(i)) << i;
+    EXPECT_EQ(seenHost[i], 3.0f) << i;
+    EXPECT_EQ(reduced[i], 100.0f + static_cast<float>(i)) << i;
+  }
+  fake.setDeviceRange(nullptr, 0, 0, 0);
+}
+
+// A failure inside the group comes back from braidStreamSynchronize, and
+// the CUDA stream goes on (never left waiting for the group).
+TEST_F(OneRankOnACudaStream, AGroupThatFailsLetsTheCudaStreamGoOn) {
+  float x[4] = {1, 2, 3, 4}, y[4] = {};
+  EXPECT_BRAID_OK(braidGroupStart());
+  // A Recv from itself with no matching Send: the group cannot complete.
+  EXPECT_BRAID_OK(braidSend(x, 4, braidFloat32, 0, comm_, stream_));
+  EXPECT_BRAID_OK(braidRecv(y, 2, braidFloat32, 0, comm_, stream_));
+  EXPECT_BRAID_OK(braidGroupEnd());
+  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
+  EXPECT_NE(braidStreamSynchronize(stream_), braidSuccess);
+  aborted_ = true;
 }
 
 #else

@@ -254,17 +254,28 @@ TEST_F(GpuBuffers, InAGroupTheyAreStagedAroundTheGroup) {
   EXPECT_EQ(copies_() - before, 5u);
 }
 
-// On a braid stream inside a group they are refused, saying where they work.
-TEST_F(GpuBuffers, InAGroupOnAHostStreamTheyAreRefused) {
+// On a braid stream inside a group they are staged around the group, on
+// the stream's thread, when the stream reaches the group.
+TEST_F(GpuBuffers, InAGroupOnAHostStreamTheyAreStagedOnTheStream) {
   braidStream_t stream = nullptr;
   ASSERT_EQ(braidStreamCreate(comm_, &stream), braidSuccess) << braidGetLastError(nullptr);
+  float* source = gpu_;
+  float* target = gpu_ + 16;
+  fill(source, 16, 9);
+  fill(target, 16, -100);
+  const unsigned long before = copies_();
   EXPECT_BRAID_OK(braidGroupStart());
-  EXPECT_REFUSED(braidAllReduce(host_, gpu_, 64, braidFloat32, braidSum, comm_, stream),
-                 "braidAllReduce", "recvbuff is GPU device memory (device 3)", "stream NULL");
-  EXPECT_REFUSED(braidSend(gpu_, 64, braidFloat32, 0, comm_, stream), "braidSend", "sendbuff");
-  // Nothing was queued: the group ends with nothing to run.
+  EXPECT_BRAID_OK(braidSend(source, 16, braidFloat32, 0, comm_, stream));
+  EXPECT_BRAID_OK(braidRecv(target, 16, braidFloat32, 0, comm_, stream));
+  EXPECT_BRAID_OK(braidAllReduce(host_, gpu_ + 32, 16, braidFloat32, braidSum, comm_, stream));
   EXPECT_BRAID_OK(braidGroupEnd());
   EXPECT_BRAID_OK(braidStreamSynchronize(stream));
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(target[i], 9.0f + static_cast<float>(i)) << i;
+    EXPECT_EQ(gpu_[32 + i], host_[i]) << i;
+  }
+  // Send: over; Recv: over and back; AllReduce: its recvbuff over and back.
+  EXPECT_EQ(copies_() - before, 5u);
   EXPECT_BRAID_OK(braidStreamDestroy(stream));
 }
 
