@@ -94,21 +94,31 @@ Status submitStagedToGroup(braidComm_t comm, braidStream_t stream, Operation op,
 
 namespace {
 
+bool onGpu(const GpuPlacement& g) {
+  return g.sendOnGpu || g.recvOnGpu;
+}
+
+// Stages the GPU buffers of `op` (`g` says which) with `copies`, if any,
+// points `op` at the host copies, and keeps them in `staged`.
+Status stageInto(Operation& op, const GpuPlacement& g, GpuCopies& copies,
+                 std::vector<StagedBuffers>& staged) {
+  if (!onGpu(g)) return Status::ok();
+  BRAID_ASSIGN_OR_RETURN(
+      StagedBuffers s, StagedBuffers::stage(op.send, g.sendBytes, g.sendOnGpu, op.recv, g.recvBytes,
+                                            g.recvOnGpu, copies));
+  op.send = s.send();
+  op.recv = s.recv();
+  staged.push_back(std::move(s));
+  return Status::ok();
+}
+
 // Stages the GPU buffers of `ops` (placements[i] says which) with `copies`,
 // runs them as one batch on `host`, and copies the results back.
 Status runStagedBatch(HostStream& host, std::vector<Operation> ops,
                       const std::vector<GpuPlacement>& placements, GpuCopies& copies) {
   std::vector<StagedBuffers> staged;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const GpuPlacement& g = placements[i];
-    if (!g.sendOnGpu && !g.recvOnGpu) continue;
-    BRAID_ASSIGN_OR_RETURN(StagedBuffers s,
-                           StagedBuffers::stage(ops[i].send, g.sendBytes, g.sendOnGpu, ops[i].recv,
-                                                g.recvBytes, g.recvOnGpu, copies));
-    ops[i].send = s.send();
-    ops[i].recv = s.recv();
-    staged.push_back(std::move(s));
-  }
+  for (size_t i = 0; i < ops.size(); ++i)
+    BRAID_RETURN_IF_ERROR(stageInto(ops[i], placements[i], copies, staged));
   BRAID_RETURN_IF_ERROR(host.communicator().run(ops, host.index()));
   for (StagedBuffers& s : staged) BRAID_RETURN_IF_ERROR(s.finish());
   return Status::ok();
@@ -171,23 +181,15 @@ Status groupEnd() {
   // GPUs, and their results come back once the whole group ran: the
   // group's calls may run in any order, and all at once.
   std::vector<StagedBuffers> staged;
-  for (auto& p : ops) {
-    const GpuPlacement& g = p.gpu;
-    if (p.stream || (!g.sendOnGpu && !g.recvOnGpu)) continue;
-    BRAID_ASSIGN_OR_RETURN(StagedBuffers s,
-                           StagedBuffers::stage(p.op.send, g.sendBytes, g.sendOnGpu, p.op.recv,
-                                                g.recvBytes, g.recvOnGpu, contextOrderedCopies()));
-    p.op.send = s.send();
-    p.op.recv = s.recv();
-    staged.push_back(std::move(s));
-  }
+  for (auto& p : ops)
+    if (!p.stream) BRAID_RETURN_IF_ERROR(stageInto(p.op, p.gpu, contextOrderedCopies(), staged));
   for (auto& p : ops) {
     keepAlive.push_back(p.comm);
     if (p.stream) {
       StreamBatch& batch = perStream[p.stream.get()];
       batch.stream = p.stream;
       if (p.cuda) batch.cuda = p.cuda;
-      batch.staged = batch.staged || p.gpu.sendOnGpu || p.gpu.recvOnGpu;
+      batch.staged = batch.staged || onGpu(p.gpu);
       batch.ops.push_back(std::move(p.op));
       batch.placements.push_back(p.gpu);
     } else

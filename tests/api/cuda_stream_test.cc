@@ -109,6 +109,24 @@ braidComm_t oneRank() {
 
 #ifdef BRAID_TEST_STAGING
 
+// A rank of two with its "GPU memory", a CUDA stream of the stand-in, and
+// a braid stream on it.
+struct RankOnACudaStream {
+  void* cudaStream = nullptr;
+  braidComm_t comm = nullptr;
+  braidStream_t stream = nullptr;
+
+  // Returns 0, or the step that failed (10 to 12).
+  int join(const braidUniqueId& id, int rank, void* gpu, size_t gpuBytes) {
+    fake.setDeviceRange(gpu, gpuBytes, 0, 0);
+    cudaStream = fake.makeStream();
+    if (cudaStream == nullptr) return 10;
+    if (braidCommInitRank(&comm, 2, id, rank) != braidSuccess) return 11;
+    if (braidStreamCreateFromCuda(comm, cudaStream, &stream) != braidSuccess) return 12;
+    return 0;
+  }
+};
+
 // One rank of two, in its own process: its "GPU memory" is `gpu`. Returns 0,
 // or the step that failed.
 int orderedRank(const braidUniqueId& id, int rank) {
@@ -117,13 +135,11 @@ int orderedRank(const braidUniqueId& id, int rank) {
   float* send = gpu;
   float* recv = gpu + kCount;
   float* inPlace = gpu + 2 * kCount;
-  fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
-  void* cudaStream = fake.makeStream();
-  if (cudaStream == nullptr) return 10;
-  braidComm_t comm = nullptr;
-  if (braidCommInitRank(&comm, 2, id, rank) != braidSuccess) return 11;
-  braidStream_t stream = nullptr;
-  if (braidStreamCreateFromCuda(comm, cudaStream, &stream) != braidSuccess) return 12;
+  RankOnACudaStream r;
+  if (const int failed = r.join(id, rank, gpu, sizeof(gpu))) return failed;
+  void* cudaStream = r.cudaStream;
+  braidComm_t comm = r.comm;
+  braidStream_t stream = r.stream;
 
   // Work before: the inputs are written 100 ms after the call is made.
   for (int i = 0; i < kCount; ++i) send[i] = -1.0f;
@@ -195,13 +211,11 @@ int exchangeRank(const braidUniqueId& id, int rank) {
   static float gpu[2 * kCount];
   float* send = gpu;
   float* recv = gpu + kCount;
-  fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
-  void* cudaStream = fake.makeStream();
-  if (cudaStream == nullptr) return 10;
-  braidComm_t comm = nullptr;
-  if (braidCommInitRank(&comm, 2, id, rank) != braidSuccess) return 11;
-  braidStream_t stream = nullptr;
-  if (braidStreamCreateFromCuda(comm, cudaStream, &stream) != braidSuccess) return 12;
+  RankOnACudaStream r;
+  if (const int failed = r.join(id, rank, gpu, sizeof(gpu))) return failed;
+  void* cudaStream = r.cudaStream;
+  braidComm_t comm = r.comm;
+  braidStream_t stream = r.stream;
   for (int i = 0; i < kCount; ++i) send[i] = recv[i] = -1.0f;
   SlowFill fill{send, kCount, static_cast<float>(10000 * (rank + 1))};
   if (fake.launchKernel(cudaStream, SlowFill::run, &fill) != 0) return 13;

@@ -149,17 +149,17 @@ void FdServer::answer(int client) {
 
 Result<tcp::Fd> fetchFd(const FdTicket& ticket, int timeoutMs) {
   const std::string what = strCat("cuda_ipc: GPU memory of process ", ticket.pid);
-  tcp::Fd socket_(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!socket_.valid()) return errnoStatus(strCat(what, ": a Unix socket"), errno);
-  setTimeouts(socket_.get(), timeoutMs);
+  tcp::Fd client(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!client.valid()) return errnoStatus(strCat(what, ": a Unix socket"), errno);
+  setTimeouts(client.get(), timeoutMs);
   const auto [address, length] = addressOf(ticket.pid, ticket.server);
-  if (connect(socket_.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0)
+  if (connect(client.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0)
     return remoteError(strCat(what, ": its descriptor server cannot be reached (",
                               std::strerror(errno),
                               "); processes in different network namespaces (containers) cannot "
                               "reach it: BRAID_CUDA_IPC_HANDLES=legacy avoids descriptors"));
   const Request request{kRequestMagic, ticket.server, ticket.id, ticket.proof};
-  if (send(socket_.get(), &request, sizeof(request), MSG_NOSIGNAL) !=
+  if (send(client.get(), &request, sizeof(request), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(sizeof(request)))
     return errnoStatus(strCat(what, ": asking for its descriptor"), errno);
   Answer answer{0};
@@ -170,7 +170,7 @@ Result<tcp::Fd> fetchFd(const FdTicket& ticket, int timeoutMs) {
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   message.msg_control = control;
   message.msg_controllen = sizeof(control);
-  const ssize_t got = recvmsg(socket_.get(), &message, MSG_CMSG_CLOEXEC);
+  const ssize_t got = recvmsg(client.get(), &message, MSG_CMSG_CLOEXEC);
   if (got < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK)
       return timeoutError(strCat(what, ": no answer for its descriptor in ", timeoutMs, " ms"));
