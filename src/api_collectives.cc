@@ -112,6 +112,7 @@ Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
                              : refuseGpuMemory("recvbuff", recvMemory);
   if (braid::api::groupOpen()) {
     const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
+    o.gpuOrdinal = gpuJobOrdinal(o, comm, sendMemory, recvMemory);
     return braid::api::submitStagedToGroup(comm, stream, std::move(o), placement);
   }
   if (const int ordinal = gpuJobOrdinal(o, comm, sendMemory, recvMemory); ordinal >= 0) {
@@ -150,9 +151,13 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
       o.recv ? braid::memoryKindOf(o.recv) : braid::BufferMemory{};
   const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
   // Inside a group: run when the CUDA stream reaches braidGroupEnd, all the
-  // group's calls on this stream together, staged around the batch.
-  if (braid::api::groupOpen())
+  // group's calls on this stream together, as GPU jobs or staged around the
+  // batch.
+  if (braid::api::groupOpen()) {
+    if (placement.sendOnGpu || placement.recvOnGpu)
+      o.gpuOrdinal = gpuJobOrdinal(o, comm, sendMemory, recvMemory);
     return braid::api::submitStagedToGroup(comm, stream, std::move(o), placement);
+  }
   // As GPU jobs, with no wait for the GPU: the bridge has the CUDA stream's
   // earlier work done when the call runs (and waiting for the whole GPU
   // would wait for the CUDA stream, which waits for the call).

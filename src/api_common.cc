@@ -98,11 +98,14 @@ bool onGpu(const GpuPlacement& g) {
   return g.sendOnGpu || g.recvOnGpu;
 }
 
-// Stages the GPU buffers of `op` (`g` says which) with `copies`, if any,
-// points `op` at the host copies, and keeps them in `staged`.
+// Readies `op`'s GPU buffers (`g` says which) for its run with `copies`: a
+// GPU job's once the work queued before it on their GPU is done; others
+// staged, `op` pointed at the host copies, which `staged` keeps.
 Status stageInto(Operation& op, const GpuPlacement& g, GpuCopies& copies,
                  std::vector<StagedBuffers>& staged) {
   if (!onGpu(g)) return Status::ok();
+  if (op.gpuOrdinal >= 0)
+    return copies.awaitEarlierWork(g.sendOnGpu ? op.send : op.recv, "waiting for the GPU");
   BRAID_ASSIGN_OR_RETURN(
       StagedBuffers s, StagedBuffers::stage(op.send, g.sendBytes, g.sendOnGpu, op.recv, g.recvBytes,
                                             g.recvOnGpu, copies));
@@ -112,8 +115,9 @@ Status stageInto(Operation& op, const GpuPlacement& g, GpuCopies& copies,
   return Status::ok();
 }
 
-// Stages the GPU buffers of `ops` (placements[i] says which) with `copies`,
-// runs them as one batch on `host`, and copies the results back.
+// Readies the GPU buffers of `ops` (placements[i] says which) with `copies`
+// (stageInto), runs them as one batch on `host`, and copies the staged
+// results back.
 Status runStagedBatch(HostStream& host, std::vector<Operation> ops,
                       const std::vector<GpuPlacement>& placements, GpuCopies& copies) {
   std::vector<StagedBuffers> staged;
@@ -177,9 +181,10 @@ Status groupEnd() {
   std::map<HostStream*, StreamBatch> perStream;
   std::map<Communicator*, std::vector<Operation>> now;
   std::vector<std::shared_ptr<Communicator>> keepAlive;
-  // GPU buffers go over to host memory now, after the work queued on their
-  // GPUs, and their results come back once the whole group ran: the
-  // group's calls may run in any order, and all at once.
+  // GPU buffers go over to host memory now (or, for GPU jobs, are waited
+  // for), after the work queued on their GPUs, and their results come back
+  // once the whole group ran: the group's calls may run in any order, and
+  // all at once.
   std::vector<StagedBuffers> staged;
   for (auto& p : ops)
     if (!p.stream) BRAID_RETURN_IF_ERROR(stageInto(p.op, p.gpu, contextOrderedCopies(), staged));

@@ -271,6 +271,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
                              std::vector<std::vector<uint8_t>>* extraScratch) {
   StreamState& st = stream(streamIndex);
   bool scratchTaken = false;
+  int gpuScratchTaken = 0;
   for (const Operation& op : ops) {
     std::shared_ptr<const algo::Schedule> schedule;
     Job job;
@@ -288,8 +289,8 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
     job.abortFd = abortFd_;
     GpuPath* gpu = nullptr;
     if (op.gpuOrdinal >= 0) {
-      if (ops.size() > 1 || op.args.kind == algo::CollectiveKind::kSendRecv)
-        return notSupported(strCat(op.name, ": GPU jobs run one collective at a time"));
+      if (op.args.kind == algo::CollectiveKind::kSendRecv)
+        return internalError(strCat(op.name, ": Send/Recv of GPU buffers are staged"));
       BRAID_ASSIGN_OR_RETURN(gpu, gpuPathFor(op.gpuOrdinal));
       job.connections = gpu->connections();
       job.gpu = gpu->work();
@@ -340,7 +341,8 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       BRAID_TRACE("rank ", rank_, ": ", job.callName, " ", signature.describe(), " algorithm ",
                   algorithm->name, " stream ", streamIndex, " steps ", schedule->steps.size());
       if (schedule->scratchBytes > 0 && gpu) {
-        BRAID_ASSIGN_OR_RETURN(job.scratch, gpu->scratch(streamIndex, schedule->scratchBytes));
+        BRAID_ASSIGN_OR_RETURN(
+            job.scratch, gpu->scratch(streamIndex, gpuScratchTaken++, schedule->scratchBytes));
       } else if (schedule->scratchBytes > 0) {
         std::vector<uint8_t>* scratch = &st.scratch;
         if (scratchTaken) scratch = &extraScratch->emplace_back();

@@ -111,6 +111,9 @@ class ContextOrderedCopies final : public GpuCopies {
       return d.memcpyHtoD(devicePointer(gpu), host, bytes);
     });
   }
+  Status awaitEarlierWork(const void* gpu, const char* what) override {
+    return waitForGpuWork(gpu, what);
+  }
 };
 
 bool encloses(const void* outer, size_t outerBytes, const void* inner, size_t innerBytes) {

@@ -32,6 +32,10 @@ class GpuCopies {
   // Copies host `host` to GPU `gpu`; work queued on the GPU after it returns
   // sees the data.
   virtual Status toGpu(void* gpu, const void* host, size_t bytes, const char* what) = 0;
+  // Returns once the work queued on `gpu`'s GPU before the call is done, for
+  // a call that reads `gpu` on the GPU itself (a GPU job) rather than
+  // through these copies.
+  virtual Status awaitEarlierWork(const void* gpu, const char* what) = 0;
 };
 
 // For calls on the calling thread (stream NULL): each copy waits for all

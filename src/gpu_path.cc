@@ -103,9 +103,9 @@ DeviceWork GpuPath::work() const {
   return w;
 }
 
-Result<uint8_t*> GpuPath::scratch(int stream, size_t bytes) {
+Result<uint8_t*> GpuPath::scratch(int stream, int nth, size_t bytes) {
   std::lock_guard lock(scratchMutex_);
-  Scratch& mine = scratch_[stream];
+  Scratch& mine = scratch_[{stream, nth}];
   if (!mine.memory || mine.bytes < bytes) {
     // The old memory is unused (runJobs waited for the device work of the
     // stream's earlier calls) but freed only with the path: freeing GPU

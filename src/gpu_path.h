@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "src/common/env.h"
@@ -58,9 +59,10 @@ class GpuPath {
   std::span<transport::Connection* const> connections() const { return connections_; }
   // The device and its reductions, for a job's gpu field.
   DeviceWork work() const;
-  // GPU memory of at least `bytes` for the scratch of calls on `stream`
-  // (each stream its own: their calls may run at once).
-  Result<uint8_t*> scratch(int stream, size_t bytes);
+  // GPU memory of at least `bytes` for the scratch of the `nth` GPU job of
+  // each batch on `stream` (each stream its own: their calls may run at
+  // once; and each job of a group its own).
+  Result<uint8_t*> scratch(int stream, int nth, size_t bytes);
 
  private:
   GpuPath() = default;
@@ -75,7 +77,7 @@ class GpuPath {
     std::unique_ptr<transport::cuda_ipc::DeviceMemory> memory;
   };
   std::mutex scratchMutex_;
-  std::map<int, Scratch> scratch_;  // by stream
+  std::map<std::pair<int, int>, Scratch> scratch_;  // by stream and nth
   std::vector<std::unique_ptr<transport::cuda_ipc::DeviceMemory>> retired_;
 };
 

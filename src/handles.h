@@ -67,11 +67,13 @@ struct GpuPlacement {
   size_t sendBytes = 0, recvBytes = 0;
   bool sendOnGpu = false, recvOnGpu = false;
 };
-// Queues `op` in the open group; its GPU buffers are staged through host
-// memory (src/device_staging.h) before the group runs and its result copied
-// back after: by braidGroupEnd for stream NULL, else on the stream when it
-// reaches the group (on a CUDA stream, the point of braidGroupEnd). Calls on
-// a CUDA stream go here with host buffers too.
+// Queues `op` in the open group. A GPU job (op.gpuOrdinal set) runs on its
+// buffers after the work queued before on their GPU; other GPU buffers are
+// staged through host memory (src/device_staging.h) before the group runs
+// and the result copied back after. Either by braidGroupEnd for stream
+// NULL, else on the stream when it reaches the group (on a CUDA stream, the
+// point of braidGroupEnd). Calls on a CUDA stream go here with host buffers
+// too.
 Status submitStagedToGroup(braidComm_t comm, braidStream_t stream, Operation op,
                            const GpuPlacement& placement);
 
