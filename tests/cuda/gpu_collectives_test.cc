@@ -185,6 +185,58 @@ int ringSendRecv(Rank& r) {
   return 0;
 }
 
+// An AllReduce, an AllGather and a Send/Recv ring in one group, on stream
+// NULL and on the CUDA stream (inputs copied in before the group and results
+// copied out after it, on that stream): the collectives run as GPU jobs and
+// the ring is staged, all together, every rank sending first.
+int groupOfCollectives(Rank& r) {
+  const size_t total = static_cast<size_t>(r.nranks) * kCount;
+  const int next = (r.rank + 1) % r.nranks, previous = (r.rank + r.nranks - 1) % r.nranks;
+  float *gathered = nullptr, *ring = nullptr;
+  if (cudaMalloc(&gathered, total * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&ring, kCount * sizeof(float)) != cudaSuccess)
+    return r.fail("group", "CUDA refused memory");
+  std::vector<float> input(kCount), reduced(kCount), allGathered(total), ringOut(kCount);
+  for (size_t i = 0; i < kCount; ++i) input[i] = value(r.rank, 0, i);
+  int failed = 0;
+  for (int onStream = 0; onStream < 2 && failed == 0; ++onStream) {
+    const char* step = onStream ? "group on a CUDA stream" : "group on NULL";
+    braidStream_t stream = onStream ? r.stream : nullptr;
+    cudaStream_t cuda = onStream ? r.cudaStream : nullptr;
+    cudaMemset(r.recv, 0xff, kCount * sizeof(float));
+    cudaMemset(gathered, 0xff, total * sizeof(float));
+    cudaMemset(ring, 0xff, kCount * sizeof(float));
+    if (cudaDeviceSynchronize() != cudaSuccess) return r.fail(step, "poisoning the buffers");
+    cudaMemcpyAsync(r.send, input.data(), kCount * sizeof(float), cudaMemcpyHostToDevice, cuda);
+    braidGroupStart();
+    braidAllReduce(r.send, r.recv, kCount, braidFloat32, braidSum, r.comm, stream);
+    braidSend(r.send, kCount, braidFloat32, next, r.comm, stream);
+    braidAllGather(r.send, gathered, kCount, braidFloat32, r.comm, stream);
+    braidRecv(ring, kCount, braidFloat32, previous, r.comm, stream);
+    braidResult_t result = braidGroupEnd();
+    cudaMemcpyAsync(reduced.data(), r.recv, kCount * sizeof(float), cudaMemcpyDeviceToHost, cuda);
+    cudaMemcpyAsync(allGathered.data(), gathered, total * sizeof(float), cudaMemcpyDeviceToHost,
+                    cuda);
+    cudaMemcpyAsync(ringOut.data(), ring, kCount * sizeof(float), cudaMemcpyDeviceToHost, cuda);
+    if (result == braidSuccess && stream) result = braidStreamSynchronize(stream);
+    if (cudaStreamSynchronize(cuda) != cudaSuccess) return r.fail(step, "the CUDA stream failed");
+    if (result != braidSuccess) return r.fail(step, braidGetErrorString(result));
+    for (size_t i = 0; i < kCount && failed == 0; ++i) {
+      float sum = 0;
+      for (int p = 0; p < r.nranks; ++p) sum += value(p, 0, i);
+      if (reduced[i] != sum) failed = r.fail(step, "AllReduce element " + std::to_string(i));
+      if (ringOut[i] != value(previous, 0, i))
+        failed = r.fail(step, "Recv element " + std::to_string(i));
+    }
+    for (size_t i = 0; i < total && failed == 0; ++i)
+      if (allGathered[i] != value(static_cast<int>(i / kCount), 0, i % kCount))
+        failed = r.fail(step, "AllGather element " + std::to_string(i));
+  }
+  cudaFree(gathered);
+  cudaFree(ring);
+  return failed;
+}
+
 // One rank's whole run: joins `id`'s communicator with `environment` set,
 // then runs `body`.
 int runRank(int rank, int nranks, const braidUniqueId& id,
@@ -248,7 +300,8 @@ TEST_P(GpuCollectives, EveryCollectiveOnStreamNullAndOnACudaStream) {
   EXPECT_EQ(runRanks(nranks, {std::string("BRAID_CUDA_IPC_HANDLES=") + handles},
                      [](Rank& r) {
                        if (int failed = checkCases(r, everyCollective(r.nranks))) return failed;
-                       return ringSendRecv(r);
+                       if (int failed = ringSendRecv(r)) return failed;
+                       return groupOfCollectives(r);
                      }),
             0)
       << "ranks failed (their stderr says why)";
