@@ -191,10 +191,10 @@ class PerfRun {
                 version / 100 % 100, version % 100);
     std::printf(
         "# nranks %d minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d "
-        "validation: %d average: %d blocking: %d mem: %s\n",
+        "agg iters: %d validation: %d average: %d blocking: %d mem: %s\n",
         nranks_, options_.minBytes, options_.maxBytes, options_.stepText.c_str(),
-        options_.warmupIters, options_.iters, options_.checkIters, options_.average,
-        options_.blocking, options_.cudaMemory ? "cuda" : "host");
+        options_.warmupIters, options_.iters, options_.aggIters, options_.checkIters,
+        options_.average, options_.blocking, options_.cudaMemory ? "cuda" : "host");
     std::printf("#\n# Using ranks\n");
     for (int r = 0; r < nranks_; ++r) {
       const RankInfo& info = rankInfos_[static_cast<size_t>(r)];
@@ -214,9 +214,16 @@ class PerfRun {
     std::fflush(stdout);
   }
 
-  // Queues (or, blocking, runs) one call; complete() waits for what is queued.
+  // Queues (or, blocking, runs) one iteration: -m calls, in one group when
+  // more than one; complete() waits for what is queued.
   void issue(const TestContext& ctx, const void* send, void* recv, const std::string& what) {
-    expectOk(collective_.run(ctx, send, recv), what);
+    if (options_.aggIters == 1) {
+      expectOk(collective_.run(ctx, send, recv), what);
+      return;
+    }
+    expectOk(braidGroupStart(), what);
+    for (int i = 0; i < options_.aggIters; ++i) expectOk(collective_.run(ctx, send, recv), what);
+    expectOk(braidGroupEnd(), what);
   }
   void complete(const std::string& what) {
     if (stream_ != nullptr) expectOk(braidStreamSynchronize(stream_), what);
@@ -271,7 +278,7 @@ class PerfRun {
 
     Measurement result;
     result.measured = true;
-    result.timeUs = elapsed.count() / options_.iters;
+    result.timeUs = elapsed.count() / (options_.iters * options_.aggIters);
     // Asked before the driver's own AllReduce below replaces the answer.
     if (collective_.braidName != nullptr && ctx.sizes.count > 0) {
       const char* algorithm = nullptr;
@@ -298,7 +305,9 @@ class PerfRun {
       std::memset(recv.get(), 0xa5, recvBytes);
       collective_.initData(ctx, sendPtr);
       upload();
-      issue(ctx, callSend, callRecv, what);
+      // One call, whatever -m says: a group of calls in place would apply
+      // the collective to its own result.
+      expectOk(collective_.run(ctx, callSend, callRecv), what);
       complete(what);
       if (cuda_) cuda_->toHost(recv.get(), gpu.recv, recvBytes);
       // Bit 6 of the first byte: more than the 2 ULPs an average may be off,
@@ -395,6 +404,7 @@ class PerfRun {
           {"stepfactor", options_.stepFactor > 1 ? Json(options_.stepFactor) : Json(nullptr)},
           {"iters", options_.iters},
           {"warmup_iters", options_.warmupIters},
+          {"agg_iters", options_.aggIters},
           {"check", options_.checkIters},
           {"datatype", options_.typeArg},
           {"op", collective_.usesOp ? Json(options_.opArg) : Json(nullptr)},

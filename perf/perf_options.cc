@@ -43,6 +43,10 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   add("f,stepfactor", "multiplicative size step, used when above 1", number("1"));
   add("n,iters", "timed iterations per size", number("20"));
   add("w,warmup_iters", "untimed iterations before each measurement", number("1"));
+  add("m,agg_iters",
+      "calls per iteration, issued in one group (braidGroupStart/End) when above 1; the time "
+      "reported is per call",
+      number("1"));
   add("c,check", "checked iterations per measurement (0: no check)", number("1"));
   add("d,datatype", "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double all",
       text("float"));
@@ -82,6 +86,7 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
 
   options.iters = args["iters"].as<int>();
   options.warmupIters = args["warmup_iters"].as<int>();
+  options.aggIters = args["agg_iters"].as<int>();
   options.checkIters = args["check"].as<int>();
   options.average = args["average"].as<int>();
   options.blocking = args["blocking"].as<int>() != 0 ? 1 : 0;
@@ -96,6 +101,7 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   if (options.iters < 1 || options.warmupIters < 0 || options.checkIters < 0) {
     throw std::invalid_argument("iters must be >= 1, warmup_iters and check >= 0");
   }
+  if (options.aggIters < 1) throw std::invalid_argument("agg_iters must be >= 1");
   if (options.average < 0 || options.average > 3) throw std::invalid_argument("average is 0..3");
 
   options.typeArg = args["datatype"].as<std::string>();

@@ -25,6 +25,7 @@ struct Options {
   int stepFactor = 1;
   std::string stepText;  // for the preamble: "2(factor)" or "1048576(bytes)"
   int iters = 20, warmupIters = 1, checkIters = 1, average = 1, blocking = 1;
+  int aggIters = 1;  // calls per timed iteration, in one group when above 1
   int root = 0;
   bool allRoots = false;
   bool showAlgorithm = false;

@@ -186,6 +186,13 @@ def sweep(args):
             record = json.load(f)
         if args.fake_cuda:
             check_gpu_run(args, record, os.path.join(tmp, "report"), output)
+    # -m: each timed iteration is a group of that many calls; the parameter
+    # line and the record say so, and the checked call is one call (a group
+    # of calls in place would apply the collective to its own result).
+    agg = int(flag(flags, "-m", "1"))
+    expect(any(f" iters: {flag(flags, '-n', '20')} agg iters: {agg} " in line for line in lines),
+           f"no 'agg iters: {agg}' in the parameter line")
+    expect(record["parameters"]["agg_iters"] == agg, f"parameters {record['parameters']}")
     table = rows_of(lines)
     want = expected_rows(name, flags, args.ranks)
     expect(len(table) == len(want), f"{len(table)} rows, expected {len(want)}:\n{output}")
@@ -281,7 +288,8 @@ def format_check(args):
         expect(help_run.returncode == 0, "--help failed")
         text = help_run.stdout
         for option in ["-b, --minbytes", "-e, --maxbytes", "-i, --stepbytes", "-f, --stepfactor",
-                       "-n, --iters", "-w, --warmup_iters", "-c, --check", "-o, --op",
+                       "-n, --iters", "-w, --warmup_iters", "-m, --agg_iters", "-c, --check",
+                       "-o, --op",
                        "-d, --datatype", "-r, --root", "-a, --average", "-z, --blocking",
                        "-M, --mem", "-J, --json"]:
             expect(option in text, f"--help lacks {option}")
@@ -289,7 +297,7 @@ def format_check(args):
         expect(testing > 0 and text.find("corrupt_rank") > testing,
                "the test-only option is not apart under 'Testing options'")
         for bad in (["-d", "nosuch"], ["-o", "mulsum"], ["-r", "x"], ["-b", "1X"],
-                    ["-b", "2M", "-e", "1M"], ["-a", "4"], ["-M", "gpu"]):
+                    ["-b", "2M", "-e", "1M"], ["-a", "4"], ["-M", "gpu"], ["-m", "0"]):
             result = subprocess.run([binary] + bad, capture_output=True, text=True, timeout=30)
             expect(result.returncode == 2 and "see --help" in result.stderr,
                    f"{bad}: exit {result.returncode}, {result.stderr!r}")
