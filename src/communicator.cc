@@ -267,10 +267,9 @@ const Communicator::CachedPlan& Communicator::planFor(StreamState& st,
 
 Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
                              std::vector<Job>* jobs,
-                             std::vector<std::shared_ptr<const algo::Schedule>>* schedules,
-                             std::vector<std::vector<uint8_t>>* extraScratch) {
+                             std::vector<std::shared_ptr<const algo::Schedule>>* schedules) {
   StreamState& st = stream(streamIndex);
-  bool scratchTaken = false;
+  size_t hostScratchTaken = 0;
   int gpuScratchTaken = 0;
   for (const Operation& op : ops) {
     std::shared_ptr<const algo::Schedule> schedule;
@@ -344,11 +343,10 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         BRAID_ASSIGN_OR_RETURN(
             job.scratch, gpu->scratch(streamIndex, gpuScratchTaken++, schedule->scratchBytes));
       } else if (schedule->scratchBytes > 0) {
-        std::vector<uint8_t>* scratch = &st.scratch;
-        if (scratchTaken) scratch = &extraScratch->emplace_back();
-        scratchTaken = true;
-        if (scratch->size() < schedule->scratchBytes) scratch->resize(schedule->scratchBytes);
-        job.scratch = scratch->data();
+        if (st.scratch.size() == hostScratchTaken) st.scratch.emplace_back();
+        std::vector<uint8_t>& scratch = st.scratch[hostScratchTaken++];
+        if (scratch.size() < schedule->scratchBytes) scratch.resize(schedule->scratchBytes);
+        job.scratch = scratch.data();
       }
     }
     job.schedule = schedule.get();
@@ -469,8 +467,7 @@ Status Communicator::runPlain(std::span<const Operation> ops, int streamIndex) {
   std::lock_guard lock(st.order);
   std::vector<Job> jobs;
   std::vector<std::shared_ptr<const algo::Schedule>> schedules;
-  std::vector<std::vector<uint8_t>> extra;
-  BRAID_RETURN_IF_ERROR(prepare(ops, streamIndex, &jobs, &schedules, &extra));
+  BRAID_RETURN_IF_ERROR(prepare(ops, streamIndex, &jobs, &schedules));
   Status s = runJobs(jobs);
   if (!s.isOk() && aborted_) return invalidUsage(strCat(ops[0].name, ": communicator aborted"));
   return s;
@@ -491,9 +488,7 @@ Status Communicator::runTogether(
   }
   std::vector<Job> jobs;
   std::vector<std::shared_ptr<const algo::Schedule>> schedules;
-  std::vector<std::vector<uint8_t>> extra;
-  for (auto& [comm, ops] : batches)
-    BRAID_RETURN_IF_ERROR(comm->prepare(ops, 0, &jobs, &schedules, &extra));
+  for (auto& [comm, ops] : batches) BRAID_RETURN_IF_ERROR(comm->prepare(ops, 0, &jobs, &schedules));
   Status s = runJobs(jobs);
   if (!s.isOk())
     for (Communicator* c : comms)

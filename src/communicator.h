@@ -128,7 +128,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     std::mutex order;       // one call at a time per stream keeps tags increasing
     uint32_t sequence = 0;  // collectives issued on this stream
     std::map<int, uint64_t> sentTo, receivedFrom;  // point-to-point counters
-    std::vector<uint8_t> scratch;
+    // Host scratch of the n-th call of a batch that needs some, kept for
+    // the next batch: a fresh buffer costs its page faults on every call.
+    std::vector<std::vector<uint8_t>> scratch;
     std::vector<CachedPlan> plans;  // at most kCachedPlans, most recent last
   };
   StreamState& stream(int index);
@@ -151,8 +153,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
   // Builds the jobs of `ops` (caller holds the stream's order lock).
   Status prepare(std::span<const Operation> ops, int streamIndex, std::vector<Job>* jobs,
-                 std::vector<std::shared_ptr<const algo::Schedule>>* schedules,
-                 std::vector<std::vector<uint8_t>>* extraScratch);
+                 std::vector<std::shared_ptr<const algo::Schedule>>* schedules);
 
   const int rank_, nranks_;
   const Config config_;
