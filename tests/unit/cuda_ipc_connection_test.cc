@@ -430,6 +430,35 @@ TEST_F(CudaIpcPair, APeerThatLeavesDuringTheHandshakeIsReportedWithItsReason) {
       << got->error().message();
 }
 
+// A message that arrived whole before its sender left (a rank destroys its
+// communicator right after its last send) is still delivered to a receive
+// posted after the goodbye, as the host connections deliver theirs; one
+// that never came fails with the goodbye.
+TEST_F(CudaIpcPair, AMessageThatArrivedBeforeThePeerLeftIsDeliveredAfter) {
+  const size_t bytes = 4096 * 9 + 5;  // more than B's 4 slots: B copies them out to free them
+  DeviceBuffer s(*devA, bytes), r(*devB, bytes), never(*devB, 64);
+  s.fill(8);
+  auto warmS = A->postSend(s.data(), 0, Tag{1, 1});
+  auto warmR = B->postRecv(r.data(), 0, Tag{1, 1});
+  drive({warmS, warmR});
+  auto sent = A->postSend(s.data(), bytes, Tag{2, 1});
+  drive({sent});
+  ASSERT_EQ(sent->state(), State::kDone) << sent->error().message();
+  EXPECT_TRUE(devA->synchronize().isOk());
+  A->abort(Status(ErrorCode::kOk, "rank 0 destroyed the communicator"));
+  A.reset();
+  for (int i = 0; i < 8; ++i) (void)B->progress();  // B reads the goodbye
+  auto got = B->postRecv(r.data(), bytes, Tag{2, 1});
+  auto lost = B->postRecv(never.data(), 64, Tag{3, 1});
+  drive({got, lost});
+  ASSERT_EQ(got->state(), State::kDone) << got->error().message();
+  EXPECT_TRUE(devB->synchronize().isOk());
+  EXPECT_TRUE(r.holds(8));
+  ASSERT_EQ(lost->state(), State::kFailed);
+  EXPECT_NE(lost->error().message().find("destroyed the communicator"), std::string::npos)
+      << lost->error().message();
+}
+
 // Two processes, each with its own stand-in device: the handles cross a
 // process boundary, as CUDA IPC handles do.
 TEST(CudaIpcProcesses, TwoProcessesExchangeAndReduce) {

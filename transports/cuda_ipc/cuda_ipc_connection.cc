@@ -171,11 +171,16 @@ RequestPtr CudaIpcConnection::postRecvReduce(void* dst, const void* local, size_
                combiner,
                request};
   std::lock_guard lock(mutex_);
-  if (!dead_.isOk()) {
+  // A message that arrived whole before the peer left is still delivered
+  // (the peer may leave right after its last send), unless the peer failed
+  // or this end aborted.
+  auto it = unexpected_.find(tag.value);
+  if (!dead_.isOk() && (it == unexpected_.end() || !it->second.whole() || abortedHere_ ||
+                        !control_->peerFailure().isOk())) {
     request->fail(dead_);
     return request;
   }
-  if (auto it = unexpected_.find(tag.value); it != unexpected_.end()) {
+  if (it != unexpected_.end()) {
     bool done = false;
     if (Status s = matchUnexpected(tag.value, p, done); !s.isOk()) {
       failAll(s);
@@ -192,6 +197,12 @@ RequestPtr CudaIpcConnection::postRecvReduce(void* dst, const void* local, size_
   }
   posted_.emplace(tag.value, p);
   return request;
+}
+
+bool CudaIpcConnection::Unexpected::whole() const {
+  uint64_t arrived = 0;
+  for (const Chunk& c : chunks) arrived += c.length;
+  return !chunks.empty() && arrived == total;
 }
 
 // A message held in slots (or spilled) meets its receive.
@@ -240,7 +251,7 @@ Status CudaIpcConnection::consume(PostedRecv& p, const Chunk& c, const DeviceMem
     } else {
       BRAID_RETURN_IF_ERROR(device_->enqueueCopy(p.dst + c.offset, from, c.length));
     }
-    if (!spill) {
+    if (!spill && dead_.isOk()) {  // credits only for a peer still there
       BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*drained_[c.slot]));
       BRAID_RETURN_IF_ERROR(sendRecord(Record{kCredit, c.slot, 0, 0, 0, 0, 0}));
     }
@@ -474,6 +485,7 @@ void CudaIpcConnection::abort(const Status& reason) {
   std::lock_guard lock(mutex_);
   if (!dead_.isOk()) return;
   dead_ = reason.isOk() ? remoteError("cuda_ipc: connection closed") : reason;
+  abortedHere_ = true;
   failAll(reason);
 }
 

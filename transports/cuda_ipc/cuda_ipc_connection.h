@@ -127,6 +127,7 @@ class CudaIpcConnection final : public Connection {
     uint64_t check, total;
     std::vector<Chunk> chunks;
     std::unique_ptr<DeviceMemory> spill;
+    bool whole() const;  // every byte of it arrived
   };
   struct OutRecord {
     Record record;
@@ -162,6 +163,7 @@ class CudaIpcConnection final : public Connection {
 
   mutable std::mutex mutex_;
   Status dead_;
+  bool abortedHere_ = false;  // dead_ by abort() on this end, not by the peer leaving
   std::unique_ptr<DeviceMemory> pool_;
   std::vector<std::unique_ptr<DeviceEvent>> filled_, drained_;
   Hello hello_{}, peerHello_{};
