@@ -117,6 +117,30 @@ Status BoardCollectives::checkStrays(const Waiting& call, const BoardWait& wait,
   return Status::ok();
 }
 
+Status BoardCollectives::checkAnnouncements(uint32_t callIndex, uint64_t check,
+                                            const std::string& name) const {
+  for (int peer = 0; peer < nranks_; ++peer) {
+    if (peer == rank_) continue;
+    const shm::Announcement seen = board_.announced(peer);
+    if (seen.call != callIndex + 1 || seen.check == check) continue;
+    CallSignature theirs = CallSignature::unpack(seen.check);
+    CallSignature ours = CallSignature::unpack(check);
+    if ((seen.check ^ check) == CallSignature::kGpuMemoryBit) {
+      ours.gpuMemory = false;
+      return invalidUsage(
+          strCat("mismatched calls: ", name, " ", ours.describe(), " on rank ", rank_, ": rank ",
+                 peer, " passed ", theirs.gpuMemory ? "GPU" : "host", " buffers and this rank ",
+                 theirs.gpuMemory ? "host" : "GPU",
+                 " buffers; among the ranks of one host every rank must pass GPU buffers, or every "
+                 "rank host buffers (BRAID_CUDA_IPC=0 lets them mix)"));
+    }
+    return invalidUsage(strCat("mismatched calls: ", name, " on rank ", rank_, ": rank ", peer,
+                               " called ", theirs.describe(), ", this rank ", ours.describe(),
+                               " (every rank must make the same calls)"));
+  }
+  return Status::ok();
+}
+
 Status BoardCollectives::checkAnnouncement(int peer, const Waiting& call,
                                            const std::string& name) const {
   const shm::Announcement seen = board_.announced(peer);

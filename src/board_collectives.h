@@ -42,6 +42,10 @@ class BoardCollectives {
   // Tells the peers that this rank makes call `callIndex`, of signature
   // `check`, through the algorithms.
   void announce(uint32_t callIndex, uint64_t check) { board_.announce(rank_, callIndex, check); }
+  // Non-ok when a peer announced call `callIndex` with another signature
+  // than `check` (this rank's announcement): asked by a call of the
+  // algorithms that makes no progress, which then never would.
+  Status checkAnnouncements(uint32_t callIndex, uint64_t check, const std::string& name) const;
 
  private:
   struct Waiting {

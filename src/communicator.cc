@@ -328,7 +328,18 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         return notSupported(strCat(op.name, ": count ", args.count,
                                    " needs too many messages; raise BRAID_CHUNK_BYTES"));
       const uint32_t sequence = st.sequence++;
-      if (board_ && streamIndex == 0) board_->announce(sequence, check);
+      if (board_ && streamIndex == 0) {
+        // A GPU job over cuda_ipc says so: a peer that runs the call on host
+        // memory sends where this rank never looks, and only the board
+        // shows the two calls side by side.
+        const uint64_t announced =
+            gpu && !gpu->hasStagedPeers() ? check | CallSignature::kGpuMemoryBit : check;
+        board_->announce(sequence, announced);
+        job.stallCheck = [board = board_.get(), sequence, announced,
+                          name = op.name + " #" + std::to_string(sequence)] {
+          return board->checkAnnouncements(sequence, announced, name);
+        };
+      }
       const uint64_t base = channelBits(streamIndex, false) | (uint64_t{sequence} << 24);
       job.tagFor = [base, check](bool, int, uint32_t k) { return transport::Tag{base | k, check}; };
       // Not strCat: this runs on every call, and an ostringstream costs more

@@ -31,7 +31,8 @@ using transport::RequestPtr;
 uint64_t CallSignature::pack() const {
   return (uint64_t{kind} & 0xf) | (static_cast<uint64_t>(dtype) & 0xf) << 4 |
          (static_cast<uint64_t>(op) & 0xf) << 8 |
-         (static_cast<uint64_t>(root + 1) & 0xfffff) << 12 | (count & 0xffffffff) << 32;
+         (static_cast<uint64_t>(root + 1) & 0x7ffff) << 12 | (gpuMemory ? kGpuMemoryBit : 0) |
+         (count & 0xffffffff) << 32;
 }
 
 CallSignature CallSignature::unpack(uint64_t check) {
@@ -39,7 +40,8 @@ CallSignature CallSignature::unpack(uint64_t check) {
   s.kind = check & 0xf;
   s.dtype = static_cast<DataType>((check >> 4) & 0xf);
   s.op = static_cast<RedOp>((check >> 8) & 0xf);
-  s.root = static_cast<int>((check >> 12) & 0xfffff) - 1;
+  s.root = static_cast<int>((check >> 12) & 0x7ffff) - 1;
+  s.gpuMemory = (check & kGpuMemoryBit) != 0;
   s.count = check >> 32;
   return s;
 }
@@ -53,12 +55,19 @@ std::string CallSignature::describe() const {
                  kindEnum == algo::CollectiveKind::kReduceScatter;
   if (reduces) out += strCat(", ", redOpName(op));
   if (root >= 0) out += strCat(", root=", root);
+  if (gpuMemory) out += ", GPU memory over cuda_ipc";
   return out + ")";
 }
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Stall checks (Job::stallCheck) start after this long without progress, and
+// repeat this often: rare enough to cost nothing, soon enough that a
+// mismatch fails in a fraction of a second rather than at BRAID_TIMEOUT.
+constexpr double kStallCheckSeconds = 0.2;
+constexpr auto kStallCheckInterval = std::chrono::milliseconds(200);
 
 // The Combiners of a RecvReduce step: the job's datatype and op, the local
 // operand first or the incoming one.
@@ -441,6 +450,7 @@ Status runJobs(std::span<Job> jobs) {
     return false;
   };
   auto lastMoved = Clock::now();
+  auto lastStallCheck = lastMoved;
   std::vector<pollfd> fds;
   std::vector<transport::Connection*> connections;  // with requests of running jobs
   std::set<transport::Connection*> watched;
@@ -487,6 +497,17 @@ Status runJobs(std::span<Job> jobs) {
       continue;
     }
     double idle = std::chrono::duration<double>(now - lastMoved).count();
+    if (idle >= kStallCheckSeconds && now - lastStallCheck >= kStallCheckInterval) {
+      lastStallCheck = now;
+      bool failed = false;
+      for (auto& r : runners)
+        if (!r->finished() && r->job().stallCheck)
+          if (Status s = r->job().stallCheck(); !s.isOk()) {
+            r->failWith(std::move(s));
+            failed = true;
+          }
+      if (failed) continue;
+    }
     double timeout = 1e30, spin = 0, pureSpin = 0;
     for (auto& r : runners)
       if (!r->finished()) {

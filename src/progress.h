@@ -25,8 +25,13 @@ struct CallSignature {
   uint8_t kind = 0;  // algo::CollectiveKind
   DataType dtype = DataType::kFloat32;
   RedOp op = RedOp::kSum;
-  int root = -1;
+  int root = -1;  // below 2^19 - 1
   uint64_t count = 0;
+  // Set only in what a rank announces on the board (never in a frame): the
+  // call runs as a GPU job over cuda_ipc, which a peer running it on host
+  // memory can never meet.
+  bool gpuMemory = false;
+  static constexpr uint64_t kGpuMemoryBit = uint64_t{1} << 31;  // where pack() puts gpuMemory
 
   uint64_t pack() const;
   static CallSignature unpack(uint64_t check);
@@ -93,6 +98,10 @@ struct Job {
   // Set when send, recv and scratch are GPU memory: connections[peer] then
   // move GPU memory too. runJobs returns once the device ran the job's work.
   DeviceWork gpu;
+  // Asked while the job makes no progress (every 200 ms or so after the
+  // first 200 ms): a failure fails the job at once, as a peer known to have
+  // made another call will never send what the job waits for. May be empty.
+  std::function<Status()> stallCheck;
 };
 
 // Runs every job to completion (all together, so that the calls of a group
