@@ -131,8 +131,7 @@ Status BoardCollectives::checkAnnouncements(uint32_t callIndex, uint64_t check,
           strCat("mismatched calls: ", name, " ", ours.describe(), " on rank ", rank_, ": rank ",
                  peer, " passed ", theirs.gpuMemory ? "GPU" : "host", " buffers and this rank ",
                  theirs.gpuMemory ? "host" : "GPU",
-                 " buffers; among the ranks of one host every rank must pass GPU buffers, or every "
-                 "rank host buffers (BRAID_CUDA_IPC=0 lets them mix)"));
+                 " buffers; every rank must pass GPU buffers, or every rank host buffers"));
     }
     return invalidUsage(strCat("mismatched calls: ", name, " on rank ", rank_, ": rank ", peer,
                                " called ", theirs.describe(), ", this rank ", ours.describe(),

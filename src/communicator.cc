@@ -296,6 +296,10 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
     }
     CallSignature signature{static_cast<uint8_t>(op.args.kind), op.args.dtype, op.args.op,
                             op.args.root, op.args.count};
+    // A GPU job says so in every message and announcement: a peer that runs
+    // the call on host memory moves its bytes another way (over cuda_ipc, or
+    // in pieces), and must fail with both calls named rather than wait.
+    signature.gpuMemory = gpu != nullptr;
     const uint64_t check = signature.pack();
     if (op.args.kind == algo::CollectiveKind::kSendRecv) {
       const algo::Slice data{op.isSend ? algo::BufferId::kSend : algo::BufferId::kRecv, 0,
@@ -329,15 +333,12 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
                                    " needs too many messages; raise BRAID_CHUNK_BYTES"));
       const uint32_t sequence = st.sequence++;
       if (board_ && streamIndex == 0) {
-        // A GPU job over cuda_ipc says so: a peer that runs the call on host
-        // memory sends where this rank never looks, and only the board
-        // shows the two calls side by side.
-        const uint64_t announced =
-            gpu && !gpu->hasStagedPeers() ? check | CallSignature::kGpuMemoryBit : check;
-        board_->announce(sequence, announced);
-        job.stallCheck = [board = board_.get(), sequence, announced,
+        // Over cuda_ipc, a GPU job and a host call of a peer never exchange
+        // a message to compare: only the board shows the two side by side.
+        board_->announce(sequence, check);
+        job.stallCheck = [board = board_.get(), sequence, check,
                           name = op.name + " #" + std::to_string(sequence)] {
-          return board->checkAnnouncements(sequence, announced, name);
+          return board->checkAnnouncements(sequence, check, name);
         };
       }
       const uint64_t base = channelBits(streamIndex, false) | (uint64_t{sequence} << 24);

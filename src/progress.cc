@@ -55,7 +55,7 @@ std::string CallSignature::describe() const {
                  kindEnum == algo::CollectiveKind::kReduceScatter;
   if (reduces) out += strCat(", ", redOpName(op));
   if (root >= 0) out += strCat(", root=", root);
-  if (gpuMemory) out += ", GPU memory over cuda_ipc";
+  if (gpuMemory) out += ", GPU memory";
   return out + ")";
 }
 

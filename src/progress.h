@@ -27,9 +27,9 @@ struct CallSignature {
   RedOp op = RedOp::kSum;
   int root = -1;  // below 2^19 - 1
   uint64_t count = 0;
-  // Set only in what a rank announces on the board (never in a frame): the
-  // call runs as a GPU job over cuda_ipc, which a peer running it on host
-  // memory can never meet.
+  // The call runs as a GPU job (src/gpu_path.h), whose messages a peer
+  // running it on host memory never meets: every rank passes GPU buffers,
+  // or every rank host buffers.
   bool gpuMemory = false;
   static constexpr uint64_t kGpuMemoryBit = uint64_t{1} << 31;  // where pack() puts gpuMemory
 

@@ -333,4 +333,32 @@ TEST_F(GpuJobs, GpuMemoryOnOneRankAndHostMemoryOnAnotherFailFastOnBoth) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
+// Between hosts the same mix fails fast too, though no board is shared: the
+// GPU job's messages say "GPU memory" in their check word, which the host
+// call's do not, and the rank that receives one names both calls.
+int gpuAgainstHostMemoryBetweenHosts(Rank& r) {
+  std::vector<float> hostSend(kCount, 1.0f), hostRecv(2 * kCount);
+  float* send = r.rank() == 0 ? r.allocate(kCount) : hostSend.data();
+  float* recv = r.rank() == 0 ? r.allocate(2 * kCount) : hostRecv.data();
+  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  const braidResult_t result = braidAllGather(send, recv, kCount, braidFloat32, r.comm, nullptr);
+  const auto took = std::chrono::steady_clock::now() - start;
+  const std::string message = braidGetLastError(nullptr);
+  RANK_CHECK(11, result == braidInvalidUsage || result == braidRemoteError);
+  RANK_CHECK(12, took < std::chrono::seconds(20));
+  r.broken = true;
+  if (result != braidInvalidUsage) return 0;
+  RANK_CHECK(13, message.find("allgather(count=300000, float32, GPU memory)") != std::string::npos);
+  RANK_CHECK(14, message.find("allgather(count=300000, float32)") != std::string::npos);
+  return 0;
+}
+
+TEST_F(GpuJobs, GpuMemoryOnOneHostAndHostMemoryOnAnotherFailFastOnBoth) {
+  RankSetup setup;
+  setup.environment = {"BRAID_TIMEOUT=60"};
+  setup.hostOf = ownHost;
+  expectEveryRankPassed(runRanks(2, gpuAgainstHostMemoryBetweenHosts, setup));
+}
+
 }  // namespace
