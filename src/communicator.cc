@@ -336,9 +336,9 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         // Over cuda_ipc, a GPU job and a host call of a peer never exchange
         // a message to compare: only the board shows the two side by side.
         board_->announce(sequence, check);
-        job.stallCheck = [board = board_.get(), sequence, check,
-                          name = op.name + " #" + std::to_string(sequence)] {
-          return board->checkAnnouncements(sequence, check, name);
+        // Two words: held in the std::function itself, no allocation per call.
+        job.stallCheck = [board = board_.get(), sequence](const Job& j) {
+          return board->checkAnnouncements(sequence, j.tagFor(false, j.rank, 0).check, j.callName);
         };
       }
       const uint64_t base = channelBits(streamIndex, false) | (uint64_t{sequence} << 24);

@@ -502,7 +502,7 @@ Status runJobs(std::span<Job> jobs) {
       bool failed = false;
       for (auto& r : runners)
         if (!r->finished() && r->job().stallCheck)
-          if (Status s = r->job().stallCheck(); !s.isOk()) {
+          if (Status s = r->job().stallCheck(r->job()); !s.isOk()) {
             r->failWith(std::move(s));
             failed = true;
           }

@@ -101,7 +101,7 @@ struct Job {
   // Asked while the job makes no progress (every 200 ms or so after the
   // first 200 ms): a failure fails the job at once, as a peer known to have
   // made another call will never send what the job waits for. May be empty.
-  std::function<Status()> stallCheck;
+  std::function<Status(const Job&)> stallCheck;
 };
 
 // Runs every job to completion (all together, so that the calls of a group
