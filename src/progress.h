@@ -12,31 +12,13 @@
 #include <vector>
 
 #include "algorithms/schedule.h"
+#include "src/call_signature.h"
 #include "src/common/datatype.h"
 #include "src/common/status.h"
 #include "transports/cuda_ipc/ipc_device.h"
 #include "transports/transport.h"
 
 namespace braid {
-
-// What a call's peers must agree on, packed into a frame's check word:
-// kind, datatype, op, root and count. Both sides of every message compare it.
-struct CallSignature {
-  uint8_t kind = 0;  // algo::CollectiveKind
-  DataType dtype = DataType::kFloat32;
-  RedOp op = RedOp::kSum;
-  int root = -1;  // below 2^19 - 1
-  uint64_t count = 0;
-  // The call runs as a GPU job (src/gpu_path.h), whose messages a peer
-  // running it on host memory never meets: every rank passes GPU buffers,
-  // or every rank host buffers.
-  bool gpuMemory = false;
-  static constexpr uint64_t kGpuMemoryBit = uint64_t{1} << 31;  // where pack() puts gpuMemory
-
-  uint64_t pack() const;
-  static CallSignature unpack(uint64_t check);
-  std::string describe() const;  // "allreduce(count=1000, float32, sum)"
-};
 
 // What running a schedule needs besides its steps, derived from them once
 // and kept with a cached plan, so that a repeated call allocates nothing

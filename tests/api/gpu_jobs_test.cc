@@ -296,13 +296,12 @@ TEST_F(GpuJobs, ARankMayDestroyRightAfterItsCall) {
     expectEveryRankPassed(runRanks(3, scatterLast));
 }
 
-// Rank 0 passes GPU buffers, rank 1 host buffers, to one AllGather: rank 0
-// runs a GPU job over cuda_ipc, rank 1 a host call over the host
-// connection, and neither ever sends what the other waits for. Each sees the
-// other's call announced on the shared-memory board, so both fail within a
-// second or so, saying which rank passed which memory, not after
-// BRAID_TIMEOUT.
-int gpuAgainstHostMemory(Rank& r) {
+// Rank 0 passes GPU buffers, rank 1 host buffers, to one AllGather, which
+// must fail on both ranks within 20 s. Returns 0 or the step that failed;
+// `found` gets braid's message where this rank found the mismatch itself
+// (braidInvalidUsage), and stays empty where it failed with its peer's words
+// or as a peer that gave up.
+int allGatherOfMixedMemory(Rank& r, std::string& found) {
   std::vector<float> hostSend(kCount, 1.0f), hostRecv(2 * kCount);
   float* send = r.rank() == 0 ? r.allocate(kCount) : hostSend.data();
   float* recv = r.rank() == 0 ? r.allocate(2 * kCount) : hostRecv.data();
@@ -314,9 +313,19 @@ int gpuAgainstHostMemory(Rank& r) {
   RANK_CHECK(11, result == braidInvalidUsage || result == braidRemoteError);
   RANK_CHECK(12, took < std::chrono::seconds(20));
   r.broken = true;
-  // Whichever rank found the mismatch names both memories; the other may
-  // fail with its words (passed on), or as a peer that gave up.
-  if (result != braidInvalidUsage) return 0;
+  if (result == braidInvalidUsage) found = message;
+  return 0;
+}
+
+// On one host rank 0 runs a GPU job over cuda_ipc, rank 1 a host call over
+// the host connection, and neither ever sends what the other waits for.
+// Each sees the other's call announced on the shared-memory board, so both
+// fail within a second or so, saying which rank passed which memory, not
+// after BRAID_TIMEOUT.
+int gpuAgainstHostMemory(Rank& r) {
+  std::string message;
+  if (const int failed = allGatherOfMixedMemory(r, message)) return failed;
+  if (message.empty()) return 0;
   RANK_CHECK(13, message.find("rank 0 passed GPU buffers and this rank host buffers") !=
                          std::string::npos ||
                      message.find("rank 1 passed host buffers and this rank GPU buffers") !=
@@ -337,18 +346,9 @@ TEST_F(GpuJobs, GpuMemoryOnOneRankAndHostMemoryOnAnotherFailFastOnBoth) {
 // GPU job's messages say "GPU memory" in their check word, which the host
 // call's do not, and the rank that receives one names both calls.
 int gpuAgainstHostMemoryBetweenHosts(Rank& r) {
-  std::vector<float> hostSend(kCount, 1.0f), hostRecv(2 * kCount);
-  float* send = r.rank() == 0 ? r.allocate(kCount) : hostSend.data();
-  float* recv = r.rank() == 0 ? r.allocate(2 * kCount) : hostRecv.data();
-  RANK_CHECK(10, send != nullptr && recv != nullptr);
-  const auto start = std::chrono::steady_clock::now();
-  const braidResult_t result = braidAllGather(send, recv, kCount, braidFloat32, r.comm, nullptr);
-  const auto took = std::chrono::steady_clock::now() - start;
-  const std::string message = braidGetLastError(nullptr);
-  RANK_CHECK(11, result == braidInvalidUsage || result == braidRemoteError);
-  RANK_CHECK(12, took < std::chrono::seconds(20));
-  r.broken = true;
-  if (result != braidInvalidUsage) return 0;
+  std::string message;
+  if (const int failed = allGatherOfMixedMemory(r, message)) return failed;
+  if (message.empty()) return 0;
   RANK_CHECK(13, message.find("allgather(count=300000, float32, GPU memory)") != std::string::npos);
   RANK_CHECK(14, message.find("allgather(count=300000, float32)") != std::string::npos);
   return 0;
