@@ -340,13 +340,60 @@ Result<tcp::SocketAddress> chooseBootstrapAddress(const std::string& ifname, Dea
   return loopback;
 }
 
+namespace {
+
+// The rendezvous servers still running in this process.
+class LiveServers {
+ public:
+  void started() {
+    std::lock_guard lock(mutex_);
+    ++running_;
+  }
+  // The server thread's last act: everything it did, its greeters' work
+  // included (it joined them), happens before awaitAll's return.
+  void ended() {
+    std::lock_guard lock(mutex_);
+    --running_;
+    changed_.notify_all();
+  }
+  bool awaitAll(Deadline deadline) {
+    std::unique_lock lock(mutex_);
+    while (running_ > 0) {
+      if (deadline.expired()) return false;
+      changed_.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(50)));
+    }
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int running_ = 0;
+};
+
+// Never destroyed: a detached server may end after static destructors ran.
+LiveServers& liveServers() {
+  static auto* servers = new LiveServers;
+  return *servers;
+}
+
+}  // namespace
+
 Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& listenAt,
                                                  const Secret& secret, double timeoutSeconds) {
   BRAID_ASSIGN_OR_RETURN(tcp::Fd listener, tcp::listenOn(listenAt));
   BRAID_ASSIGN_OR_RETURN(tcp::SocketAddress bound,
                          tcp::SocketAddress::ofSocket(listener.get(), false));
-  std::thread(serveRendezvous, std::move(listener), secret, timeoutSeconds).detach();
+  liveServers().started();
+  std::thread([listener = std::move(listener), secret, timeoutSeconds]() mutable {
+    serveRendezvous(std::move(listener), secret, timeoutSeconds);
+    liveServers().ended();
+  }).detach();
   return bound;
+}
+
+bool awaitRendezvousServers(Deadline deadline) {
+  return liveServers().awaitAll(deadline);
 }
 
 Result<RendezvousClient> RendezvousClient::connect(const RendezvousInfo& info, int rank,

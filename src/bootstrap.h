@@ -37,6 +37,12 @@ Result<tcp::SocketAddress> chooseBootstrapAddress(const std::string& ifname, Dea
 Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& listenAt,
                                                  const Secret& secret, double timeoutSeconds);
 
+// Waits until every rendezvous server this process started has ended; false
+// if one still runs at `deadline`. A server's thread is detached (a
+// uniqueId's server outlives the call that made it), so this is the one way
+// to know it is done and to order its work before what follows.
+bool awaitRendezvousServers(Deadline deadline);
+
 // The rendezvous protocol after the handshake, over any tcp::Wire (a socket,
 // or bytes in tests and fuzzers). A rank sends its join request: nranks and
 // its data address. Rank 0 answers, once every rank joined, with code 0 and

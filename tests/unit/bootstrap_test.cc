@@ -178,6 +178,11 @@ TEST(RendezvousServer, SilentStrangerIsCutOffOnceEveryRankJoined) {
     ended = ::recv(stranger->get(), bytes, sizeof bytes, 0) <= 0;
   }
   EXPECT_TRUE(ended) << "the silent stranger was still connected 3 s after every rank joined";
+  // The server's thread, and the greeter threads it joins, end too. Waiting
+  // for that also orders their work (OpenSSL's locks among it) before the
+  // process's exit, whose cleanup frees those locks.
+  EXPECT_TRUE(awaitRendezvousServers(Deadline::after(5)))
+      << "the rendezvous server was still running 5 s after every rank joined";
 }
 
 TEST(RendezvousRoster, AdmitsEachRankOnceWithOneSize) {
