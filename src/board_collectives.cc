@@ -39,7 +39,7 @@ Status BoardCollectives::run(const Operation& op, uint32_t callIndex, const Boar
                                 isBarrier ? 0 : args.count};
   const uint64_t check = signature.pack();
   const size_t bytes = isBarrier ? 0 : args.bytes();
-  board_.announce(rank_, callIndex, check);
+  board_.announce(rank_, kStream, callIndex, check);
   board_.publish(rank_, sequence, check, op.send, bytes);
   const Waiting waiting{sequence, callIndex, check};
   alignas(16) uint8_t sum[shm::BoardSlot::kPayloadBytes];
@@ -117,11 +117,11 @@ Status BoardCollectives::checkStrays(const Waiting& call, const BoardWait& wait,
   return Status::ok();
 }
 
-Status BoardCollectives::checkAnnouncements(uint32_t callIndex, uint64_t check,
+Status BoardCollectives::checkAnnouncements(int stream, uint32_t callIndex, uint64_t check,
                                             const std::string& name) const {
   for (int peer = 0; peer < nranks_; ++peer) {
     if (peer == rank_) continue;
-    const shm::Announcement seen = board_.announced(peer);
+    const shm::Announcement seen = board_.announced(peer, stream);
     if (seen.call != callIndex + 1 || seen.check == check) continue;
     CallSignature theirs = CallSignature::unpack(seen.check);
     CallSignature ours = CallSignature::unpack(check);
@@ -142,7 +142,7 @@ Status BoardCollectives::checkAnnouncements(uint32_t callIndex, uint64_t check,
 
 Status BoardCollectives::checkAnnouncement(int peer, const Waiting& call,
                                            const std::string& name) const {
-  const shm::Announcement seen = board_.announced(peer);
+  const shm::Announcement seen = board_.announced(peer, kStream);
   const uint32_t mine = call.callIndex + 1;
   if (seen.call < mine || (seen.call == mine && seen.check == call.check)) return Status::ok();
   // The peer announces a call only after it finished the one before, which

@@ -36,16 +36,23 @@ class BoardCollectives {
   // algorithm was asked for): an AllReduce of at most a slot's payload, or
   // a Barrier.
   static bool serves(const algo::CollectiveArgs& args);
+  // The stream whose small calls run on the board: stream 0, the caller's
+  // thread. Every stream's calls are announced.
+  static constexpr int kStream = 0;
+
   // Runs `op` as call `callIndex` of the stream the board serves (the
   // communicator's count of that stream's collectives, board or not).
   Status run(const Operation& op, uint32_t callIndex, const BoardWait& wait);
-  // Tells the peers that this rank makes call `callIndex`, of signature
-  // `check`, through the algorithms.
-  void announce(uint32_t callIndex, uint64_t check) { board_.announce(rank_, callIndex, check); }
-  // Non-ok when a peer announced call `callIndex` with another signature
-  // than `check` (this rank's announcement): asked by a call of the
-  // algorithms that makes no progress, which then never would.
-  Status checkAnnouncements(uint32_t callIndex, uint64_t check, const std::string& name) const;
+  // Tells the peers that this rank makes call `callIndex` of `stream`, of
+  // signature `check`, through the algorithms.
+  void announce(int stream, uint32_t callIndex, uint64_t check) {
+    board_.announce(rank_, stream, callIndex, check);
+  }
+  // Non-ok when a peer announced call `callIndex` of `stream` with another
+  // signature than `check` (this rank's announcement): asked by a call of
+  // the algorithms that makes no progress, which then never would.
+  Status checkAnnouncements(int stream, uint32_t callIndex, uint64_t check,
+                            const std::string& name) const;
 
  private:
   struct Waiting {

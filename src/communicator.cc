@@ -33,7 +33,6 @@ topo::TransportSet builtTransports() {
 
 // channel = 2 * stream (+1 for point to point) must stay below 0xff, the
 // transports' own channel (goodbyes, acknowledgements).
-constexpr int kMaxStreams = Communicator::kPairProbeStream - 1;
 // The cuda_ipc records use the pair probe stream's point-to-point channel.
 static_assert(kCudaIpcChannel == 2 * Communicator::kPairProbeStream + 1);
 constexpr uint64_t kMaxMessagesPerPeer = uint64_t{1} << 24;
@@ -332,14 +331,17 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         return notSupported(strCat(op.name, ": count ", args.count,
                                    " needs too many messages; raise BRAID_CHUNK_BYTES"));
       const uint32_t sequence = st.sequence++;
-      if (board_ && streamIndex == 0) {
+      if (board_ && streamIndex <= kMaxStreams) {
         // Over cuda_ipc, a GPU job and a host call of a peer never exchange
         // a message to compare: only the board shows the two side by side.
-        board_->announce(sequence, check);
-        // Two words: held in the std::function itself, no allocation per call.
-        job.stallCheck = [board = board_.get(), sequence](const Job& j) {
-          return board->checkAnnouncements(sequence, j.tagFor(false, j.rank, 0).check, j.callName);
+        board_->announce(streamIndex, sequence, check);
+        auto stallCheck = [board = board_.get(), streamIndex, sequence](const Job& j) {
+          return board->checkAnnouncements(streamIndex, sequence, j.tagFor(false, j.rank, 0).check,
+                                           j.callName);
         };
+        // Held in the std::function itself (two words): no allocation per call.
+        static_assert(sizeof(stallCheck) <= 2 * sizeof(void*));
+        job.stallCheck = stallCheck;
       }
       const uint64_t base = channelBits(streamIndex, false) | (uint64_t{sequence} << 24);
       job.tagFor = [base, check](bool, int, uint32_t k) { return transport::Tag{base | k, check}; };

@@ -59,6 +59,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // advance a sequence number kept by ranks that do not take part.
   static constexpr int kProbeStream = 127;
   static constexpr int kPairProbeStream = 126;
+  // A user's streams are 0 to kMaxStreams.
+  static constexpr int kMaxStreams = kPairProbeStream - 1;
 
   int rank() const { return rank_; }
   int size() const { return nranks_; }

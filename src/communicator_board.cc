@@ -43,7 +43,7 @@ Status Communicator::setUpBoard() {
   std::optional<shm::Board> board;
   char name[128] = {};
   if (rank_ == 0) {
-    auto created = shm::Board::create(nranks_);
+    auto created = shm::Board::create(nranks_, kMaxStreams + 1);
     if (created.isOk()) {
       board = std::move(*created);
       if (board->name().size() < sizeof(name))
@@ -63,7 +63,7 @@ Status Communicator::setUpBoard() {
   BRAID_RETURN_IF_ERROR(run({&share, 1}, 0));
   name[sizeof(name) - 1] = 0;
   if (rank_ != 0 && name[0]) {
-    auto opened = shm::Board::open(name, nranks_);
+    auto opened = shm::Board::open(name, nranks_, kMaxStreams + 1);
     if (opened.isOk())
       board = std::move(*opened);
     else

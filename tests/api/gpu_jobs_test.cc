@@ -301,13 +301,14 @@ TEST_F(GpuJobs, ARankMayDestroyRightAfterItsCall) {
 // `found` gets braid's message where this rank found the mismatch itself
 // (braidInvalidUsage), and stays empty where it failed with its peer's words
 // or as a peer that gave up.
-int allGatherOfMixedMemory(Rank& r, std::string& found) {
+int allGatherOfMixedMemory(Rank& r, std::string& found, braidStream_t stream = nullptr) {
   std::vector<float> hostSend(kCount, 1.0f), hostRecv(2 * kCount);
   float* send = r.rank() == 0 ? r.allocate(kCount) : hostSend.data();
   float* recv = r.rank() == 0 ? r.allocate(2 * kCount) : hostRecv.data();
   RANK_CHECK(10, send != nullptr && recv != nullptr);
   const auto start = std::chrono::steady_clock::now();
-  const braidResult_t result = braidAllGather(send, recv, kCount, braidFloat32, r.comm, nullptr);
+  braidResult_t result = braidAllGather(send, recv, kCount, braidFloat32, r.comm, stream);
+  if (stream != nullptr && result == braidSuccess) result = braidStreamSynchronize(stream);
   const auto took = std::chrono::steady_clock::now() - start;
   const std::string message = braidGetLastError(nullptr);
   RANK_CHECK(11, result == braidInvalidUsage || result == braidRemoteError);
@@ -339,6 +340,28 @@ TEST_F(GpuJobs, GpuMemoryOnOneRankAndHostMemoryOnAnotherFailFastOnBoth) {
   setup.environment = {"BRAID_TIMEOUT=60"};
   const auto start = std::chrono::steady_clock::now();
   expectEveryRankPassed(runRanks(2, gpuAgainstHostMemory, setup));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+// The same on a braid stream: the board carries an announcement line per
+// stream, so a stalled call on any stream finds its peer's call there.
+int gpuAgainstHostMemoryOnAStream(Rank& r) {
+  braidStream_t stream = nullptr;
+  RANK_CHECK(20, braidStreamCreate(r.comm, &stream) == braidSuccess);
+  std::string message;
+  if (const int failed = allGatherOfMixedMemory(r, message, stream)) return failed;
+  if (message.empty()) return 0;
+  RANK_CHECK(
+      21, message.find("passed GPU buffers and this rank host buffers") != std::string::npos ||
+              message.find("passed host buffers and this rank GPU buffers") != std::string::npos);
+  return 0;
+}
+
+TEST_F(GpuJobs, GpuMemoryOnOneRankAndHostMemoryOnAnotherFailFastOnAStream) {
+  RankSetup setup;
+  setup.environment = {"BRAID_TIMEOUT=60"};
+  const auto start = std::chrono::steady_clock::now();
+  expectEveryRankPassed(runRanks(2, gpuAgainstHostMemoryOnAStream, setup));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 

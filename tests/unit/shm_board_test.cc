@@ -1,5 +1,5 @@
 // The shared-memory board on its own: what a reader sees of a slot, the
-// two slots per rank, announcements, and a sleeping reader woken by the
+// two slots per rank, announcements per stream, and a sleeping reader woken by the
 // publisher (threads of one process map the board twice, as ranks would).
 #include "transports/shm/shm_board.h"
 
@@ -16,10 +16,10 @@ struct TwoMappings {
   Board creator, opener;
 };
 
-TwoMappings mapTwice(int nranks) {
-  auto created = Board::create(nranks);
+TwoMappings mapTwice(int nranks, int streams = 3) {
+  auto created = Board::create(nranks, streams);
   EXPECT_TRUE(created.isOk()) << created.status().message();
-  auto opened = Board::open(created->name(), nranks);
+  auto opened = Board::open(created->name(), nranks, streams);
   EXPECT_TRUE(opened.isOk()) << opened.status().message();
   TwoMappings m{std::move(*created), std::move(*opened)};
   m.creator.unlink();
@@ -59,24 +59,44 @@ TEST(ShmBoard, CallsAlternateBetweenTwoSlotsPerRank) {
 
 TEST(ShmBoard, AnnouncementsCarryTheLatestCall) {
   TwoMappings m = mapTwice(2);
-  EXPECT_EQ(m.opener.announced(1).call, 0u);  // nothing called yet
-  m.creator.announce(1, 0, 77);
-  m.creator.announce(1, 5, 99);
-  const Announcement seen = m.opener.announced(1);
+  EXPECT_EQ(m.opener.announced(1, 0).call, 0u);  // nothing called yet
+  m.creator.announce(1, 0, 0, 77);
+  m.creator.announce(1, 0, 5, 99);
+  const Announcement seen = m.opener.announced(1, 0);
   EXPECT_EQ(seen.call, 6u);
   EXPECT_EQ(seen.check, 99u);
-  EXPECT_EQ(m.opener.announced(0).call, 0u);
+  EXPECT_EQ(m.opener.announced(0, 0).call, 0u);
+}
+
+// Each stream's calls are counted on their own: a rank's latest call on one
+// stream says nothing of its calls on another.
+TEST(ShmBoard, EachStreamHasItsOwnAnnouncements) {
+  TwoMappings m = mapTwice(3, 4);
+  m.creator.announce(2, 3, 7, 70);  // the last rank's last stream: inside the mapping
+  m.creator.announce(2, 0, 1, 10);
+  m.creator.announce(1, 3, 4, 40);
+  EXPECT_EQ(m.opener.announced(2, 3).call, 8u);
+  EXPECT_EQ(m.opener.announced(2, 3).check, 70u);
+  EXPECT_EQ(m.opener.announced(2, 0).call, 2u);
+  EXPECT_EQ(m.opener.announced(2, 0).check, 10u);
+  EXPECT_EQ(m.opener.announced(1, 3).call, 5u);
+  for (int stream : {1, 2}) EXPECT_EQ(m.opener.announced(2, stream).call, 0u);
+  EXPECT_EQ(m.opener.announced(1, 0).call, 0u);
+  EXPECT_EQ(m.opener.announced(0, 3).call, 0u);
+  // Slots and announcements do not overlap.
+  EXPECT_EQ(m.opener.published(2, 1), nullptr);
+  EXPECT_EQ(m.opener.published(2, 2), nullptr);
 }
 
 TEST(ShmBoard, AReaderNeverSeesHalfAnAnnouncement) {
   TwoMappings m = mapTwice(2);
   constexpr uint32_t kCalls = 200000;
   std::thread writer([&] {
-    for (uint32_t i = 0; i < kCalls; ++i) m.creator.announce(0, i, uint64_t{i} * 7 + 1);
+    for (uint32_t i = 0; i < kCalls; ++i) m.creator.announce(0, 0, i, uint64_t{i} * 7 + 1);
   });
   uint32_t last = 0, torn = 0;
   while (last < kCalls) {
-    const Announcement seen = m.opener.announced(0);
+    const Announcement seen = m.opener.announced(0, 0);
     if (seen.call == 0) continue;
     if (seen.check != uint64_t{seen.call - 1} * 7 + 1) ++torn;
     EXPECT_GE(seen.call, last);  // never back in time
@@ -114,11 +134,11 @@ TEST(ShmBoard, ASleepEndsAtItsTimeoutWhenNothingIsPublished) {
 }
 
 TEST(ShmBoard, OpeningWithAnotherWorldSizeFails) {
-  auto created = Board::create(2);
+  auto created = Board::create(2, 1);
   ASSERT_TRUE(created.isOk());
-  auto opened = Board::open(created->name(), 200);
+  auto opened = Board::open(created->name(), 200, 1);
   EXPECT_FALSE(opened.isOk());
-  EXPECT_FALSE(Board::open("/braid-no-such-board", 2).isOk());
+  EXPECT_FALSE(Board::open("/braid-no-such-board", 2, 1).isOk());
 }
 
 }  // namespace

@@ -14,8 +14,9 @@ static_assert(sizeof(Board::AnnouncementLine) == sizeof(BoardSlot));
 
 namespace {
 
-size_t boardBytes(int nranks) {
-  const size_t bytes = 3 * static_cast<size_t>(nranks) * sizeof(BoardSlot);
+size_t boardBytes(int nranks, int streams) {
+  const size_t bytes =
+      (2 + static_cast<size_t>(streams)) * static_cast<size_t>(nranks) * sizeof(BoardSlot);
   const size_t page = 4096;
   return (bytes + page - 1) / page * page;
 }
@@ -27,19 +28,23 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 }  // namespace
 
-Result<Board> Board::create(int nranks) {
+void Board::map(int nranks, int streams) {
+  slots_ = static_cast<BoardSlot*>(segment_.base());
+  announcements_ = reinterpret_cast<AnnouncementLine*>(slots_ + 2 * nranks);
+  streams_ = streams;
+}
+
+Result<Board> Board::create(int nranks, int streams) {
   Board board;
-  BRAID_ASSIGN_OR_RETURN(board.segment_, Segment::create(boardBytes(nranks)));
-  board.slots_ = static_cast<BoardSlot*>(board.segment_.base());
-  board.announcements_ = reinterpret_cast<AnnouncementLine*>(board.slots_ + 2 * nranks);
+  BRAID_ASSIGN_OR_RETURN(board.segment_, Segment::create(boardBytes(nranks, streams)));
+  board.map(nranks, streams);
   return board;
 }
 
-Result<Board> Board::open(const std::string& name, int nranks) {
+Result<Board> Board::open(const std::string& name, int nranks, int streams) {
   Board board;
-  BRAID_ASSIGN_OR_RETURN(board.segment_, Segment::open(name, boardBytes(nranks)));
-  board.slots_ = static_cast<BoardSlot*>(board.segment_.base());
-  board.announcements_ = reinterpret_cast<AnnouncementLine*>(board.slots_ + 2 * nranks);
+  BRAID_ASSIGN_OR_RETURN(board.segment_, Segment::open(name, boardBytes(nranks, streams)));
+  board.map(nranks, streams);
   return board;
 }
 
@@ -70,16 +75,16 @@ void Board::sleepUntilPublished(int rank, uint32_t sequence, int timeoutMs) {
 // A seqlock without fences (which the thread sanitizer cannot follow): a
 // reader that sees any field of an announcement through its acquire load
 // also sees the odd version written before it, and retries.
-void Board::announce(int rank, uint32_t callIndex, uint64_t check) {
-  AnnouncementLine& a = announcements_[rank];
+void Board::announce(int rank, int stream, uint32_t callIndex, uint64_t check) {
+  AnnouncementLine& a = line(rank, stream);
   const uint32_t version = a.version.fetch_add(1, std::memory_order_acq_rel) + 1;
   a.call.store(callIndex + 1, std::memory_order_release);
   a.check.store(check, std::memory_order_release);
   a.version.store(version + 1, std::memory_order_release);
 }
 
-Announcement Board::announced(int rank) const {
-  const AnnouncementLine& a = announcements_[rank];
+Announcement Board::announced(int rank, int stream) const {
+  const AnnouncementLine& a = line(rank, stream);
   for (;;) {
     const uint32_t before = a.version.load(std::memory_order_acquire);
     const Announcement seen{a.call.load(std::memory_order_acquire),

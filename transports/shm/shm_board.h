@@ -8,9 +8,9 @@
 // after it read every rank's contribution to call s + 1, which each rank
 // publishes only after it finished reading call s.
 //
-// Each rank also announces every call it makes on the stream the board
-// serves, board or not, so that a rank waiting for a contribution that
-// will never come can tell that its peer made another call instead.
+// Each rank also announces every collective it makes, board or not, on one
+// line per stream, so that a rank waiting for a contribution or a message
+// that will never come can tell that its peer made another call instead.
 //
 // A reader that has waited long sleeps on the sequence word (a futex in
 // the shared mapping); a publisher wakes it only when it says it sleeps.
@@ -46,9 +46,10 @@ class Board {
  public:
   Board() = default;
   // Rank 0 creates the board; the others open it by name, then every rank
-  // calls unlink() once all have (so nothing stays in /dev/shm).
-  static Result<Board> create(int nranks);
-  static Result<Board> open(const std::string& name, int nranks);
+  // calls unlink() once all have (so nothing stays in /dev/shm). `streams`
+  // announcement lines per rank: streams 0 to streams - 1.
+  static Result<Board> create(int nranks, int streams);
+  static Result<Board> open(const std::string& name, int nranks, int streams);
   const std::string& name() const { return segment_.name(); }
   void unlink() { segment_.unlink(); }
 
@@ -63,9 +64,10 @@ class Board {
   // Sleeps until `rank` publishes call `sequence`, at most `timeoutMs`.
   void sleepUntilPublished(int rank, uint32_t sequence, int timeoutMs);
 
-  // `rank` starts call `callIndex`, of signature `check`. One writer per rank.
-  void announce(int rank, uint32_t callIndex, uint64_t check);
-  Announcement announced(int rank) const;
+  // `rank` starts call `callIndex` of `stream`, of signature `check`. One
+  // writer per rank and stream.
+  void announce(int rank, int stream, uint32_t callIndex, uint64_t check);
+  Announcement announced(int rank, int stream) const;
 
   // A seqlock: `version` is odd while its owner rewrites the rest.
   struct alignas(64) AnnouncementLine {
@@ -78,10 +80,15 @@ class Board {
   BoardSlot& slot(int rank, uint32_t sequence) const {
     return slots_[2 * static_cast<size_t>(rank) + (sequence & 1)];
   }
+  AnnouncementLine& line(int rank, int stream) const {
+    return announcements_[static_cast<size_t>(rank) * streams_ + stream];
+  }
+  void map(int nranks, int streams);
 
   Segment segment_;
   BoardSlot* slots_ = nullptr;                 // 2 per rank
-  AnnouncementLine* announcements_ = nullptr;  // 1 per rank, after the slots
+  AnnouncementLine* announcements_ = nullptr;  // `streams_` per rank, after the slots
+  int streams_ = 0;
 };
 
 }  // namespace braid::shm
