@@ -3,12 +3,15 @@
 #include "transports/cuda_ipc/fd_handoff.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace braid::transport::cuda_ipc {
 namespace {
@@ -59,6 +62,31 @@ TEST(FdHandoff, AWrongProofOrAWithdrawnOfferIsRefused) {
   EXPECT_FALSE(fetchFd(otherId).isOk());
   (*server)->withdraw(ticket->id);
   EXPECT_FALSE(fetchFd(*ticket).isOk());
+}
+
+// Clients that connect and say nothing hold up no one: the server answers
+// the others meanwhile (it used to give each silent client a second of its
+// own, in turn), and closes a silent client after a second.
+TEST(FdHandoff, SilentClientsHoldUpNoOne) {
+  auto server = FdServer::start();
+  ASSERT_TRUE(server.isOk());
+  auto ticket = (*server)->offer(fileWith("shared"));
+  ASSERT_TRUE(ticket.isOk());
+  std::vector<tcp::Fd> silent;
+  for (int i = 0; i < 3; ++i) {
+    auto client = connectToFdServer(*ticket, 5000);
+    ASSERT_TRUE(client.isOk()) << client.status().message();
+    silent.push_back(std::move(*client));
+  }
+  auto fetched = fetchFd(*ticket, 500);
+  ASSERT_TRUE(fetched.isOk()) << fetched.status().message();
+  EXPECT_EQ(contents(fetched->get()), "shared");
+  for (const tcp::Fd& client : silent) {
+    pollfd readable{client.get(), POLLIN, 0};
+    ASSERT_EQ(poll(&readable, 1, 5000), 1) << "a silent client was still connected after 5 s";
+    char byte = 0;
+    EXPECT_EQ(recv(client.get(), &byte, 1, 0), 0) << "closed without an answer";
+  }
 }
 
 TEST(FdHandoff, AServerThatIsGoneCannotBeReachedAndSaysSo) {

@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
@@ -39,6 +41,10 @@ std::pair<sockaddr_un, socklen_t> addressOf(int32_t pid, uint64_t server) {
   // sun_path[0] stays 0: the abstract namespace.
   std::memcpy(address.sun_path + 1, name.data(), name.size());
   return {address, static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())};
+}
+
+std::string describeExporter(const FdTicket& ticket) {
+  return strCat("cuda_ipc: GPU memory of process ", ticket.pid);
 }
 
 void setTimeouts(int fd, int milliseconds) {
@@ -93,20 +99,50 @@ void FdServer::withdraw(uint64_t id) {
 }
 
 void FdServer::serve() {
-  pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+  // Connections accepted and not yet answered. Each is answered as soon as
+  // its request is readable, so a client that connects and says nothing
+  // holds up no one; it is closed after kSilentLimit.
+  struct Pending {
+    tcp::Fd client;
+    std::chrono::steady_clock::time_point since;
+  };
+  constexpr auto kSilentLimit = std::chrono::seconds(1);
+  constexpr size_t kMostPending = 64;
+  std::vector<Pending> pending;
+  std::vector<pollfd> fds;
   for (;;) {
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) {
+    fds.assign({{stop_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}});
+    for (const Pending& p : pending) fds.push_back({p.client.get(), POLLIN, 0});
+    // Wakes in time to close silent clients.
+    if (poll(fds.data(), fds.size(), pending.empty() ? -1 : 100) < 0 && errno != EINTR) {
       BRAID_WARN("cuda_ipc: the server of GPU memory descriptors stops: poll: ",
                  std::strerror(errno));
       return;
     }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    tcp::Fd client(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!client.valid()) continue;  // the peer gave up already, or EAGAIN
-    // A client that says nothing holds the server for at most this long.
-    setTimeouts(client.get(), 1000);
-    answer(client.get());
+    if (fds[0].revents != 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    size_t kept = 0;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      // Readable, hung up or failed: answered (a refusal, if no request came).
+      if (fds[2 + i].revents != 0) {
+        answer(pending[i].client.get());
+        continue;
+      }
+      if (now - pending[i].since >= kSilentLimit) continue;  // closed unanswered
+      pending[kept++] = std::move(pending[i]);
+    }
+    pending.resize(kept);
+    if ((fds[1].revents & POLLIN) == 0) continue;
+    for (;;) {
+      tcp::Fd client(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!client.valid()) break;  // EAGAIN: none left, or the peer gave up already
+      // The answer's send never waits long on a client that stopped reading.
+      setTimeouts(client.get(), 1000);
+      // Beyond the limit the oldest goes: a flood of silent clients costs
+      // the clients that asked in time nothing but a retry.
+      if (pending.size() == kMostPending) pending.erase(pending.begin());
+      pending.push_back({std::move(client), now});
+    }
   }
 }
 
@@ -147,8 +183,8 @@ void FdServer::answer(int client) {
   (void)send(client, &answer, sizeof(answer), MSG_NOSIGNAL);
 }
 
-Result<tcp::Fd> fetchFd(const FdTicket& ticket, int timeoutMs) {
-  const std::string what = strCat("cuda_ipc: GPU memory of process ", ticket.pid);
+Result<tcp::Fd> connectToFdServer(const FdTicket& ticket, int timeoutMs) {
+  const std::string what = describeExporter(ticket);
   tcp::Fd client(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!client.valid()) return errnoStatus(strCat(what, ": a Unix socket"), errno);
   setTimeouts(client.get(), timeoutMs);
@@ -158,6 +194,12 @@ Result<tcp::Fd> fetchFd(const FdTicket& ticket, int timeoutMs) {
                               std::strerror(errno),
                               "); processes in different network namespaces (containers) cannot "
                               "reach it: BRAID_CUDA_IPC_HANDLES=legacy avoids descriptors"));
+  return client;
+}
+
+Result<tcp::Fd> fetchFd(const FdTicket& ticket, int timeoutMs) {
+  const std::string what = describeExporter(ticket);
+  BRAID_ASSIGN_OR_RETURN(tcp::Fd client, connectToFdServer(ticket, timeoutMs));
   const Request request{kRequestMagic, ticket.server, ticket.id, ticket.proof};
   if (send(client.get(), &request, sizeof(request), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(sizeof(request)))

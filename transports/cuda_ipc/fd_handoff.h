@@ -74,4 +74,8 @@ class FdServer {
 // `timeoutMs` for the answer.
 Result<tcp::Fd> fetchFd(const FdTicket& ticket, int timeoutMs = 10000);
 
+// A connection to the server that `ticket` names, its sends and receives
+// limited to `timeoutMs` each: what fetchFd asks over.
+Result<tcp::Fd> connectToFdServer(const FdTicket& ticket, int timeoutMs);
+
 }  // namespace braid::transport::cuda_ipc
