@@ -347,10 +347,20 @@ int gpuAgainstHostMemoryOnAStream(Rank& r) {
   return gpuAgainstHostMemory(r, stream);
 }
 
+// And on a CUDA stream, where both calls run when the stream reaches them.
+int gpuAgainstHostMemoryOnACudaStream(Rank& r) {
+  void* cudaStream = nullptr;
+  RANK_CHECK(22, fake.streamCreate(&cudaStream, 0) == 0);
+  braidStream_t stream = nullptr;
+  RANK_CHECK(23, braidStreamCreateFromCuda(r.comm, cudaStream, &stream) == braidSuccess);
+  return gpuAgainstHostMemory(r, stream);
+}
+
 TEST_F(GpuJobs, GpuMemoryOnOneRankAndHostMemoryOnAnotherFailFastOnBoth) {
   RankSetup setup;
   setup.environment = {"BRAID_TIMEOUT=60"};
-  for (RankBody body : {gpuAgainstHostMemoryOnTheCallersThread, gpuAgainstHostMemoryOnAStream}) {
+  for (RankBody body : {gpuAgainstHostMemoryOnTheCallersThread, gpuAgainstHostMemoryOnAStream,
+                        gpuAgainstHostMemoryOnACudaStream}) {
     const auto start = std::chrono::steady_clock::now();
     expectEveryRankPassed(runRanks(2, body, setup));
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
