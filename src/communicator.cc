@@ -32,7 +32,9 @@ topo::TransportSet builtTransports() {
 }
 
 // channel = 2 * stream (+1 for point to point) must stay below 0xff, the
-// transports' own channel (goodbyes, acknowledgements).
+// transports' own channel (goodbyes, acknowledgements): for every user
+// stream, and for the collectives of the probe streams.
+static_assert(2 * Communicator::kMaxStreams + 1 < 0xff && 2 * Communicator::kProbeStream < 0xff);
 // The cuda_ipc records use the pair probe stream's point-to-point channel.
 static_assert(kCudaIpcChannel == 2 * Communicator::kPairProbeStream + 1);
 constexpr uint64_t kMaxMessagesPerPeer = uint64_t{1} << 24;
