@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "src/common/log.h"
+#include "src/common/secret.h"
 #include "src/common/strcat.h"
 
 namespace braid {
@@ -27,6 +28,9 @@ constexpr uint32_t kMaxAddressBytes = 256;
 // What a rank publishes: its address, a newline and its topology.
 constexpr uint32_t kMaxPublishedBytes = kMaxAddressBytes + 1 + topo::kMaxEncodedBytes;
 constexpr uint32_t kMaxRefusalBytes = 4096;
+// How long the process's exit waits for its rendezvous servers to end: each
+// notices within some 25 ms, and its greeters' sockets are shut down.
+constexpr double kStopAtExitSeconds = 2;
 
 Status sendU32(tcp::Wire& wire, uint32_t v) {
   return wire.send({reinterpret_cast<const uint8_t*>(&v), sizeof(v)});
@@ -74,6 +78,49 @@ Arrival greet(tcp::Fd fd, const Secret& secret, Deadline step) {
   a.request = greetJoiner(wire, secret);
   a.fd = std::move(fd);
   return a;
+}
+
+// The rendezvous servers still running in this process.
+class LiveServers {
+ public:
+  void started() {
+    std::lock_guard lock(mutex_);
+    ++running_;
+  }
+  // The server thread's last act: everything it did, its greeters' work
+  // included (it joined them), happens before awaitAll's return.
+  void ended() {
+    std::lock_guard lock(mutex_);
+    --running_;
+    changed_.notify_all();
+  }
+  // Tells every server to end now (at the process's exit: they would
+  // otherwise run on, into libcrypto's cleanup, until their ranks joined).
+  bool stopAll(Deadline deadline) {
+    stopping_.store(true);
+    return awaitAll(deadline);
+  }
+  bool stopping() const { return stopping_.load(std::memory_order_relaxed); }
+  bool awaitAll(Deadline deadline) {
+    std::unique_lock lock(mutex_);
+    while (running_ > 0) {
+      if (deadline.expired()) return false;
+      changed_.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(50)));
+    }
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int running_ = 0;
+  std::atomic<bool> stopping_{false};
+};
+
+// Never destroyed: a detached server may end after static destructors ran.
+LiveServers& liveServers() {
+  static auto* servers = new LiveServers;
+  return *servers;
 }
 
 // The threads that greet new connections. Each is joined as soon as it is
@@ -146,6 +193,11 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
   std::deque<Arrival> arrivals;
   Greeters greeters;  // after what the greeters use, so it is destroyed first
   while (!roster.complete()) {
+    if (liveServers().stopping()) {
+      BRAID_INFO("rendezvous: the process is exiting with ", joined.size(), " of ", roster.nranks(),
+                 " ranks joined; stopped");
+      return;  // closing the sockets tells the joined ranks
+    }
     if (deadline.expired()) {
       BRAID_WARN("rendezvous: ", joined.size(), " of ", roster.nranks(),
                  " ranks joined before the timeout; giving up");
@@ -340,50 +392,18 @@ Result<tcp::SocketAddress> chooseBootstrapAddress(const std::string& ifname, Dea
   return loopback;
 }
 
-namespace {
-
-// The rendezvous servers still running in this process.
-class LiveServers {
- public:
-  void started() {
-    std::lock_guard lock(mutex_);
-    ++running_;
-  }
-  // The server thread's last act: everything it did, its greeters' work
-  // included (it joined them), happens before awaitAll's return.
-  void ended() {
-    std::lock_guard lock(mutex_);
-    --running_;
-    changed_.notify_all();
-  }
-  bool awaitAll(Deadline deadline) {
-    std::unique_lock lock(mutex_);
-    while (running_ > 0) {
-      if (deadline.expired()) return false;
-      changed_.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(50)));
-    }
-    return true;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  int running_ = 0;
-};
-
-// Never destroyed: a detached server may end after static destructors ran.
-LiveServers& liveServers() {
-  static auto* servers = new LiveServers;
-  return *servers;
-}
-
-}  // namespace
-
 Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& listenAt,
                                                  const Secret& secret, double timeoutSeconds) {
   BRAID_ASSIGN_OR_RETURN(tcp::Fd listener, tcp::listenOn(listenAt));
   BRAID_ASSIGN_OR_RETURN(tcp::SocketAddress bound,
                          tcp::SocketAddress::ofSocket(listener.get(), false));
+  // A server that still waits for ranks when the process exits (a job that
+  // never formed) is stopped, and waited for, before libcrypto frees the
+  // locks its handshakes use. Registered once, after libcrypto's own
+  // exit-time cleanup, which then runs it first.
+  static const Status hooked =
+      beforeCryptoCleanup([] { (void)liveServers().stopAll(Deadline::after(kStopAtExitSeconds)); });
+  BRAID_RETURN_IF_ERROR(hooked);
   liveServers().started();
   std::thread([listener = std::move(listener), secret, timeoutSeconds]() mutable {
     serveRendezvous(std::move(listener), secret, timeoutSeconds);

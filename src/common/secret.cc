@@ -29,6 +29,14 @@ bool secretEqual(const Secret& a, const Secret& b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+Status beforeCryptoCleanup(void (*handler)()) {
+  // Initialized first, so that the cleanup this hooks into is registered
+  // with the process's exit already.
+  if (OPENSSL_init_crypto(0, nullptr) != 1 || OPENSSL_atexit(handler) != 1)
+    return systemError("OpenSSL would not take a cleanup handler");
+  return Status::ok();
+}
+
 std::string toHex(std::span<const uint8_t> bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out;

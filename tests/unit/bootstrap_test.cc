@@ -4,8 +4,11 @@
 #include "src/bootstrap.h"
 
 #include <gtest/gtest.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -183,6 +186,63 @@ TEST(RendezvousServer, SilentStrangerIsCutOffOnceEveryRankJoined) {
   // process's exit, whose cleanup frees those locks.
   EXPECT_TRUE(awaitRendezvousServers(Deadline::after(5)))
       << "the rendezvous server was still running 5 s after every rank joined";
+}
+
+// In a forked process: a rendezvous server with a silent stranger and one of
+// two ranks joined, then libcrypto's cleanup, as at the process's exit. What
+// went wrong, as the exit code.
+enum CleanupOutcome : int {
+  kStoppedAndTold = 0,
+  kSetupFailed = 1,
+  kServerStillRunning = 2,
+  kRankNotTold = 3,
+};
+
+int runServerIntoCryptoCleanup() {
+  RendezvousInfo info;
+  info.secret.fill(0x3c);
+  auto loopback = tcp::SocketAddress::parse("127.0.0.1:0");
+  if (!loopback.isOk()) return kSetupFailed;
+  auto root = startRendezvousServer(*loopback, info.secret, 60);
+  if (!root.isOk()) return kSetupFailed;
+  info.root = *root;
+  auto stranger = tcp::connectTo(info.root, Deadline::after(5));
+  auto client = RendezvousClient::connect(info, 0, Deadline::after(5));
+  if (!stranger.isOk() || !client.isOk()) return kSetupFailed;
+  Result<std::vector<std::string>> table = internalError("not run");
+  std::thread rank([&] { table = client->exchange(2, "rank-0", Deadline::after(20)); });
+
+  OPENSSL_cleanup();
+  // Not waited for: the cleanup itself must have waited.
+  if (!awaitRendezvousServers(Deadline::after(0))) {
+    rank.detach();  // still waiting for the server's answer
+    return kServerStillRunning;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  rank.join();
+  const bool toldAtOnce = std::chrono::steady_clock::now() - start < std::chrono::seconds(5);
+  const bool told = !table.isOk() && table.status().code() == ErrorCode::kRemoteError &&
+                    table.status().message().find("rendezvous") != std::string::npos;
+  return toldAtOnce && told ? kStoppedAndTold : kRankNotTold;
+}
+
+// A process that exits while its rendezvous server still waits for ranks (a
+// job that never formed): the server's threads, which nobody joins, used
+// libcrypto (nonces, a handshake's HMAC), and libcrypto's exit-time cleanup
+// frees the locks behind it. The cleanup now stops the server first and
+// waits for it; before, the server ran on through the cleanup (the exit
+// code was kServerStillRunning). The rank that had joined hears at once
+// that the rendezvous ended, rather than at its timeout.
+TEST(RendezvousServer, StopsBeforeLibcryptoCleansUp) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(runServerIntoCryptoCleanup());
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by a signal: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), kStoppedAndTold)
+      << "1: setup failed; 2: the server still ran after libcrypto's cleanup; 3: the joined rank "
+         "was not told the rendezvous ended";
 }
 
 TEST(RendezvousRoster, AdmitsEachRankOnceWithOneSize) {
