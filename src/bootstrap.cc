@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -86,6 +87,7 @@ class LiveServers {
   void started() {
     std::lock_guard lock(mutex_);
     ++running_;
+    owner_.store(::getpid());
   }
   // The server thread's last act: everything it did, its greeters' work
   // included (it joined them), happens before awaitAll's return.
@@ -97,6 +99,10 @@ class LiveServers {
   // Tells every server to end now (at the process's exit: they would
   // otherwise run on, into libcrypto's cleanup, until their ranks joined).
   bool stopAll(Deadline deadline) {
+    // A child forked while a server ran counts the parent's servers, whose
+    // threads it does not have (and may hold their lock forever): it has
+    // none to wait for.
+    if (owner_.load() != ::getpid()) return true;
     stopping_.store(true);
     return awaitAll(deadline);
   }
@@ -115,6 +121,7 @@ class LiveServers {
   std::condition_variable changed_;
   int running_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<pid_t> owner_{0};  // the process whose threads these are
 };
 
 // Never destroyed: a detached server may end after static destructors ran.

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -188,61 +189,63 @@ TEST(RendezvousServer, SilentStrangerIsCutOffOnceEveryRankJoined) {
       << "the rendezvous server was still running 5 s after every rank joined";
 }
 
-// In a forked process: a rendezvous server with a silent stranger and one of
-// two ranks joined, then libcrypto's cleanup, as at the process's exit. What
-// went wrong, as the exit code.
-enum CleanupOutcome : int {
-  kStoppedAndTold = 0,
-  kSetupFailed = 1,
-  kServerStillRunning = 2,
-  kRankNotTold = 3,
-};
-
-int runServerIntoCryptoCleanup() {
-  RendezvousInfo info;
-  info.secret.fill(0x3c);
-  auto loopback = tcp::SocketAddress::parse("127.0.0.1:0");
-  if (!loopback.isOk()) return kSetupFailed;
-  auto root = startRendezvousServer(*loopback, info.secret, 60);
-  if (!root.isOk()) return kSetupFailed;
-  info.root = *root;
-  auto stranger = tcp::connectTo(info.root, Deadline::after(5));
-  auto client = RendezvousClient::connect(info, 0, Deadline::after(5));
-  if (!stranger.isOk() || !client.isOk()) return kSetupFailed;
-  Result<std::vector<std::string>> table = internalError("not run");
-  std::thread rank([&] { table = client->exchange(2, "rank-0", Deadline::after(20)); });
-
-  OPENSSL_cleanup();
-  // Not waited for: the cleanup itself must have waited.
-  if (!awaitRendezvousServers(Deadline::after(0))) {
-    rank.detach();  // still waiting for the server's answer
-    return kServerStillRunning;
-  }
-  const auto start = std::chrono::steady_clock::now();
-  rank.join();
-  const bool toldAtOnce = std::chrono::steady_clock::now() - start < std::chrono::seconds(5);
-  const bool told = !table.isOk() && table.status().code() == ErrorCode::kRemoteError &&
-                    table.status().message().find("rendezvous") != std::string::npos;
-  return toldAtOnce && told ? kStoppedAndTold : kRankNotTold;
-}
-
 // A process that exits while its rendezvous server still waits for ranks (a
 // job that never formed): the server's threads, which nobody joins, used
 // libcrypto (nonces, a handshake's HMAC), and libcrypto's exit-time cleanup
 // frees the locks behind it. The cleanup now stops the server first and
-// waits for it; before, the server ran on through the cleanup (the exit
-// code was kServerStillRunning). The rank that had joined hears at once
-// that the rendezvous ended, rather than at its timeout.
-TEST(RendezvousServer, StopsBeforeLibcryptoCleansUp) {
+// waits for it; before, the server ran on through the cleanup (exit code 2).
+// The rank that had joined hears at once that the rendezvous ended, rather
+// than at its timeout. Run as a fresh process (tests/unit/rendezvous_at_exit.cc):
+// one forked from this one may have its threads, with which ThreadSanitizer
+// cannot start threads of its own.
+TEST(RendezvousServer, StopsAtExitBeforeLibcryptoCleansUp) {
+  const char* helper = std::getenv("RENDEZVOUS_AT_EXIT");
+  ASSERT_NE(helper, nullptr) << "RENDEZVOUS_AT_EXIT names the helper (set by meson test)";
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
-  if (child == 0) ::_exit(runServerIntoCryptoCleanup());
+  if (child == 0) {
+    ::execl(helper, helper, static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the helper ended by a signal: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: setup failed; 2: the server still ran after libcrypto's cleanup; 3: the joined rank "
+         "was not told the rendezvous ended; 4: libcrypto's cleanup never ran; 127: no helper";
+}
+
+// A process forked while its parent's rendezvous server runs (a launcher
+// that made the unique id, then forks its ranks) has none of the parent's
+// threads: its own exit must not wait for them.
+TEST(RendezvousServer, AForkedChildExitsWithoutWaitingForItsParentsServer) {
+  RendezvousInfo info;
+  info.secret.fill(0x4d);
+  auto loopback = tcp::SocketAddress::parse("127.0.0.1:0");
+  ASSERT_TRUE(loopback.isOk());
+  auto root = startRendezvousServer(*loopback, info.secret, 30);
+  ASSERT_TRUE(root.isOk()) << root.status().message();
+  info.root = *root;
+
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    OPENSSL_cleanup();
+    ::_exit(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(500) ? 0 : 1);
+  }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status)) << "the child ended by a signal: " << status;
-  EXPECT_EQ(WEXITSTATUS(status), kStoppedAndTold)
-      << "1: setup failed; 2: the server still ran after libcrypto's cleanup; 3: the joined rank "
-         "was not told the rendezvous ended";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's cleanup waited for its parent's server";
+
+  // The parent's server goes on: its one rank joins and it ends.
+  auto client = RendezvousClient::connect(info, 0, Deadline::after(10));
+  ASSERT_TRUE(client.isOk()) << client.status().message();
+  auto table = client->exchange(1, "rank-0", Deadline::after(10));
+  ASSERT_TRUE(table.isOk()) << table.status().message();
+  EXPECT_EQ(*table, std::vector<std::string>{"rank-0"});
+  EXPECT_TRUE(awaitRendezvousServers(Deadline::after(5)));
 }
 
 TEST(RendezvousRoster, AdmitsEachRankOnceWithOneSize) {
