@@ -138,19 +138,24 @@ TEST(Rendezvous, StrangerIsRefusedAtTheHandshake) {
   EXPECT_EQ(wire.sent().size(), 16u) << "only the nonce went out";
 }
 
+// A rendezvous server on loopback (30 s timeout), its secret `fill` bytes.
+Result<RendezvousInfo> startOnLoopback(uint8_t fill) {
+  RendezvousInfo info;
+  info.secret.fill(fill);
+  BRAID_ASSIGN_OR_RETURN(auto loopback, tcp::SocketAddress::parse("127.0.0.1:0"));
+  BRAID_ASSIGN_OR_RETURN(info.root, startRendezvousServer(loopback, info.secret, 30));
+  return info;
+}
+
 // Rank 0's rendezvous server over real sockets: a stranger that connects
 // and says nothing is cut off as soon as every rank has joined. Before, it
 // kept its greeter thread, and so the server's, until its 10 s handshake
 // step ran out; a process that ended meanwhile left finished greeters
 // unjoined, which ThreadSanitizer reports as a thread leak.
 TEST(RendezvousServer, SilentStrangerIsCutOffOnceEveryRankJoined) {
-  RendezvousInfo info;
-  info.secret.fill(0x5a);
-  auto loopback = tcp::SocketAddress::parse("127.0.0.1:0");
-  ASSERT_TRUE(loopback.isOk());
-  auto root = startRendezvousServer(*loopback, info.secret, 30);
-  ASSERT_TRUE(root.isOk()) << root.status().message();
-  info.root = *root;
+  auto started = startOnLoopback(0x5a);
+  ASSERT_TRUE(started.isOk()) << started.status().message();
+  const RendezvousInfo info = *started;
   auto stranger = tcp::connectTo(info.root, Deadline::after(5));
   ASSERT_TRUE(stranger.isOk()) << stranger.status().message();
 
@@ -219,13 +224,9 @@ TEST(RendezvousServer, StopsAtExitBeforeLibcryptoCleansUp) {
 // that made the unique id, then forks its ranks) has none of the parent's
 // threads: its own exit must not wait for them.
 TEST(RendezvousServer, AForkedChildExitsWithoutWaitingForItsParentsServer) {
-  RendezvousInfo info;
-  info.secret.fill(0x4d);
-  auto loopback = tcp::SocketAddress::parse("127.0.0.1:0");
-  ASSERT_TRUE(loopback.isOk());
-  auto root = startRendezvousServer(*loopback, info.secret, 30);
-  ASSERT_TRUE(root.isOk()) << root.status().message();
-  info.root = *root;
+  auto started = startOnLoopback(0x4d);
+  ASSERT_TRUE(started.isOk()) << started.status().message();
+  const RendezvousInfo info = *started;
 
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
