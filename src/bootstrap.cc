@@ -406,8 +406,9 @@ Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& liste
                          tcp::SocketAddress::ofSocket(listener.get(), false));
   // A server that still waits for ranks when the process exits (a job that
   // never formed) is stopped, and waited for, before libcrypto frees the
-  // locks its handshakes use. Registered once, after libcrypto's own
-  // exit-time cleanup, which then runs it first.
+  // locks its handshakes use: the handler is registered once, with
+  // libcrypto's exit-time cleanup, which runs it before freeing anything
+  // (and keeps libbraid loaded for it).
   static const Status hooked =
       beforeCryptoCleanup([] { (void)liveServers().stopAll(Deadline::after(kStopAtExitSeconds)); });
   BRAID_RETURN_IF_ERROR(hooked);
