@@ -1,10 +1,9 @@
 // A process that exits while its rendezvous server still waits for ranks (a
-// job that never formed), run by RendezvousServer.StopsAtExitBeforeLibcrypto
-// CleansUp as a fresh process: a silent stranger and one of two ranks have
-// connected when main returns. libcrypto's exit-time cleanup runs its
+// job that never formed), run as a fresh process by the test
+// RendezvousServer.StopsAtExitBeforeLibcryptoCleansUp: a silent stranger and
+// one of two ranks have connected when main returns. libcrypto's exit-time cleanup runs its
 // handlers newest first, so the check registered here before the server
 // started runs after braid's, and tells by the exit code what it saw.
-#include <openssl/crypto.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -37,8 +36,7 @@ void checkOnceServersStopped() {
 }
 
 int run() {
-  if (OPENSSL_init_crypto(0, nullptr) != 1 || OPENSSL_atexit(checkOnceServersStopped) != 1)
-    return kSetupFailed;
+  if (!beforeCryptoCleanup(checkOnceServersStopped).isOk()) return kSetupFailed;
   RendezvousInfo info;
   info.secret.fill(0x3c);
   auto loopback = tcp::SocketAddress::parse("127.0.0.1:0");
