@@ -3,8 +3,8 @@
 #include <chrono>
 #include <cstdint>
 
-#include "src/common/strcat.h"
 #include "src/common/cuda_driver.h"
+#include "src/common/strcat.h"
 
 namespace braid {
 namespace {

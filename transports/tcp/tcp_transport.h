@@ -27,9 +27,9 @@ class TcpTransport {
   // Connects this rank to every rank in `peers` (addresses indexed by rank):
   // it dials lower ranks and accepts higher ones, concurrently. The sockets
   // are authenticated and nonblocking; the caller wraps each in a stream.
-  Result<std::map<int, Fd>> connectPeers(
-      int rank, std::span<const int> peers, const std::vector<std::string>& addresses,
-      Deadline deadline);
+  Result<std::map<int, Fd>> connectPeers(int rank, std::span<const int> peers,
+                                         const std::vector<std::string>& addresses,
+                                         Deadline deadline);
 
  private:
   TcpTransport(Fd listener, SocketAddress address, const Secret& secret)
