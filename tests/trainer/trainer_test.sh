@@ -5,6 +5,10 @@
 #       N ranks (through braidrun) and one rank, same global batch, 100 steps:
 #       braid-train --compare must find the weights within 1e-5 (relative,
 #       see docs/TRAINER.md).
+#   trainer_test.sh BRAIDRUN TRAINER equivalence-haswell N OPTIMIZER [TRAINER ARGS...]
+#       The same with OpenBLAS's Haswell kernels (OPENBLAS_CORETYPE), whose
+#       sgemm rounds a row by where it sits in the product: whatever kernels
+#       this machine would pick, the test meets them. Skipped without AVX2/FMA.
 #   trainer_test.sh BRAIDRUN TRAINER run N [TRAINER ARGS...]
 #       100 steps on N ranks: exit 0 and an accuracy reported.
 #   trainer_test.sh BRAIDRUN TRAINER smoke
@@ -44,6 +48,17 @@ fail() {
   echo "FAIL: $*"
   exit 1
 }
+
+if [ "$mode" = equivalence-haswell ]; then
+  for flag in avx2 fma; do
+    if ! grep -qw "$flag" /proc/cpuinfo; then
+      echo "SKIP: this CPU lacks $flag, which OpenBLAS's Haswell kernels need"
+      exit 77
+    fi
+  done
+  export OPENBLAS_CORETYPE=Haswell
+  mode=equivalence
+fi
 
 case $mode in
 equivalence)

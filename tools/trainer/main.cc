@@ -245,7 +245,7 @@ class Trainer {
     const double start = now();
     for (int64_t step = 0; step < steps; ++step) {
       const uint32_t* indices = order.data() + step * config_.batch + begin;
-      gatherBatch(data_.train, indices, size_t(n), model_->input(), labels_.data());
+      gatherBatch(data_.train, indices, size_t(n), model_->input(begin), labels_.data());
       model_->forward(params_.data(), n);
       BatchStats batch = model_->lossAndGradient(labels_.data(), n);
       model_->backward(params_.data(), n, grads_.data(), bucketValues_,

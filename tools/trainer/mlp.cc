@@ -18,7 +18,9 @@ int roundUp(int n, int multiple) {
 }  // namespace
 
 Mlp::Mlp(std::vector<int> sizes, int maxBatch)
-    : sizes_(std::move(sizes)), maxBatch_(roundUp(std::max(maxBatch, 1), kBlockRows)) {
+    : sizes_(std::move(sizes)),
+      // Room for the lead rows of input(): a batch may start anywhere in a block.
+      maxBatch_(roundUp(std::max(maxBatch, 1) + kBlockRows - 1, kBlockRows)) {
   if (sizes_.size() < 2)
     throw std::invalid_argument("an MLP needs at least an input and an output");
   size_t offset = 0;
@@ -63,10 +65,13 @@ void Mlp::initialize(float* params, uint64_t seed) const {
 
 // OpenBLAS picks its kernel by the shape of the product, and its kernels
 // round differently (a product of few rows takes another path than one of
-// many). Products over samples therefore always have exactly kBlockRows
-// rows, the last block padded with zero rows: then a sample's activations
-// do not depend on the batch it came in, and N ranks with B/N samples each
-// compute exactly what one rank with B samples does.
+// many); some kernels (Haswell's and Zen's sgemm) also round a row by where
+// it sits in the product. Products over samples therefore always have
+// exactly kBlockRows rows, padded with zero rows before the first sample
+// and after the last so that each sample keeps its row of the global
+// batch's blocks (input()): then a sample's activations do not depend on
+// the share it came in, and N ranks with B/N samples each compute exactly
+// what one rank with B samples does.
 void Mlp::multiplyBlocks(bool transposeWeights, int rows, int k, int columns, const float* a,
                          const float* weights, float beta, float* c) const {
   for (int start = 0; start < rows; start += kBlockRows) {
@@ -77,9 +82,10 @@ void Mlp::multiplyBlocks(bool transposeWeights, int rows, int k, int columns, co
 }
 
 const float* Mlp::forward(const float* params, int n) {
-  paddedRows_ = roundUp(n, kBlockRows);
-  std::fill(input_.begin() + ptrdiff_t(n) * sizes_.front(),
-            input_.begin() + ptrdiff_t(paddedRows_) * sizes_.front(), 0.0f);
+  paddedRows_ = roundUp(leadRows_ + n, kBlockRows);
+  const ptrdiff_t width = sizes_.front();
+  std::fill(input_.begin(), input_.begin() + leadRows_ * width, 0.0f);
+  std::fill(input_.begin() + (leadRows_ + n) * width, input_.begin() + paddedRows_ * width, 0.0f);
   const float* x = input_.data();
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerShape& layer = layers_[l];
@@ -95,16 +101,17 @@ const float* Mlp::forward(const float* params, int n) {
     }
     x = y;
   }
-  return activations_.back().data();
+  return activations_.back().data() + size_t(leadRows_) * size_t(layers_.back().out);
 }
 
 BatchStats Mlp::lossAndGradient(const uint8_t* labels, int n) {
   BatchStats stats;
   const int classes = layers_.back().out;
-  const float* logits = activations_.back().data();
+  const size_t lead = size_t(leadRows_) * size_t(classes);
+  const float* logits = activations_.back().data() + lead;
   for (int i = 0; i < n; ++i) {
     const float* z = logits + size_t(i) * size_t(classes);
-    float* g = delta_.data() + size_t(i) * size_t(classes);
+    float* g = delta_.data() + lead + size_t(i) * size_t(classes);
     int best = 0;
     for (int c = 1; c < classes; ++c)
       if (z[c] > z[best]) best = c;
@@ -121,7 +128,8 @@ BatchStats Mlp::lossAndGradient(const uint8_t* labels, int n) {
     stats.correct += best == labels[i];
   }
   // Padding rows carry no gradient.
-  std::fill(delta_.begin() + ptrdiff_t(n) * classes,
+  std::fill(delta_.begin(), delta_.begin() + ptrdiff_t(lead), 0.0f);
+  std::fill(delta_.begin() + ptrdiff_t(leadRows_ + n) * classes,
             delta_.begin() + ptrdiff_t(paddedRows_) * classes, 0.0f);
   return stats;
 }
@@ -142,8 +150,10 @@ void Mlp::backward(const float* params, int n, double* grads, size_t pieceValues
     const float* x = l == 0 ? input_.data() : activations_[size_t(l) - 1].data();
     double* gradWeights = grads + layer.weightOffset;
     double* gradBias = grads + layer.biasOffset;
-    std::copy(x, x + size_t(n) * size_t(layer.in), wideInput_.begin());
-    std::copy(delta, delta + size_t(n) * size_t(layer.out), wideDelta_.begin());
+    const float* xFirst = x + size_t(leadRows_) * size_t(layer.in);
+    const float* deltaFirst = delta + size_t(leadRows_) * size_t(layer.out);
+    std::copy(xFirst, xFirst + size_t(n) * size_t(layer.in), wideInput_.begin());
+    std::copy(deltaFirst, deltaFirst + size_t(n) * size_t(layer.out), wideDelta_.begin());
     std::fill(gradBias, gradBias + layer.out, 0.0);
     for (int i = 0; i < n; ++i) {
       const double* d = wideDelta_.data() + size_t(i) * size_t(layer.out);

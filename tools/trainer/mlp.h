@@ -43,7 +43,14 @@ class Mlp {
   void initialize(float* params, uint64_t seed) const;
 
   // Where the caller puts the batch: up to maxBatch rows of sizes()[0].
-  float* input() { return input_.data(); }
+  // firstSample is the position of the batch's first row in the global
+  // batch (a rank's share starts inside it): every sample then sits at the
+  // same row of its block of kBlockRows on any number of ranks, which the
+  // next forward() and backward() keep.
+  float* input(int64_t firstSample = 0) {
+    leadRows_ = int(firstSample % kBlockRows);
+    return input_.data() + size_t(leadRows_) * size_t(sizes_.front());
+  }
 
   // Runs the n rows of input() forward, keeping the activations for
   // backward(); returns the logits, n x classes.
@@ -74,7 +81,8 @@ class Mlp {
   std::vector<int> sizes_;
   std::vector<LayerShape> layers_;
   int maxBatch_;
-  int paddedRows_ = 0;  // rows of the last forward(), n rounded up to kBlockRows
+  int leadRows_ = 0;    // zero rows before the batch's first sample; see input()
+  int paddedRows_ = 0;  // rows of the last forward(): leadRows_ + n rounded up to kBlockRows
   std::vector<float> input_;
   // activations_[l]: output of layer l after ReLU (logits for the last).
   std::vector<std::vector<float>> activations_;
