@@ -56,6 +56,13 @@ for name in "${builds[@]}"; do
     # The simulated network runs every rank in one thread: ThreadSanitizer
     # has nothing to check there, and it was a quarter of the tsan run.
     [ "$name" = tsan ] && skip+=(--no-suite simulation)
+    # Nor the forced-algorithm matrix, the perf drivers' output checks and
+    # the trainer's matrix of rank counts and optimizers: they run one at a
+    # time and were half of the tsan run, and they exercise the same
+    # threads as the multiproc suite (one engine for every schedule; the
+    # trainer's smoke, resume and three equivalence tests stay). Plain and
+    # ASan still run them.
+    [ "$name" = tsan ] && skip+=(--no-suite algorithms --no-suite perf --no-suite trainer_matrix)
     meson test -C "$dir" --timeout-multiplier 4 --print-errorlogs "${skip[@]}" || status=1
 done
 exit $status
