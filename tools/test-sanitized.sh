@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds braid three more times and tests each build:
 #   asan: AddressSanitizer with UndefinedBehaviorSanitizer, the whole suite;
-#   tsan: ThreadSanitizer, the whole suite but the single-threaded simulated network;
+#   tsan: ThreadSanitizer, the suite but for the single-threaded simulated network and
+#         the matrices of algorithms, perf drivers and trainer runs (below);
 #   fuzz: clang's libFuzzer targets (tests/fuzz), the "fuzz" suite.
 #
 #   tools/test-sanitized.sh            # all three, in build-asan/, build-tsan/, build-fuzz/
@@ -9,9 +10,10 @@
 #
 # The RDMA guest test (suite rdma) runs in the plain build only: it boots
 # a virtual machine, where a sanitized suite would only run slower.
-# meson test makes ASan and UBSan stop at the first report; ThreadSanitizer
-# makes a process that reported a race exit 66, which fails its test. The
-# sanitized builds run several times slower, hence the longer timeouts.
+# Every sanitizer stops a process at its first report (meson test sets
+# ASan's and UBSan's options, the build's test setup ThreadSanitizer's),
+# which fails its test. The sanitized builds run several times slower,
+# hence the longer timeouts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,23 +48,21 @@ for name in "${builds[@]}"; do
   [ -d "$dir" ] || meson setup "$dir" -Db_sanitize="${sanitize[$name]}" -Db_lundef=false \
     -Doptimization=1 -Ddebug=false -Dc_args=-g1 -Dcpp_args=-g1 -Dcuda=disabled -Dtorch=disabled
   ninja -C "$dir"
-  # halt_on_error: a race report ends the process (and fails its test) at
-  # once rather than at exit, where a test that forks may not look.
-  # die_after_fork=0: the multi-process tests fork ranks from a process that
-  # may still run threads of an earlier test, which ThreadSanitizer refuses
-  # by default.
-  TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:die_after_fork=0} \
-    skip=(--no-suite rdma)
-    # The simulated network runs every rank in one thread: ThreadSanitizer
-    # has nothing to check there, and it was a quarter of the tsan run.
-    [ "$name" = tsan ] && skip+=(--no-suite simulation)
-    # Nor the forced-algorithm matrix, the perf drivers' output checks and
-    # the trainer's matrix of rank counts and optimizers: they run one at a
-    # time and were half of the tsan run, and they exercise the same
-    # threads as the multiproc suite (one engine for every schedule; the
-    # trainer's smoke, resume and three equivalence tests stay). Plain and
-    # ASan still run them.
-    [ "$name" = tsan ] && skip+=(--no-suite algorithms --no-suite perf --no-suite trainer_matrix)
-    meson test -C "$dir" --timeout-multiplier 4 --print-errorlogs "${skip[@]}" || status=1
+  # The runtime options the suite relies on (ThreadSanitizer's
+  # halt_on_error and die_after_fork=0) and fixed cost-model figures come
+  # from the build's default test setup (tests/sanitizers/meson.build), so
+  # a plain `meson test` in the build directory runs alike.
+  skip=(--no-suite rdma)
+  # The simulated network runs every rank in one thread: ThreadSanitizer
+  # has nothing to check there, and it was a quarter of the tsan run.
+  [ "$name" = tsan ] && skip+=(--no-suite simulation)
+  # Nor the forced-algorithm matrix, the perf drivers' output checks and
+  # the trainer's matrix of rank counts and optimizers: they run one at a
+  # time and were half of the tsan run, and they exercise the same
+  # threads as the multiproc suite (one engine for every schedule; the
+  # trainer's smoke, resume and three equivalence tests stay). Plain and
+  # ASan still run them.
+  [ "$name" = tsan ] && skip+=(--no-suite algorithms --no-suite perf --no-suite trainer_matrix)
+  meson test -C "$dir" --timeout-multiplier 4 --print-errorlogs "${skip[@]}" || status=1
 done
 exit $status
