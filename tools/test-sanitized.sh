@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds braid three more times and tests each build:
-#   asan: AddressSanitizer with UndefinedBehaviorSanitizer, the whole suite;
+#   asan: AddressSanitizer with UndefinedBehaviorSanitizer, the suite but for the
+#         matrices of perf drivers and trainer runs (below);
 #   tsan: ThreadSanitizer, the suite but for the single-threaded simulated network and
 #         the matrices of algorithms, perf drivers and trainer runs (below);
 #   fuzz: clang's libFuzzer targets (tests/fuzz), the "fuzz" suite.
