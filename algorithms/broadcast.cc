@@ -76,6 +76,28 @@ Schedule planBroadcastScatterAllGather(const CollectiveArgs& args) {
   const size_t C = blocks.chunks();
   auto real = [&](int virt) { return modRank(virt + root, P); };
 
+  if (P == 2) {
+    // The ring's half into the root would be the half the root scattered:
+    // the root only sends (block 1, then block 0 in chunks), and its own
+    // copy, out of place, runs while they are on the wire. (64 MiB over
+    // shared memory: 1.5x the busbw of the full ring.) With more ranks the
+    // root's ring receives pace it: without them it ran ahead of its
+    // receivers, and 3 ranks sharing 2 cores broadcast 1 MiB 4x slower, as
+    // the chain, whose root only sends, does there too.
+    const int peer = real(1 - v);
+    if (v == 0) {
+      const BufferId from = args.inPlace ? BufferId::kRecv : BufferId::kSend;
+      plan.send(peer, blocks.range(from, 1, 1));
+      for (size_t c = 0; c < C; ++c) plan.send(peer, blocks.chunk(from, 0, c));
+      if (!args.inPlace)
+        plan.copy({BufferId::kRecv, 0, args.bytes()}, {BufferId::kSend, 0, args.bytes()});
+    } else {
+      plan.recv(peer, blocks.range(BufferId::kRecv, 1, 1));
+      for (size_t c = 0; c < C; ++c) plan.recv(peer, blocks.chunk(BufferId::kRecv, 0, c));
+    }
+    return plan;
+  }
+
   // Scatter. scatterSend[b]: the send that reads block b here; the ring
   // may overwrite block b (with the same values) only after it.
   std::vector<StepIndex> scatterSend(P, kNoStep);
