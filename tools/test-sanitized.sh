@@ -46,8 +46,10 @@ for name in "${builds[@]}"; do
   # mappings; the device kernels' tests run in the plain build (docs/GPU.md).
   # -O1 with line tables only: the sanitizers' advice for readable reports,
   # and much quicker to build than -O2 with full debug information.
+  # Nor the perf drivers, whose suite the sanitized runs leave out (below).
   [ -d "$dir" ] || meson setup "$dir" -Db_sanitize="${sanitize[$name]}" -Db_lundef=false \
-    -Doptimization=1 -Ddebug=false -Dc_args=-g1 -Dcpp_args=-g1 -Dcuda=disabled -Dtorch=disabled
+    -Doptimization=1 -Ddebug=false -Dc_args=-g1 -Dcpp_args=-g1 -Dcuda=disabled -Dtorch=disabled \
+    -Dperf=false
   ninja -C "$dir"
   # The runtime options the suite relies on (ThreadSanitizer's
   # halt_on_error) come from the build's default test setup
