@@ -158,21 +158,34 @@ class JobRunner {
   // A failed call leaves the communicator unusable on this rank: every
   // peer hears why at once (instead of waiting for its own timeout), and no
   // peer can write into memory this call no longer owns.
+  // The peers are told which call failed (its tag bound, 0 for a call
+  // without one), so that one still in an earlier call can finish it.
   void abandon(const Status& reason) {
-    for (transport::Connection* c : job_.connections) c->abort(reason);
+    for (transport::Connection* c : job_.connections) c->abortInCall(reason, job_.tagsBelow);
     active_.clear();
   }
 
-  // Fails the job if a peer reported a failure of its own.
+  // Fails the job if a peer reported a failure of its own, unless the peer
+  // failed in a later call of this job's stream: it had finished this one,
+  // so everything it sent for it arrived before its goodbye, and it took
+  // what this rank sent it. Failing then would fail a call that needs
+  // nothing more from that peer: a rank still running the local steps of
+  // its last init step while two others had gone on to fail a mismatched
+  // call failed its init.
   void checkPeers() {
     for (transport::Connection* c : job_.connections) {
       Status s = c->peerFailure();
-      if (!s.isOk()) {
-        failWith(
-            Status(s.code(), strCat(job_.callName, " on rank ", job_.rank, ": ", s.message())));
-        return;
-      }
+      if (s.isOk() || failedInLaterCall(c->peerFailedCall())) continue;
+      failWith(Status(s.code(), strCat(job_.callName, " on rank ", job_.rank, ": ", s.message())));
+      return;
     }
+  }
+
+  // Collectives of one stream take tags from one channel in rising ranges,
+  // one per call: a greater bound on the same channel is a later call.
+  bool failedInLaterCall(uint64_t peerCallBound) const {
+    const uint64_t mine = job_.tagsBelow;
+    return mine != 0 && peerCallBound > mine && (peerCallBound >> 56) == (mine >> 56);
   }
 
   // After success: a message nobody claimed means a peer called something else.

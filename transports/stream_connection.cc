@@ -330,6 +330,7 @@ void StreamConnection::finishFrame() {
                                         " ended the connection: ", said ? why : "no reason given"));
     if (code != ErrorCode::kOk && !peerFailed_) {
       peerFailure_ = s;
+      peerFailedCall_ = header_.key;
       peerFailed_ = true;
     }
     failAll(s);
@@ -437,13 +438,13 @@ void StreamConnection::failAll(const Status& reason) {
   unconfirmed_.clear();
 }
 
-void StreamConnection::closeWith(const Status& reason) {
+void StreamConnection::closeWith(const Status& reason, uint64_t callMark) {
   // Say goodbye unless a frame is half written (that would break framing)
   // or the connection is already dead. Best effort: never blocks.
   bool midFrame = !sends_.empty() && sends_.front().sent > 0;
   if (dead_.isOk() && !midFrame) {
     std::string why = reason.message().substr(0, kGoodbyeMessageBytes);
-    FrameHeader goodbye{kGoodbyeTag, static_cast<uint64_t>(reason.code()), why.size(), 0, 0};
+    FrameHeader goodbye{kGoodbyeTag, static_cast<uint64_t>(reason.code()), why.size(), 0, callMark};
     iovec iov[2] = {{&goodbye, sizeof(goodbye)}, {why.data(), why.size()}};
     stream_->writeLast(iov, 2);
   }
@@ -456,6 +457,11 @@ void StreamConnection::closeWith(const Status& reason) {
 void StreamConnection::abort(const Status& reason) {
   std::lock_guard lock(mutex_);
   closeWith(reason);
+}
+
+void StreamConnection::abortInCall(const Status& reason, uint64_t callMark) {
+  std::lock_guard lock(mutex_);
+  closeWith(reason, callMark);
 }
 
 bool StreamConnection::prepareToSleep() {
@@ -481,6 +487,10 @@ bool StreamConnection::prepareToSleep() {
 
 Status StreamConnection::peerFailure() const {
   return peerFailed_.load(std::memory_order_acquire) ? peerFailure_ : Status::ok();
+}
+
+uint64_t StreamConnection::peerFailedCall() const {
+  return peerFailed_.load(std::memory_order_acquire) ? peerFailedCall_ : 0;
 }
 
 std::optional<Tag> StreamConnection::unclaimed(uint8_t channel, uint64_t below) {

@@ -72,8 +72,10 @@ class StreamConnection final : public Connection {
   }
   bool prepareToSleep() override;
   void abort(const Status& reason) override;
+  void abortInCall(const Status& reason, uint64_t callMark) override;
   int peer() const override { return peer_; }
   Status peerFailure() const override;
+  uint64_t peerFailedCall() const override;
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override;
   bool mayHaveUnclaimed() const override {
     return unexpectedCount_.load(std::memory_order_relaxed) > 0 || stream_->mayHaveInput();
@@ -148,8 +150,9 @@ class StreamConnection final : public Connection {
   void combineArriving(const uint8_t* in, size_t n);
   void failPostedBefore(uint64_t tag, const Tag& arrived);
   void failAll(const Status& reason);
-  // Says goodbye (best effort), closes the stream and fails everything.
-  void closeWith(const Status& reason);
+  // Says goodbye (best effort), naming `callMark` (0: none), closes the
+  // stream and fails everything.
+  void closeWith(const Status& reason, uint64_t callMark = 0);
   Status deadStatus() const;
 
   std::unique_ptr<ByteStream> stream_;
@@ -159,7 +162,8 @@ class StreamConnection final : public Connection {
   std::atomic<bool> sendsPending_{false};
   Status dead_;  // set once the connection failed or was aborted
   std::atomic<bool> peerFailed_{false};
-  Status peerFailure_;  // written once, before peerFailed_
+  Status peerFailure_;           // written once, before peerFailed_
+  uint64_t peerFailedCall_ = 0;  // the goodbye's call mark, likewise
 
   std::deque<PendingSend> sends_;
   std::deque<PendingSend> awaitingAck_;  // descriptors written, payload not yet copied

@@ -14,7 +14,8 @@ inline uint64_t channelBase(uint64_t tag) {
 // Channel 0xff carries the connection's own frames, never a message.
 // A goodbye is the last frame on a connection: its check is the ErrorCode
 // of why the sender ended it and its payload the message, so the peer can
-// report the cause instead of a bare "connection closed".
+// report the cause instead of a bare "connection closed"; its key names
+// the call that failed there (Connection::abortInCall; 0: none).
 inline constexpr uint64_t kControlChannel = uint64_t{0xff} << 56;
 inline constexpr uint64_t kGoodbyeTag = kControlChannel;
 // An ack tells the sender of a descriptor that its payload was copied (or

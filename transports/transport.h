@@ -110,10 +110,21 @@ class Connection {
   // peer's pending requests fail, but the peer is not told of a failure.
   // Any thread.
   virtual void abort(const Status& reason) = 0;
+  // As abort(), and tells the peer which call failed here: `callMark` is
+  // the caller's own number for it, opaque to the transport and handed to
+  // the peer as peerFailedCall(). A transport that cannot carry it aborts
+  // plainly (the peer then sees no mark).
+  virtual void abortInCall(const Status& reason, uint64_t callMark) {
+    (void)callMark;
+    abort(reason);
+  }
 
   // Non-ok once the peer reported that a call of its failed (its
   // communicator is broken, so is ours).
   virtual Status peerFailure() const = 0;
+  // The mark the peer's failure named (abortInCall), once peerFailure() is
+  // non-ok; 0 when it named none.
+  virtual uint64_t peerFailedCall() const { return 0; }
 
   // A message that arrived with nobody to receive it, in `channel`, with a
   // tag value below `below`: proof that the peer made a call this rank did

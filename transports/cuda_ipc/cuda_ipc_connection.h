@@ -78,6 +78,7 @@ class CudaIpcConnection final : public Connection {
   bool prepareToSleep() override { return control_->prepareToSleep(); }
   void abort(const Status& reason) override;
   Status peerFailure() const override { return control_->peerFailure(); }
+  uint64_t peerFailedCall() const override { return control_->peerFailedCall(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override;
   bool mayHaveUnclaimed() const override;
   int peer() const override { return control_->peer(); }

@@ -251,8 +251,12 @@ bool FaultyConnection::prepareToSleep() {
 }
 
 void FaultyConnection::abort(const Status& reason) {
+  abortInCall(reason, 0);
+}
+
+void FaultyConnection::abortInCall(const Status& reason, uint64_t callMark) {
   std::lock_guard lock(mutex_);
-  inner_->abort(reason);
+  inner_->abortInCall(reason, callMark);
   releaseDue(Clock::time_point::max());
   settleRelays();
 }

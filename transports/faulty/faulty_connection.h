@@ -123,7 +123,9 @@ class FaultyConnection final : public Connection {
   bool wantsWrite() const override;
   bool prepareToSleep() override;
   void abort(const Status& reason) override;
+  void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return inner_->peerFailure(); }
+  uint64_t peerFailedCall() const override { return inner_->peerFailedCall(); }
   bool mayHaveUnclaimed() const override { return inner_->mayHaveUnclaimed(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
     return inner_->unclaimed(channel, below);

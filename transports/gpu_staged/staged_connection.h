@@ -57,6 +57,7 @@ class StagedConnection final : public Connection {
   bool prepareToSleep() override;
   void abort(const Status& reason) override;
   Status peerFailure() const override { return host_.peerFailure(); }
+  uint64_t peerFailedCall() const override { return host_.peerFailedCall(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
     return host_.unclaimed(channel, below);
   }
