@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "src/call_tags.h"
 #include "src/common/cpu_relax.h"
 #include "src/common/reduce.h"
 #include "src/common/strcat.h"
@@ -67,15 +68,19 @@ Status BoardCollectives::run(const Operation& op, uint32_t callIndex, const Boar
   return Status::ok();
 }
 
-Status BoardCollectives::checkConnections(const BoardWait& wait, const std::string& name) const {
+Status BoardCollectives::checkConnections(const Waiting& call, const BoardWait& wait,
+                                          const std::string& name) const {
   // A peer that failed a call says so on its connection; one that died
   // closes its end of the connection's socket, which poll(2) shows.
   std::vector<pollfd> fds;
   std::vector<transport::Connection*> polled;
   for (transport::Connection* c : wait.connections) {
-    Status failed = c->peerFailure();
-    if (!failed.isOk())
+    if (Status failed = c->peerFailure(); !failed.isOk()) {
+      // A peer that failed a later call did its part of this one, and its
+      // connection has nothing more to read.
+      if (failedInLaterCall(c->peerFailedCall(), collectiveTagBound(0, call.callIndex))) continue;
       return Status(failed.code(), strCat(name, " on rank ", rank_, ": ", failed.message()));
+    }
     if (c->pollFd() < 0) continue;
     // As before the engine sleeps: the connection then reads its socket,
     // and sees it closed, on its next progress().
@@ -101,8 +106,7 @@ Status BoardCollectives::checkConnections(const BoardWait& wait, const std::stri
 
 Status BoardCollectives::checkStrays(const Waiting& call, const BoardWait& wait,
                                      const std::string& name) const {
-  // The stream's collectives are channel 0; call k's tags are k << 24 and up.
-  const uint64_t below = (uint64_t{call.callIndex} + 1) << 24;
+  const uint64_t below = collectiveTagBound(0, call.callIndex);
   for (transport::Connection* c : wait.connections) {
     if (!c->mayHaveUnclaimed()) continue;
     // A peer that closed after its part of this call failed nothing here;
@@ -178,7 +182,7 @@ Result<const shm::BoardSlot*> BoardCollectives::await(int peer, const Waiting& c
     if (idle - lastLiveness >= kLivenessSeconds) {
       lastLiveness = idle;
       Status s = checkAnnouncement(peer, call, name);
-      if (s.isOk()) s = checkConnections(wait, name);
+      if (s.isOk()) s = checkConnections(call, wait, name);
       if (!s.isOk()) {
         // A peer that published and then left (or failed later) did its part.
         if (const shm::BoardSlot* slot = board_.published(peer, sequence)) return slot;

@@ -62,8 +62,10 @@ class BoardCollectives {
   };
   Result<const shm::BoardSlot*> await(int peer, const Waiting& call, const BoardWait& wait,
                                       const std::string& name);
-  // Non-ok when a peer failed a call or its connection closed.
-  Status checkConnections(const BoardWait& wait, const std::string& name) const;
+  // Non-ok when a peer's connection closed or the peer failed this call or
+  // an earlier one (one that failed a later call did its part of this).
+  Status checkConnections(const Waiting& call, const BoardWait& wait,
+                          const std::string& name) const;
   // After a call: a message of an earlier call nobody received means a
   // peer made a call this rank did not (as the engine checks after its calls).
   Status checkStrays(const Waiting& call, const BoardWait& wait, const std::string& name) const;

@@ -12,6 +12,7 @@
 #include "algorithms/fuse.h"
 #include "algorithms/split.h"
 #include "src/board_collectives.h"
+#include "src/call_tags.h"
 #include "src/common/log.h"
 #include "src/common/strcat.h"
 #include "src/link_probe.h"
@@ -37,11 +38,6 @@ topo::TransportSet builtTransports() {
 static_assert(2 * Communicator::kMaxStreams + 1 < 0xff && 2 * Communicator::kProbeStream < 0xff);
 // The cuda_ipc records use the pair probe stream's point-to-point channel.
 static_assert(kCudaIpcChannel == 2 * Communicator::kPairProbeStream + 1);
-constexpr uint64_t kMaxMessagesPerPeer = uint64_t{1} << 24;
-
-uint64_t channelBits(int stream, bool pointToPoint) {
-  return static_cast<uint64_t>(2 * stream + (pointToPoint ? 1 : 0)) << 56;
-}
 }  // namespace
 
 Operation byteTransfer(bool isSend, int peer, void* data, size_t bytes, std::string name) {
@@ -329,7 +325,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       const algo::Algorithm* algorithm = plan.algorithm;
       schedule = plan.schedule;
       job.index = plan.index;
-      if (schedule->steps.size() >= kMaxMessagesPerPeer)
+      if (schedule->steps.size() >= kMessagesPerCall)
         return notSupported(strCat(op.name, ": count ", args.count,
                                    " needs too many messages; raise BRAID_CHUNK_BYTES"));
       const uint32_t sequence = st.sequence++;
@@ -345,12 +341,12 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         static_assert(sizeof(stallCheck) <= 2 * sizeof(void*));
         job.stallCheck = stallCheck;
       }
-      const uint64_t base = channelBits(streamIndex, false) | (uint64_t{sequence} << 24);
+      const uint64_t base = collectiveTagBase(streamIndex, sequence);
       job.tagFor = [base, check](bool, int, uint32_t k) { return transport::Tag{base | k, check}; };
       // Not strCat: this runs on every call, and an ostringstream costs more
       // than a small message's transfer.
       job.callName = op.name + " #" + std::to_string(sequence);
-      job.tagsBelow = base + (uint64_t{1} << 24);
+      job.tagsBelow = collectiveTagBound(streamIndex, sequence);
       job.serialKey = &st;
       lastAlgorithm_[static_cast<size_t>(op.args.kind)].store(algorithm, std::memory_order_relaxed);
       BRAID_TRACE("rank ", rank_, ": ", job.callName, " ", signature.describe(), " algorithm ",

@@ -6,6 +6,7 @@
 
 #include "algorithms/algorithm.h"
 #include "src/board_collectives.h"
+#include "src/call_tags.h"
 #include "src/common/log.h"
 #include "src/common/strcat.h"
 #include "src/communicator.h"
@@ -92,12 +93,14 @@ Status Communicator::runOnBoard(const Operation& op) {
                                                           std::memory_order_relaxed);
   BRAID_TRACE("rank ", rank_, ": ", op.name, " count ", op.args.count, " ",
               dataTypeName(op.args.dtype), " on the shared-memory board");
-  Status s = board_->run(op, boardStream_->sequence++, wait);
+  const uint32_t sequence = boardStream_->sequence++;
+  Status s = board_->run(op, sequence, wait);
   if (s.isOk()) return s;
   if (aborted_) return invalidUsage(strCat(op.name, ": communicator aborted"));
   // As after any failed call, the communicator is broken on this rank, and
-  // the peers hear why at once instead of waiting out their timeouts.
-  for (auto& c : owned_) c->abort(s);
+  // the peers hear why at once instead of waiting out their timeouts; a
+  // peer still in an earlier call finishes it (the engine's checkPeers).
+  for (auto& c : owned_) c->abortInCall(s, collectiveTagBound(0, sequence));
   board_.reset();
   return s;
 }

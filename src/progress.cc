@@ -13,6 +13,7 @@
 #include <set>
 
 #include "algorithms/collective.h"
+#include "src/call_tags.h"
 #include "src/common/cpu_relax.h"
 #include "src/common/log.h"
 #include "src/common/reduce.h"
@@ -175,17 +176,10 @@ class JobRunner {
   void checkPeers() {
     for (transport::Connection* c : job_.connections) {
       Status s = c->peerFailure();
-      if (s.isOk() || failedInLaterCall(c->peerFailedCall())) continue;
+      if (s.isOk() || failedInLaterCall(c->peerFailedCall(), job_.tagsBelow)) continue;
       failWith(Status(s.code(), strCat(job_.callName, " on rank ", job_.rank, ": ", s.message())));
       return;
     }
-  }
-
-  // Collectives of one stream take tags from one channel in rising ranges,
-  // one per call: a greater bound on the same channel is a later call.
-  bool failedInLaterCall(uint64_t peerCallBound) const {
-    const uint64_t mine = job_.tagsBelow;
-    return mine != 0 && peerCallBound > mine && (peerCallBound >> 56) == (mine >> 56);
   }
 
   // After success: a message nobody claimed means a peer called something else.
@@ -521,10 +515,12 @@ Status runJobs(std::span<Job> jobs) {
     fds.clear();
     watched.clear();
     polled.clear();
+    // Not one whose peer failed (a job goes on past a peer that failed a
+    // later call): its socket, closed by the peer, would wake every poll.
     for (auto& r : runners)
       if (!r->finished())
         for (transport::Connection* c : r->job().connections)
-          if (c->pollFd() >= 0 && watched.insert(c).second) {
+          if (c->pollFd() >= 0 && c->peerFailure().isOk() && watched.insert(c).second) {
             fds.push_back(
                 {c->pollFd(), static_cast<short>(POLLIN | (c->wantsWrite() ? POLLOUT : 0)), 0});
             polled.push_back(c);
