@@ -51,10 +51,10 @@ for name in "${builds[@]}"; do
     -Doptimization=1 -Ddebug=false -Dc_args=-g1 -Dcpp_args=-g1 -Dcuda=disabled -Dtorch=disabled \
     -Dperf=false
   ninja -C "$dir"
-  # The runtime options the suite relies on (ThreadSanitizer's
-  # halt_on_error) come from the build's default test setup
-  # (tests/sanitizers/meson.build), so a plain `meson test` in the build
-  # directory runs alike.
+  # What the suite relies on (ThreadSanitizer's halt_on_error, fixed
+  # cost-model figures in place of the link probe) comes from the build's
+  # default test setup (tests/sanitizers/meson.build), so a plain
+  # `meson test` in the build directory runs alike.
   skip=(--no-suite rdma)
   # The simulated network runs every rank in one thread: ThreadSanitizer
   # has nothing to check there, and it was a quarter of the tsan run.
