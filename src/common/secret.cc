@@ -4,10 +4,70 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <pthread.h>
 
 namespace braid {
 
+namespace {
+
+// fork(2) copies only the calling thread, and with it every lock another
+// thread held at that moment, locked for good: a child forked while a
+// braid thread was inside libcrypto (a rendezvous server authenticating a
+// joiner while a launcher forks its ranks) waited forever in its own first
+// RAND_bytes or HMAC. So braid's threads enter libcrypto only while holding
+// this lock shared, and fork takes it exclusively first (pthread_atfork),
+// waiting for them to leave; both sides release it after.
+class CryptoSection {
+ public:
+  static CryptoSection& get() {
+    // Never destroyed: a detached thread may authenticate at exit.
+    static CryptoSection* section = new CryptoSection;
+    return *section;
+  }
+
+  // Held while the calling thread is inside libcrypto.
+  class Inside {
+   public:
+    explicit Inside(pthread_rwlock_t* lock) : lock_(lock) { pthread_rwlock_rdlock(lock_); }
+    ~Inside() { pthread_rwlock_unlock(lock_); }
+    Inside(const Inside&) = delete;
+    Inside& operator=(const Inside&) = delete;
+
+   private:
+    pthread_rwlock_t* lock_;
+  };
+  Inside enter() { return Inside(&lock_); }
+
+ private:
+  CryptoSection() {
+    init();
+    // The child's copy is made anew rather than unlocked: it also counts
+    // the parent's threads that were waiting for it, which the child has not.
+    (void)pthread_atfork([] { pthread_rwlock_wrlock(&get().lock_); },
+                         [] { pthread_rwlock_unlock(&get().lock_); }, [] { get().init(); });
+  }
+  // Writers first: a fork must not wait for a pause in a stream of
+  // handshakes (with readers first, one waited seconds behind two threads
+  // that authenticated without a break).
+  void init() {
+    pthread_rwlockattr_t attributes;
+    pthread_rwlockattr_init(&attributes);
+    pthread_rwlockattr_setkind_np(&attributes, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&lock_, &attributes);
+    pthread_rwlockattr_destroy(&attributes);
+  }
+  pthread_rwlock_t lock_;
+};
+
+// Made as the library loads, before any of its threads exists: made on
+// first use instead, a child forked while another thread was making it
+// waited forever on the guard of its initialization.
+[[maybe_unused]] const CryptoSection& kCryptoSection = CryptoSection::get();
+
+}  // namespace
+
 Status randomBytes(std::span<uint8_t> out) {
+  auto inside = CryptoSection::get().enter();
   if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
     return systemError("RAND_bytes failed: no secure random source");
   return Status::ok();
@@ -16,6 +76,7 @@ Status randomBytes(std::span<uint8_t> out) {
 Mac hmac(const Secret& secret, std::span<const uint8_t> data) {
   Mac mac{};
   unsigned int len = 0;
+  auto inside = CryptoSection::get().enter();
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), data.data(), data.size(),
        mac.data(), &len);
   return mac;
@@ -32,6 +93,7 @@ bool secretEqual(const Secret& a, const Secret& b) {
 Status beforeCryptoCleanup(void (*handler)()) {
   // Initialized first, so that the cleanup this hooks into is registered
   // with the process's exit already.
+  auto inside = CryptoSection::get().enter();
   if (OPENSSL_init_crypto(0, nullptr) != 1 || OPENSSL_atexit(handler) != 1)
     return systemError("OpenSSL would not take a cleanup handler");
   return Status::ok();
