@@ -36,27 +36,33 @@ class CryptoSection {
    private:
     pthread_rwlock_t* lock_;
   };
-  Inside enter() { return Inside(&lock_); }
+  Inside enter() { return Inside(lock_); }
 
  private:
   CryptoSection() {
-    init();
-    // The child's copy is made anew rather than unlocked: it also counts
-    // the parent's threads that were waiting for it, which the child has not.
-    (void)pthread_atfork([] { pthread_rwlock_wrlock(&get().lock_); },
-                         [] { pthread_rwlock_unlock(&get().lock_); }, [] { get().init(); });
+    makeLock();
+    // The child takes a new lock rather than unlocking or re-initializing
+    // its copy: the copy also counts the parent's threads that were waiting
+    // for it, which the child has not, and names a writer by the parent's
+    // thread id; and ThreadSanitizer, which keeps its own state per lock
+    // address, would still see the copy write-locked after a re-init.
+    (void)pthread_atfork([] { pthread_rwlock_wrlock(get().lock_); },
+                         [] { pthread_rwlock_unlock(get().lock_); }, [] { get().makeLock(); });
   }
   // Writers first: a fork must not wait for a pause in a stream of
   // handshakes (with readers first, one waited seconds behind two threads
   // that authenticated without a break).
-  void init() {
+  void makeLock() {
+    // The lock it replaces in a child is left as it is (one per fork):
+    // it is held by a thread that no longer exists.
+    lock_ = new pthread_rwlock_t;
     pthread_rwlockattr_t attributes;
     pthread_rwlockattr_init(&attributes);
     pthread_rwlockattr_setkind_np(&attributes, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&lock_, &attributes);
+    pthread_rwlock_init(lock_, &attributes);
     pthread_rwlockattr_destroy(&attributes);
   }
-  pthread_rwlock_t lock_;
+  pthread_rwlock_t* lock_ = nullptr;
 };
 
 // Made as the library loads, before any of its threads exists: made on
