@@ -428,11 +428,11 @@ Result<bool> CudaIpcConnection::progress() {
       status = recordsOut_.front().request->error();
     recordsOut_.pop_front();
   }
-  // Records just queued go out now rather than at the next call.
-  if (status.isOk() && moved) {
-    auto again = control_->progress();
-    if (!again.isOk()) status = again.status();
-  }
+  // Records just queued go out now rather than at the next call. That call
+  // may also read the peer's last records and its goodbye: its failure is
+  // left to the next progress(), which handles those records first; the
+  // caller comes back, for something moved.
+  if (status.isOk() && moved) (void)control_->progress();
   if (status.isOk()) status = completeWrittenSends(moved);
   if (!status.isOk()) {
     failAll(status);
