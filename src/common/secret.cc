@@ -36,7 +36,7 @@ class CryptoSection {
    private:
     pthread_rwlock_t* lock_;
   };
-  Inside enter() { return Inside(lock_); }
+  Inside enter() { return Inside(lock()); }
 
  private:
   CryptoSection() {
@@ -46,23 +46,29 @@ class CryptoSection {
     // for it, which the child has not, and names a writer by the parent's
     // thread id; and ThreadSanitizer, which keeps its own state per lock
     // address, would still see the copy write-locked after a re-init.
-    (void)pthread_atfork([] { pthread_rwlock_wrlock(get().lock_); },
-                         [] { pthread_rwlock_unlock(get().lock_); }, [] { get().makeLock(); });
+    (void)pthread_atfork([] { pthread_rwlock_wrlock(get().lock()); },
+                         [] { pthread_rwlock_unlock(get().lock()); }, [] { get().makeLock(); });
   }
   // Writers first: a fork must not wait for a pause in a stream of
   // handshakes (with readers first, one waited seconds behind two threads
   // that authenticated without a break).
   void makeLock() {
-    // The lock it replaces in a child is left as it is (one per fork):
-    // it is held by a thread that no longer exists.
-    lock_ = new pthread_rwlock_t;
+    // The lock it replaces in a child is kept as it is, unused (one per
+    // fork): it is held by a thread that no longer exists. Linked from the
+    // new one, it is no leak to LeakSanitizer.
+    locks_ = new Locks{{}, locks_};
     pthread_rwlockattr_t attributes;
     pthread_rwlockattr_init(&attributes);
     pthread_rwlockattr_setkind_np(&attributes, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(lock_, &attributes);
+    pthread_rwlock_init(lock(), &attributes);
     pthread_rwlockattr_destroy(&attributes);
   }
-  pthread_rwlock_t* lock_ = nullptr;
+  struct Locks {
+    pthread_rwlock_t lock;
+    Locks* replaced;
+  };
+  pthread_rwlock_t* lock() { return &locks_->lock; }
+  Locks* locks_ = nullptr;
 };
 
 // Made as the library loads, before any of its threads exists: made on
