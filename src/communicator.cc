@@ -72,7 +72,8 @@ Communicator::~Communicator() {
 }
 
 Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo& rendezvous,
-                                                           int nranks, int rank, Config config) {
+                                                           int nranks, int rank, Config config,
+                                                           const algo::LinkModel* parentLink) {
   BRAID_RETURN_IF_ERROR(Selector::validate(config.algo));
   if (log::enabled(log::Level::kInfo)) installStateDumpSignal();
   Deadline deadline = Deadline::after(config.timeoutSeconds);
@@ -169,7 +170,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   comm->owned_.push_back(std::make_unique<transport::LoopbackConnection>(rank));
   comm->connections_[rank] = comm->owned_.back().get();
   BRAID_RETURN_IF_ERROR(comm->setUpBoard());
-  BRAID_ASSIGN_OR_RETURN(algo::LinkModel link, probeLink(*comm));
+  BRAID_ASSIGN_OR_RETURN(algo::LinkModel link, probeLink(*comm, parentLink));
   comm->selector_ = Selector(comm->config_.algo, link);
   comm->measureAlgorithms_ = comm->config_.tune == Config::Tune::kMeasure;
   if (log::enabled(log::Level::kInfo)) {
@@ -183,10 +184,11 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
     BRAID_INFO("rank ", rank, " of ", nranks, ": interface ", interface, ", address ",
                comm->tcp_->localAddress(), ", rendezvous ", rendezvous.root.toString());
     if (rank == 0) {
-      BRAID_INFO("cost model: alpha ", link.alpha * 1e6, " us, link ", 1e-9 / link.beta,
-                 " GB/s, reduce ", 1e-9 / link.gamma, " GB/s (", link.busyWhenMeasured,
-                 " ranks busy, ", link.contention, "x as slow as 2), ", link.ranksPerHost,
-                 " ranks on ", link.coresPerHost, " cores per host");
+      BRAID_INFO("cost model", parentLink ? " (the parent communicator's)" : "", ": alpha ",
+                 link.alpha * 1e6, " us, link ", 1e-9 / link.beta, " GB/s, reduce ",
+                 1e-9 / link.gamma, " GB/s (", link.busyWhenMeasured, " ranks busy, ",
+                 link.contention, "x as slow as 2), ", link.ranksPerHost, " ranks on ",
+                 link.coresPerHost, " cores per host");
       if (link.largeBytes > link.cachedBytes && link.cachedBytes > 0)
         BRAID_INFO("cost model out of cache (from ", link.largeBytes / (1 << 20), " MiB): link ",
                    1e-9 / link.largeBeta, " GB/s, ", link.largeContention, "x as slow as 2");
@@ -545,7 +547,12 @@ Result<std::shared_ptr<Communicator>> Communicator::split(int color, int key) {
   }
   BRAID_RETURN_IF_ERROR(run(handoff, 0));
   BRAID_ASSIGN_OR_RETURN(RendezvousInfo info, RendezvousInfo::decode(id));
-  return create(info, static_cast<int>(members.size()), newRank, config_);
+  // The links among ranks of one host are those the parent measured: the
+  // child takes its figures (every rank holds the same) rather than probing.
+  const bool oneHost = ranksOnHostOf(0) == nranks_;
+  const algo::LinkModel parentLink = selector_.link();
+  return create(info, static_cast<int>(members.size()), newRank, config_,
+                oneHost ? &parentLink : nullptr);
 }
 
 void Communicator::abort() {

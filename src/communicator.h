@@ -50,8 +50,12 @@ Operation byteTransfer(bool isSend, int peer, void* data, size_t bytes, std::str
 
 class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
+  // `parentLink`: the cost model of the communicator this one was split
+  // from, when all of that one's ranks share one host; taken instead of
+  // probing the same links again (src/link_probe.h).
   static Result<std::shared_ptr<Communicator>> create(const RendezvousInfo& rendezvous, int nranks,
-                                                      int rank, Config config);
+                                                      int rank, Config config,
+                                                      const algo::LinkModel* parentLink = nullptr);
   ~Communicator();
 
   // The streams of the link probe, never a user's: the probe's ring of ranks

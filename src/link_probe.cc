@@ -298,8 +298,14 @@ int usableCores() {
   return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-Result<algo::LinkModel> probeLink(Communicator& comm) {
+Result<algo::LinkModel> probeLink(Communicator& comm, const algo::LinkModel* parentLink) {
   const Config& config = comm.config();
+  if (parentLink != nullptr) {
+    // The parent's figures include the given ones already (same config).
+    algo::LinkModel model = *parentLink;
+    model.ranksPerHost = comm.ranksOnHostOf(0);
+    return model;
+  }
   algo::LinkModel model;
   const bool given = config.linkAlphaMicroseconds > 0 && config.linkGigabytesPerSecond > 0 &&
                      config.reduceGigabytesPerSecond > 0;

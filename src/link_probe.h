@@ -5,7 +5,10 @@
 // below a local in-cache reduction). Rank 0's figures go to every rank, so
 // all choose alike. Figures given by BRAID_LINK_ALPHA_US / BRAID_LINK_GBPS /
 // BRAID_REDUCE_GBPS are taken as they are, and when all three are given
-// nothing is measured.
+// nothing is measured. Nor is anything measured when `parentLink` is given
+// (a split of a communicator whose ranks share one host): its figures hold
+// for the same links, and only the number of ranks on the host is the
+// child's own.
 #pragma once
 
 #include <vector>
@@ -17,7 +20,7 @@ namespace braid {
 
 class Communicator;
 
-Result<algo::LinkModel> probeLink(Communicator& comm);
+Result<algo::LinkModel> probeLink(Communicator& comm, const algo::LinkModel* parentLink = nullptr);
 
 // The median over i of numerators[i] / denominators[i], over as many pairs
 // as the shorter holds (the mean of the middle two for an even count); 1

@@ -536,6 +536,48 @@ class Split : public ::testing::TestWithParam<int> {};
 TEST_P(Split, EvenOddReversed) {
   runRanks(GetParam(), splitBody, std::chrono::seconds(120));
 }
+
+// The ranks share this host, so a split's children take their parent's
+// cost-model figures instead of probing the links again (at 8 ranks on 2
+// cores the probe was most of a split's time). Their rank 0 says so in its
+// INFO log, which each rank reads back from a file its stderr went to.
+TEST_P(Split, ChildrenOfOneHostTakeTheParentsFigures) {
+  RunOptions options;
+  options.env = {{"BRAID_DEBUG", "INFO"}};
+  runRanks(
+      GetParam(),
+      [](RankContext& ctx) {
+        char path[] = "/tmp/braid-split-log-XXXXXX";
+        const int file = mkstemp(path);
+        RANK_ASSERT_TRUE(file >= 0);
+        ::unlink(path);
+        const int savedStderr = ::dup(2);
+        ::fflush(stderr);
+        ::dup2(file, 2);
+        braidComm_t sub = nullptr;
+        const braidResult_t split = braidCommSplit(ctx.comm, ctx.rank % 2, ctx.rank, &sub);
+        ::fflush(stderr);
+        ::dup2(savedStderr, 2);
+        ::close(savedStderr);
+        RANK_ASSERT_OK(split);
+        std::string log(1 << 16, '\0');
+        const ssize_t got = ::pread(file, log.data(), log.size(), 0);
+        ::close(file);
+        log.resize(got > 0 ? static_cast<size_t>(got) : 0);
+        int size = 0, newRank = -1;
+        RANK_ASSERT_OK(braidCommCount(sub, &size));
+        RANK_ASSERT_OK(braidCommUserRank(sub, &newRank));
+        if (newRank == 0 && size > 1) {
+          RANK_EXPECT_TRUE(mentions(log, "cost model (the parent communicator's)"))
+              << "the child's log: " << log;
+        }
+        int32_t one = 1, sum = 0;
+        RANK_ASSERT_OK(braidAllReduce(&one, &sum, 1, braidInt32, braidSum, sub, nullptr));
+        RANK_EXPECT_EQ(sum, size);
+        RANK_EXPECT_OK(braidCommDestroy(sub));
+      },
+      std::chrono::seconds(120), options);
+}
 INSTANTIATE_TEST_SUITE_P(WorldSize, Split, ::testing::Values(1, 2, 3, 4, 7, 8), sizeName);
 
 class Grouped : public ::testing::TestWithParam<int> {};
