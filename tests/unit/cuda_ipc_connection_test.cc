@@ -376,47 +376,71 @@ class ControlThatEnds final : public Connection {
   bool ended_ = false;
 };
 
+// Two ends over a socket pair, the host connection of one of them wrapped
+// in ControlThatEnds, with the handshake done (an empty message each way
+// of A to B), so that the next progress() of either end does only the
+// test's work.
+struct ScriptedPair {
+  std::shared_ptr<FakeIpcDevice> devA = std::make_shared<FakeIpcDevice>();
+  std::shared_ptr<FakeIpcDevice> devB = std::make_shared<FakeIpcDevice>();
+  std::unique_ptr<CudaIpcConnection> a, b;
+  ControlThatEnds* scripted = nullptr;
+};
+
+void openScripted(bool scriptA, ScriptedPair& pair) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  std::unique_ptr<Connection> controlA = controlEnd(fds[0], 1), controlB = controlEnd(fds[1], 0);
+  auto wrapped = std::make_unique<ControlThatEnds>(std::move(scriptA ? controlA : controlB));
+  pair.scripted = wrapped.get();
+  (scriptA ? controlA : controlB) = std::move(wrapped);
+  auto a = CudaIpcConnection::create(std::move(controlA), pair.devA, smallSlots());
+  auto b = CudaIpcConnection::create(std::move(controlB), pair.devB, smallSlots());
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  pair.a = std::move(*a);
+  pair.b = std::move(*b);
+  uint8_t nothing = 0;
+  auto warmS = pair.a->postSend(&nothing, 0, Tag{1, 1});
+  auto warmR = pair.b->postRecv(&nothing, 0, Tag{1, 1});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((warmS->state() == State::kPending || warmR->state() == State::kPending) &&
+         std::chrono::steady_clock::now() < until) {
+    (void)pair.a->progress();
+    (void)pair.b->progress();
+  }
+  ASSERT_EQ(warmS->state(), State::kDone);
+  ASSERT_EQ(warmR->state(), State::kDone);
+}
+
 // A send whose last record was written is done even if the host connection
 // fails in the same progress() call: the peer has everything it needs (a
 // rank may destroy its communicator right after its last receive).
 TEST(CudaIpcPeerLeaves, ASendWhoseLastRecordWasWrittenIsDoneNotFailed) {
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-  auto devA = std::make_shared<FakeIpcDevice>(), devB = std::make_shared<FakeIpcDevice>();
-  auto controlA = std::make_unique<ControlThatEnds>(controlEnd(fds[0], 1));
-  ControlThatEnds& endsA = *controlA;
-  auto a = CudaIpcConnection::create(std::move(controlA), devA, smallSlots());
-  auto b = CudaIpcConnection::create(controlEnd(fds[1], 0), devB, smallSlots());
-  ASSERT_TRUE(a.isOk() && b.isOk());
+  ScriptedPair pair;
+  ASSERT_NO_FATAL_FAILURE(openScripted(true, pair));
+  auto &a = pair.a, &b = pair.b;
+  auto &devA = pair.devA, &devB = pair.devB;
+  ControlThatEnds& endsA = *pair.scripted;
   DeviceBuffer s(*devA, 100), r(*devB, 100);
   s.fill(3);
-  // The handshake first, so the next progress() of A queues the send.
-  auto warmS = (*a)->postSend(s.data(), 0, Tag{1, 1});
-  auto warmR = (*b)->postRecv(r.data(), 0, Tag{1, 1});
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while ((warmS->state() == State::kPending || warmR->state() == State::kPending) &&
-         std::chrono::steady_clock::now() < until) {
-    (void)(*a)->progress();
-    (void)(*b)->progress();
-  }
-  ASSERT_EQ(warmS->state(), State::kDone);
-  auto sent = (*a)->postSend(s.data(), 100, Tag{2, 1});
-  auto got = (*b)->postRecv(r.data(), 100, Tag{2, 1});
+  auto sent = a->postSend(s.data(), 100, Tag{2, 1});
+  auto got = b->postRecv(r.data(), 100, Tag{2, 1});
   // A's next progress(): the first call of its host connection reads, the
   // send is queued and its record posted, the second call writes the record
   // and then reports the peer gone.
   endsA.endAfter(2);
-  (void)(*a)->progress();
+  (void)a->progress();
   EXPECT_EQ(sent->state(), State::kDone) << sent->error().message();
   while (got->state() == State::kPending && std::chrono::steady_clock::now() < until)
-    (void)(*b)->progress();
+    (void)b->progress();
   ASSERT_EQ(got->state(), State::kDone) << got->error().message();
   EXPECT_TRUE(devA->synchronize().isOk());
   EXPECT_TRUE(devB->synchronize().isOk());
   EXPECT_TRUE(r.holds(3));
   // Later work on A fails: the connection ended (the next progress() says so).
-  auto later = (*a)->postSend(s.data(), 100, Tag{3, 1});
-  EXPECT_FALSE((*a)->progress().isOk());
+  auto later = a->postSend(s.data(), 100, Tag{3, 1});
+  EXPECT_FALSE(a->progress().isOk());
   EXPECT_EQ(later->state(), State::kFailed);
 }
 
@@ -426,39 +450,28 @@ TEST(CudaIpcPeerLeaves, ASendWhoseLastRecordWasWrittenIsDoneNotFailed) {
 // record is still handled, and the receive it completes is done, not failed
 // with the goodbye. Found as a rare failure of the GPU job tests' receives.
 TEST(CudaIpcPeerLeaves, ARecordReadWithTheGoodbyeIsStillHandled) {
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-  auto devA = std::make_shared<FakeIpcDevice>(), devB = std::make_shared<FakeIpcDevice>();
-  auto controlB = std::make_unique<ControlThatEnds>(controlEnd(fds[1], 0));
-  ControlThatEnds& lateB = *controlB;
-  auto a = CudaIpcConnection::create(controlEnd(fds[0], 1), devA, smallSlots());
-  auto b = CudaIpcConnection::create(std::move(controlB), devB, smallSlots());
-  ASSERT_TRUE(a.isOk() && b.isOk());
+  ScriptedPair pair;
+  ASSERT_NO_FATAL_FAILURE(openScripted(false, pair));
+  auto &a = pair.a, &b = pair.b;
+  auto &devA = pair.devA, &devB = pair.devB;
+  ControlThatEnds& lateB = *pair.scripted;
   DeviceBuffer s(*devA, 100), r(*devB, 100);
   s.fill(5);
-  auto warmS = (*a)->postSend(s.data(), 0, Tag{1, 1});
-  auto warmR = (*b)->postRecv(r.data(), 0, Tag{1, 1});
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while ((warmS->state() == State::kPending || warmR->state() == State::kPending) &&
-         std::chrono::steady_clock::now() < until) {
-    (void)(*a)->progress();
-    (void)(*b)->progress();
-  }
-  ASSERT_EQ(warmR->state(), State::kDone);
-  auto got = (*b)->postRecv(r.data(), 100, Tag{2, 1});
-  auto sent = (*a)->postSend(s.data(), 100, Tag{2, 1});
+  auto got = b->postRecv(r.data(), 100, Tag{2, 1});
+  auto sent = a->postSend(s.data(), 100, Tag{2, 1});
   while (sent->state() == State::kPending && std::chrono::steady_clock::now() < until)
-    (void)(*a)->progress();
+    (void)a->progress();
   ASSERT_EQ(sent->state(), State::kDone) << sent->error().message();
   EXPECT_TRUE(devA->synchronize().isOk());
-  (*a)->abort(Status(ErrorCode::kOk, "rank 0 destroyed the communicator"));
-  a->reset();
+  a->abort(Status(ErrorCode::kOk, "rank 0 destroyed the communicator"));
+  a.reset();
   // B's first host call reads nothing; its second reads the record and the
   // goodbye behind it.
   lateB.readLate(1);
-  (void)(*b)->progress();
+  (void)b->progress();
   while (got->state() == State::kPending && std::chrono::steady_clock::now() < until)
-    (void)(*b)->progress();
+    (void)b->progress();
   ASSERT_EQ(got->state(), State::kDone) << got->error().message();
   EXPECT_TRUE(devB->synchronize().isOk());
   EXPECT_TRUE(r.holds(5));
