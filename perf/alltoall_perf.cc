@@ -20,11 +20,6 @@ Sizes allToAllSizes(size_t bytes, size_t eltSize, int nranks) {
           .algBytes = total * eltSize};
 }
 
-// Each rank exchanges n-1 of its n parts.
-double allToAllBusBwFactor(int nranks) {
-  return static_cast<double>(nranks - 1) / nranks;
-}
-
 // Part j of rank r's send buffer holds elements j*count.. of rank r's data.
 void allToAllInitData(const TestContext& ctx, void* send) {
   braid::perf::fillDistinct(ctx, ctx.rank, 0, send, ctx.sizes.sendCount);
@@ -54,7 +49,7 @@ constexpr braid::perf::Collective kAllToAll = {
     .hasInPlace = false,
     .resultAtRootOnly = false,
     .sizesFor = allToAllSizes,
-    .busBwFactor = allToAllBusBwFactor,
+    .busBwFactor = braid::perf::partsBusBwFactor,
     .initData = allToAllInitData,
     .run = allToAllRun,
     .check = allToAllCheck,

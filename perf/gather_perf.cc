@@ -4,25 +4,7 @@
 
 namespace {
 
-using braid::perf::Sizes;
 using braid::perf::TestContext;
-
-Sizes gatherSizes(size_t bytes, size_t eltSize, int nranks) {
-  const size_t base = braid::perf::perRankCount(bytes, eltSize, nranks);
-  const size_t total = base * static_cast<size_t>(nranks);
-  return {.bytes = total * eltSize,
-          .count = base,
-          .sendCount = base,
-          .recvCount = total,
-          .sendInPlaceOffset = base,
-          .recvInPlaceOffset = 0,
-          .algBytes = total * eltSize};
-}
-
-// The root receives the n-1 parts it does not hold.
-double gatherBusBwFactor(int nranks) {
-  return static_cast<double>(nranks - 1) / nranks;
-}
 
 void gatherInitData(const TestContext& ctx, void* send) {
   braid::perf::fillDistinct(ctx, ctx.rank, 0, send, ctx.sizes.sendCount);
@@ -53,8 +35,8 @@ constexpr braid::perf::Collective kGather = {
     .usesRoot = true,
     .hasInPlace = true,
     .resultAtRootOnly = true,
-    .sizesFor = gatherSizes,
-    .busBwFactor = gatherBusBwFactor,
+    .sizesFor = braid::perf::gatheredSizes,
+    .busBwFactor = braid::perf::partsBusBwFactor,
     .initData = gatherInitData,
     .run = gatherRun,
     .check = gatherCheck,

@@ -254,4 +254,32 @@ size_t perRankCount(size_t bytes, size_t eltSize, int nranks) {
   return bytes / eltSize / static_cast<size_t>(nranks) / unit * unit;
 }
 
+Sizes gatheredSizes(size_t bytes, size_t eltSize, int nranks) {
+  const size_t part = perRankCount(bytes, eltSize, nranks);
+  const size_t total = part * static_cast<size_t>(nranks);
+  return {.bytes = total * eltSize,
+          .count = part,
+          .sendCount = part,
+          .recvCount = total,
+          .sendInPlaceOffset = part,
+          .recvInPlaceOffset = 0,
+          .algBytes = total * eltSize};
+}
+
+Sizes scatteredSizes(size_t bytes, size_t eltSize, int nranks) {
+  const size_t part = perRankCount(bytes, eltSize, nranks);
+  const size_t total = part * static_cast<size_t>(nranks);
+  return {.bytes = total * eltSize,
+          .count = part,
+          .sendCount = total,
+          .recvCount = part,
+          .sendInPlaceOffset = 0,
+          .recvInPlaceOffset = part,
+          .algBytes = total * eltSize};
+}
+
+double partsBusBwFactor(int nranks) {
+  return static_cast<double>(nranks - 1) / nranks;
+}
+
 }  // namespace braid::perf

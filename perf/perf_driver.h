@@ -99,6 +99,21 @@ Sizes wholeBufferSizes(size_t bytes, size_t eltSize);
 // bytes / nranks / eltSize, rounded down to a multiple of 16 bytes.
 size_t perRankCount(size_t bytes, size_t eltSize, int nranks);
 
+// The collectives whose output is the ranks' parts side by side (AllGather,
+// Gather): count is each rank's part; in place, a rank's send buffer is its
+// own part of the output.
+Sizes gatheredSizes(size_t bytes, size_t eltSize, int nranks);
+
+// The collectives whose input is one part for each rank (ReduceScatter,
+// Scatter): count is each rank's part of the result; in place, a rank's
+// receive buffer is its own part of the input.
+Sizes scatteredSizes(size_t bytes, size_t eltSize, int nranks);
+
+// nccl-tests' bus bandwidth factor of the collectives in parts (AllGather,
+// ReduceScatter, AllToAll, Gather, Scatter): n-1 of the n parts cross a
+// link, the rank's own stays.
+double partsBusBwFactor(int nranks);
+
 // `elements` elements past `buffer`.
 inline const void* elementAt(const TestContext& ctx, const void* buffer, size_t elements) {
   return static_cast<const std::byte*>(buffer) + elements * ctx.type->size;

@@ -5,25 +5,7 @@
 
 namespace {
 
-using braid::perf::Sizes;
 using braid::perf::TestContext;
-
-Sizes reduceScatterSizes(size_t bytes, size_t eltSize, int nranks) {
-  const size_t base = braid::perf::perRankCount(bytes, eltSize, nranks);
-  const size_t total = base * static_cast<size_t>(nranks);
-  return {.bytes = total * eltSize,
-          .count = base,
-          .sendCount = total,
-          .recvCount = base,
-          .sendInPlaceOffset = 0,
-          .recvInPlaceOffset = base,
-          .algBytes = total * eltSize};
-}
-
-// Each rank sends the n-1 parts that others reduce.
-double reduceScatterBusBwFactor(int nranks) {
-  return static_cast<double>(nranks - 1) / nranks;
-}
 
 void reduceScatterInitData(const TestContext& ctx, void* send) {
   braid::perf::fillInputs(ctx, ctx.rank, 0, send, ctx.sizes.sendCount);
@@ -47,8 +29,8 @@ constexpr braid::perf::Collective kReduceScatter = {
     .usesRoot = false,
     .hasInPlace = true,
     .resultAtRootOnly = false,
-    .sizesFor = reduceScatterSizes,
-    .busBwFactor = reduceScatterBusBwFactor,
+    .sizesFor = braid::perf::scatteredSizes,
+    .busBwFactor = braid::perf::partsBusBwFactor,
     .initData = reduceScatterInitData,
     .run = reduceScatterRun,
     .check = reduceScatterCheck,

@@ -4,25 +4,7 @@
 
 namespace {
 
-using braid::perf::Sizes;
 using braid::perf::TestContext;
-
-Sizes scatterSizes(size_t bytes, size_t eltSize, int nranks) {
-  const size_t base = braid::perf::perRankCount(bytes, eltSize, nranks);
-  const size_t total = base * static_cast<size_t>(nranks);
-  return {.bytes = total * eltSize,
-          .count = base,
-          .sendCount = total,
-          .recvCount = base,
-          .sendInPlaceOffset = 0,
-          .recvInPlaceOffset = base,
-          .algBytes = total * eltSize};
-}
-
-// The root sends the n-1 parts it does not keep.
-double scatterBusBwFactor(int nranks) {
-  return static_cast<double>(nranks - 1) / nranks;
-}
 
 // Only the root's send buffer is read.
 void scatterInitData(const TestContext& ctx, void* send) {
@@ -49,8 +31,8 @@ constexpr braid::perf::Collective kScatter = {
     .usesRoot = true,
     .hasInPlace = true,
     .resultAtRootOnly = false,
-    .sizesFor = scatterSizes,
-    .busBwFactor = scatterBusBwFactor,
+    .sizesFor = braid::perf::scatteredSizes,
+    .busBwFactor = braid::perf::partsBusBwFactor,
     .initData = scatterInitData,
     .run = scatterRun,
     .check = scatterCheck,

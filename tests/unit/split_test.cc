@@ -58,8 +58,11 @@ TEST(SplitTransfers, EveryAlgorithmComputesWhatItsWholeMessagesDo) {
         split.push_back(splitTransfers(whole.back(), kPiece, 4));
         splitSchedules += split.back().steps.size() > whole.back().steps.size();
         EXPECT_EQ(validate(split.back(), sendBufferBytes(args), recvBufferBytes(args), 4), "");
-        for (const Step& s : split.back().steps)
-          if (s.kind == StepKind::kSend) EXPECT_LE(s.src.bytes, kPiece);
+        for (const Step& s : split.back().steps) {
+          if (s.kind == StepKind::kSend) {
+            EXPECT_LE(s.src.bytes, kPiece);
+          }
+        }
       }
       args.rank = 0;
       auto expected = inputs(args, whole), got = inputs(args, split);
