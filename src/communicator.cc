@@ -19,6 +19,7 @@
 #include "src/peer_links.h"
 #include "src/state_dump.h"
 #include "transports/loopback/loopback_connection.h"
+#include "transports/shm/shm_stream.h"
 
 namespace braid {
 
@@ -121,6 +122,9 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
     }
   }
   local.transports.ib = rdma != nullptr;
+  // /dev/shm's room before this communicator's segments take any of it, so
+  // that the ranks of a host see about the same figure.
+  Result<size_t> shmFreeBytes = shm::Segment::freeBytes();
   BRAID_ASSIGN_OR_RETURN(
       std::vector<std::string> published,
       client.exchange(nranks, encodePublished(comm->tcp_->localAddress(), local), deadline));
@@ -142,6 +146,22 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   // The single-copy threshold depends on how many ranks share the cores, so
   // the links get a copy of the settings with it resolved.
   Config linkConfig = comm->config_;
+  if (linkConfig.shmRingAuto && ranksOnHost > 1 && shmFreeBytes.isOk()) {
+    // Each pair of a host maps a segment of two rings: a pair beyond the
+    // room would fall back to TCP. Smaller rings cost speed only for
+    // messages between their size and the single-copy threshold.
+    linkConfig.shmRingBytes =
+        shm::fittedRingBytes(linkConfig.shmRingBytes, *shmFreeBytes, ranksOnHost);
+    const bool firstOnHost =
+        std::find(comm->sameHost_.begin(), comm->sameHost_.end(), true) - comm->sameHost_.begin() ==
+        rank;
+    if (linkConfig.shmRingBytes < comm->config_.shmRingBytes && firstOnHost)
+      BRAID_WARN("rank ", rank, ": shared-memory rings of ", linkConfig.shmRingBytes,
+                 " bytes instead of ", comm->config_.shmRingBytes, ": /dev/shm has ",
+                 *shmFreeBytes >> 20, " MiB free for the pairs of ", ranksOnHost,
+                 " ranks on this host; enlarge it (docker run --shm-size=1g, or mount -o "
+                 "remount,size=1G /dev/shm) for full speed");
+  }
   if (linkConfig.shmCmaAuto)
     linkConfig.shmCmaBytes = singleCopyBytes(linkConfig.shmRingBytes, ranksOnHost, coresOnHost);
   std::map<int, topo::Transport> transportTo;

@@ -19,7 +19,9 @@ using tcp::sendAll;
 
 // The handshake that hands a segment from its creator (the lower rank) to
 // its peer: the name's length and bytes (length 0: no segment, use the
-// socket), then one byte back (1: mapped; 0: not, use the socket). A pair
+// socket) and the bytes of each of its rings, then one byte back (1:
+// mapped; 0: not, use the socket). The creator sizes the rings, so the two
+// ends need not agree on BRAID_SHM_BYTES or on /dev/shm's room. A pair
 // that shares the segment then probes whether it may read each other's
 // memory (shm::negotiateReadPeer).
 constexpr uint32_t kMaxNameBytes = 255;
@@ -75,6 +77,9 @@ Result<std::unique_ptr<transport::ByteStream>> offerSegment(int rank, int peer, 
   static_assert(kMaxNameBytes < 256);
   shm::ShmStream::initialize(*segment, ringBytes);
   BRAID_RETURN_IF_ERROR(sendName(fd.get(), segment->name(), deadline));
+  const uint64_t ringBytesOnWire = ringBytes;
+  BRAID_RETURN_IF_ERROR(sendAll(
+      fd.get(), {reinterpret_cast<const uint8_t*>(&ringBytesOnWire), sizeof(uint64_t)}, deadline));
   uint8_t mapped = 0;
   BRAID_RETURN_IF_ERROR(recvAll(fd.get(), {&mapped, 1}, deadline));
   segment->unlink();
@@ -84,11 +89,19 @@ Result<std::unique_ptr<transport::ByteStream>> offerSegment(int rank, int peer, 
 }
 
 Result<std::unique_ptr<transport::ByteStream>> acceptSegment(int rank, int peer, tcp::Fd& fd,
-                                                             size_t ringBytes, const Config& config,
+                                                             const Config& config,
                                                              Deadline deadline,
                                                              std::string* singleCopyWith) {
   BRAID_ASSIGN_OR_RETURN(std::string name, recvName(fd.get(), deadline));
   if (name.empty()) return std::unique_ptr<transport::ByteStream>();
+  uint64_t ringBytes = 0;
+  BRAID_RETURN_IF_ERROR(
+      recvAll(fd.get(), {reinterpret_cast<uint8_t*>(&ringBytes), sizeof(ringBytes)}, deadline));
+  if (ringBytes < shm::kMinRingBytes || ringBytes > shm::kMaxRingBytes ||
+      (ringBytes & (ringBytes - 1)) != 0)
+    return remoteError(strCat("rank ", peer, " offered shared-memory rings of ", ringBytes,
+                              " bytes, not a power of two from ", shm::kMinRingBytes, " to ",
+                              shm::kMaxRingBytes));
   auto segment = shm::Segment::open(name, shm::segmentBytes(ringBytes));
   const uint8_t mapped = segment.isOk() ? 1 : 0;
   if (!segment.isOk())
@@ -137,8 +150,8 @@ Result<std::vector<PeerLink>> linkPeers(int rank, std::map<int, tcp::Fd> sockets
         BRAID_ASSIGN_OR_RETURN(
             stream, offerSegment(rank, peer, fd, ringBytes, config, deadline, &singleCopyWith));
       } else {
-        BRAID_ASSIGN_OR_RETURN(
-            stream, acceptSegment(rank, peer, fd, ringBytes, config, deadline, &singleCopyWith));
+        BRAID_ASSIGN_OR_RETURN(stream,
+                               acceptSegment(rank, peer, fd, config, deadline, &singleCopyWith));
       }
       if (!stream && config.transport == "shm")
         return Status(ErrorCode::kSystemError,

@@ -34,9 +34,10 @@ constexpr EnvParam kParams[] = {
     {"BRAID_SOCKET_IFNAME", "",
      "Network interface for bootstrap and TCP (exact name, e.g. eth0); default: first non-loopback "
      "interface that connects, else loopback."},
-    {"BRAID_SHM_BYTES", "1048576",
+    {"BRAID_SHM_BYTES", "auto",
      "Bytes of each shared-memory ring (one per direction per pair of ranks on a host; a power of "
-     "two, 4096 .. 1 TiB)."},
+     "two, 4096 .. 1 TiB). auto: 1048576, or less where the host's pairs would take more than "
+     "half of the room /dev/shm has."},
     {"BRAID_SHM_CMA_BYTES", "auto",
      "Messages of at least this many bytes between ranks of one host are copied once, straight "
      "from the sender's buffer (process_vm_readv), where the ranks may read each other's memory; "
@@ -226,7 +227,8 @@ Result<Config> loadConfig() {
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_CHUNK_BYTES", c, 4096, 1 << 30, &v));
     config.chunkBytes = static_cast<size_t>(v);
   }
-  if (std::string b = envString("BRAID_SHM_BYTES"); !b.empty()) {
+  if (std::string b = envString("BRAID_SHM_BYTES"); !b.empty() && b != "auto") {
+    config.shmRingAuto = false;
     double v = 0;
     BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SHM_BYTES", b, 4096, 0x1p40, &v));
     config.shmRingBytes = static_cast<size_t>(v);

@@ -54,6 +54,7 @@ struct Config {
   size_t shmRingBytes = 1 << 20;            // BRAID_SHM_BYTES: each shared-memory ring
   size_t shmCmaBytes = (1 << 20) + 1;       // BRAID_SHM_CMA_BYTES: single copy (0 = off)
   bool shmCmaAuto = true;                   // BRAID_SHM_CMA_BYTES unset or auto
+  bool shmRingAuto = true;                  // BRAID_SHM_BYTES unset or auto: fitted to /dev/shm
   double spinMicroseconds = -1;             // BRAID_SPIN_US (-1 = automatic)
   // InfiniBand/RoCE (docs/ENVIRONMENT.md); checked when the transport starts.
   std::string ibHca;     // BRAID_IB_HCA ("" = every device)

@@ -86,6 +86,28 @@ TEST(Launch, LongestHostIdJoins) {
   EXPECT_NE(out.find("[1] rank 1 of 2 ok"), std::string::npos) << out;
 }
 
+// A /dev/shm too small for 1 MiB rings between every pair of 6 ranks (15
+// pairs of 2 MiB in 24 MiB): the rings shrink to fit half of it, with a
+// warning that names the fix, and every pair still shares memory (forced
+// here, so a pair on TCP would fail init). Before, the pairs beyond the room
+// fell back to TCP. The small /dev/shm is a tmpfs in a mount namespace of
+// the test's own.
+TEST(Launch, SmallDevShmShrinksTheRings) {
+  if (run("unshare -m true").first != 0)
+    GTEST_SKIP() << "cannot make a mount namespace here (unshare -m: needs root or "
+                    "CAP_SYS_ADMIN), so no small /dev/shm to try";
+  auto [status, out] =
+      run("unshare -m sh -c 'mount -t tmpfs -o size=24m tmpfs /dev/shm && "
+          "env BRAID_TRANSPORT=shm " +
+          envOrFail("BRAIDRUN") + " -n 6 " + envOrFail("ENV_RANK") + "'");
+  EXPECT_EQ(status, 0) << out;
+  for (int r = 0; r < 6; ++r)
+    EXPECT_NE(out.find("rank " + std::to_string(r) + " of 6 ok"), std::string::npos) << out;
+  EXPECT_NE(out.find("shared-memory rings of 262144 bytes instead of 1048576"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("--shm-size"), std::string::npos) << out;
+}
+
 TEST(Launch, OpenMpiMpirun) {
   const std::string address = "127.0.0.1:" + std::to_string(freePort());
   // Root may run mpirun only when it says so; CI runs as root.

@@ -97,6 +97,35 @@ TEST(Transports, ForcedShmWithoutRoomIsAnError) {
       kTimeout, options);
 }
 
+// The lower rank of a pair sizes its rings (src/peer_links.cc), and the
+// other maps them at that size: ranks whose BRAID_SHM_BYTES differ, as their
+// automatic sizes may (each fits its rings to the room /dev/shm had when it
+// looked), still share memory. Messages larger than every ring cross.
+TEST(Transports, RanksWithDifferentRingSizesShareMemory) {
+  RunOptions options;
+  options.env = {{"BRAID_TRANSPORT", "shm"}, {"BRAID_SHM_CMA_BYTES", "0"}};
+  options.initComm = false;
+  runRanks(
+      3,
+      [](RankContext& ctx) {
+        const std::string ring = std::to_string(size_t{65536} << ctx.rank);
+        ::setenv("BRAID_SHM_BYTES", ring.c_str(), 1);
+        RANK_ASSERT_OK(braidCommInitRank(&ctx.comm, ctx.nranks, ctx.id, ctx.rank));
+        expectTransports(ctx, "shm");
+        allReduceWorks(ctx);
+        std::vector<int32_t> big(300000, ctx.rank);
+        const int next = (ctx.rank + 1) % ctx.nranks, prev = (ctx.rank + 2) % ctx.nranks;
+        std::vector<int32_t> got(big.size(), -1);
+        RANK_ASSERT_OK(braidGroupStart());
+        RANK_ASSERT_OK(braidSend(big.data(), big.size(), braidInt32, next, ctx.comm, nullptr));
+        RANK_ASSERT_OK(braidRecv(got.data(), got.size(), braidInt32, prev, ctx.comm, nullptr));
+        RANK_ASSERT_OK(braidGroupEnd());
+        RANK_EXPECT_EQ(got.front(), prev);
+        RANK_EXPECT_EQ(got.back(), prev);
+      },
+      kTimeout, options);
+}
+
 TEST(Transports, RankThatDiesLeavesNothingInDevShm) {
   runRanks(
       3,

@@ -148,6 +148,15 @@ TEST(Config, SingleCopyThresholdFollowsTheRingAndTheCores) {
     auto small = loadConfig();
     ASSERT_TRUE(small.isOk()) << small.status().message();
     EXPECT_EQ(small->shmCmaBytes, 65537u);
+    EXPECT_FALSE(small->shmRingAuto);  // a size given is kept as it is
+  }
+  EXPECT_TRUE(c->shmRingAuto);
+  {
+    ScopedEnv ring("BRAID_SHM_BYTES", "auto");
+    auto automatic = loadConfig();
+    ASSERT_TRUE(automatic.isOk()) << automatic.status().message();
+    EXPECT_TRUE(automatic->shmRingAuto);
+    EXPECT_EQ(automatic->shmRingBytes, 1u << 20);
   }
   ScopedEnv given("BRAID_SHM_CMA_BYTES", "4096");
   auto fixed = loadConfig();

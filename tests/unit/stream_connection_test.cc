@@ -315,5 +315,33 @@ TEST(ShmSegment, NameIsGoneOnceUnlinked) {
   EXPECT_FALSE(shm::Segment::open(name, shm::segmentBytes(kRingBytes)).isOk());
 }
 
+// The rings of a host's pairs take at most half of /dev/shm's room, and as
+// much of it as a power of two allows, up to the preferred size.
+TEST(ShmRings, FittedToHalfTheRoomOfDevShm) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  EXPECT_EQ(shm::fittedRingBytes(kMiB, 12 * 1024 * kMiB, 8), kMiB);  // room to spare
+  EXPECT_EQ(shm::fittedRingBytes(kMiB, 0, 1), kMiB);                 // no pair
+  for (int ranks : {2, 6, 8, 16, 64, 256}) {
+    for (size_t room : {24 * kMiB, 64 * kMiB, 1024 * kMiB}) {
+      SCOPED_TRACE(testing::Message() << ranks << " ranks, " << (room >> 20) << " MiB");
+      const size_t pairs = static_cast<size_t>(ranks) * (ranks - 1) / 2;
+      const size_t ring = shm::fittedRingBytes(kMiB, room, ranks);
+      EXPECT_EQ(ring & (ring - 1), 0u);
+      EXPECT_GE(ring, shm::kMinRingBytes);
+      EXPECT_LE(ring, kMiB);
+      if (ring > shm::kMinRingBytes) {
+        EXPECT_LE(pairs * shm::segmentBytes(ring), room / 2);
+      }
+      if (ring < kMiB) {
+        EXPECT_GT(pairs * shm::segmentBytes(2 * ring), room / 2);
+      }
+    }
+  }
+  // Docker's default /dev/shm (64 MiB) and 8 ranks: 28 pairs in 32 MiB.
+  EXPECT_EQ(shm::fittedRingBytes(kMiB, 64 * kMiB, 8), kMiB / 2);
+  // Nothing fits: the smallest ring, and the pairs beyond the room fall back to TCP.
+  EXPECT_EQ(shm::fittedRingBytes(kMiB, kMiB, 256), shm::kMinRingBytes);
+}
+
 }  // namespace
 }  // namespace braid::transport

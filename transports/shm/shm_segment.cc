@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,6 +84,12 @@ Result<Segment> Segment::create(size_t bytes) {
   BRAID_ASSIGN_OR_RETURN(segment.base_, mapShared(fd.get(), bytes, name));
   segment.bytes_ = bytes;
   return segment;
+}
+
+Result<size_t> Segment::freeBytes() {
+  struct statvfs st {};
+  if (::statvfs("/dev/shm", &st) != 0) return errnoStatus("statvfs of /dev/shm", errno);
+  return static_cast<size_t>(st.f_bavail) * st.f_frsize;
 }
 
 Result<Segment> Segment::open(const std::string& name, size_t bytes) {

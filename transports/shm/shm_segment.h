@@ -26,6 +26,9 @@ class Segment {
   static Result<Segment> create(size_t bytes);
   static Result<Segment> open(const std::string& name, size_t bytes);
 
+  // Bytes free in /dev/shm for this process now.
+  static Result<size_t> freeBytes();
+
   // Removes the name; the mapping stays valid. Idempotent.
   void unlink();
 

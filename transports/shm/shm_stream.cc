@@ -50,6 +50,14 @@ size_t segmentBytes(size_t ringBytes) {
   return 2 * kControlBytes + 2 * ringBytes;
 }
 
+size_t fittedRingBytes(size_t preferred, size_t freeBytes, int ranksOnHost) {
+  if (ranksOnHost < 2) return preferred;  // no pair: nothing to fit
+  const size_t pairs = static_cast<size_t>(ranksOnHost) * (ranksOnHost - 1) / 2;
+  size_t ring = preferred;
+  while (ring > kMinRingBytes && segmentBytes(ring) > freeBytes / 2 / pairs) ring /= 2;
+  return ring;
+}
+
 void ShmStream::initialize(Segment& segment, size_t ringBytes) {
   auto* base = static_cast<uint8_t*>(segment.base());
   for (int i = 0; i < 2; ++i) {

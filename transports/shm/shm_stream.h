@@ -41,6 +41,17 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free,
 // Bytes of a segment holding two rings of `ringBytes` each.
 size_t segmentBytes(size_t ringBytes);
 
+// The sizes a ring may have (powers of two; BRAID_SHM_BYTES).
+inline constexpr size_t kMinRingBytes = 4096;
+inline constexpr size_t kMaxRingBytes = size_t{1} << 40;
+
+// The ring size for the pairs of `ranksOnHost` ranks when /dev/shm has
+// `freeBytes` free: `preferred`, or the largest power of two below it
+// (kMinRingBytes at least) whose segments, one per pair, take at most half
+// of that room. The other half is left to the rest of the host's users of
+// /dev/shm (data loaders, other jobs, CUDA).
+size_t fittedRingBytes(size_t preferred, size_t freeBytes, int ranksOnHost);
+
 class ShmStream final : public transport::ByteStream {
  public:
   // The creator of the segment writes ring 0 and reads ring 1; the other
