@@ -146,7 +146,8 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   // The single-copy threshold depends on how many ranks share the cores, so
   // the links get a copy of the settings with it resolved.
   Config linkConfig = comm->config_;
-  if (linkConfig.shmRingAuto && ranksOnHost > 1 && shmFreeBytes.isOk()) {
+  const bool shmPossible = linkConfig.transport.empty() || linkConfig.transport == "shm";
+  if (linkConfig.shmRingAuto && shmPossible && ranksOnHost > 1 && shmFreeBytes.isOk()) {
     // Each pair of a host maps a segment of two rings: a pair beyond the
     // room would fall back to TCP. Smaller rings cost speed only for
     // messages between their size and the single-copy threshold.

@@ -106,6 +106,14 @@ TEST(Launch, SmallDevShmShrinksTheRings) {
   EXPECT_NE(out.find("shared-memory rings of 262144 bytes instead of 1048576"), std::string::npos)
       << out;
   EXPECT_NE(out.find("--shm-size"), std::string::npos) << out;
+
+  // No shared memory asked for: nothing to fit, nothing to warn about.
+  auto [tcpStatus, tcpOut] =
+      run("unshare -m sh -c 'mount -t tmpfs -o size=24m tmpfs /dev/shm && "
+          "env BRAID_TRANSPORT=tcp " +
+          envOrFail("BRAIDRUN") + " -n 6 " + envOrFail("ENV_RANK") + "'");
+  EXPECT_EQ(tcpStatus, 0) << tcpOut;
+  EXPECT_EQ(tcpOut.find("shared-memory rings of"), std::string::npos) << tcpOut;
 }
 
 TEST(Launch, OpenMpiMpirun) {
