@@ -9,6 +9,7 @@
 // rank's encoded description, exactly as a communicator's init would.
 #include <braid.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cxxopts.hpp>
@@ -21,6 +22,8 @@
 #include "topology/topology.h"
 #include "topology/topology_json.h"
 #include "transports/ib/rdma_probe.h"
+#include "transports/shm/shm_segment.h"
+#include "transports/shm/shm_stream.h"
 
 namespace {
 
@@ -37,7 +40,61 @@ struct Options {
   std::string file;
   std::string forced;
   topo::TransportSet available;
+  // /dev/shm's room, read before this process's communicator takes any,
+  // and the ring size the settings ask for (BRAID_SHM_BYTES).
+  braid::Result<size_t> shmFreeBytes = size_t{0};
+  size_t shmRingBytes = 0;
+  bool shmRingAuto = true;
 };
+
+// What the ranks of rank 0's host would get as shared-memory rings.
+struct ShmRings {
+  int ranksOnHost = 1;
+  size_t ringBytes = 0;
+  int fullRingsUpTo = 0;  // auto: the most ranks a host that keep the preferred size
+};
+
+ShmRings shmRings(const Options& options, const std::vector<topo::RankTopology>& ranks) {
+  ShmRings rings;
+  rings.ranksOnHost =
+      static_cast<int>(std::count_if(ranks.begin(), ranks.end(), [&](const topo::RankTopology& r) {
+        return r.hostId == ranks[0].hostId;
+      }));
+  rings.ringBytes = options.shmRingBytes;
+  if (!options.shmRingAuto || !options.shmFreeBytes.isOk()) return rings;
+  const size_t room = options.shmFreeBytes.value();
+  rings.ringBytes = braid::shm::fittedRingBytes(options.shmRingBytes, room, rings.ranksOnHost);
+  while (rings.fullRingsUpTo < 1 << 20 &&
+         braid::shm::fittedRingBytes(options.shmRingBytes, room, rings.fullRingsUpTo + 1) ==
+             options.shmRingBytes)
+    ++rings.fullRingsUpTo;
+  return rings;
+}
+
+std::string shmText(const Options& options, const ShmRings& rings) {
+  if (!options.shmFreeBytes.isOk())
+    return braid::strCat("shared memory: ", options.shmFreeBytes.status().message(), "\n");
+  std::string text = braid::strCat("shared memory: /dev/shm has ",
+                                   options.shmFreeBytes.value() >> 20, " MiB free; ");
+  if (!options.shmRingAuto)
+    return text + braid::strCat("rings of ", rings.ringBytes, " bytes (BRAID_SHM_BYTES)\n");
+  text += braid::strCat(options.shmRingBytes >> 20, " MiB rings for up to ", rings.fullRingsUpTo,
+                        " ranks a host");
+  if (rings.ranksOnHost > 1)
+    text += braid::strCat("; rings of ", rings.ringBytes, " bytes for the ", rings.ranksOnHost,
+                          " ranks of rank 0's host");
+  return text + " (BRAID_SHM_BYTES auto)\n";
+}
+
+json shmJson(const Options& options, const ShmRings& rings) {
+  if (!options.shmFreeBytes.isOk()) return {{"error", options.shmFreeBytes.status().message()}};
+  json out = {{"free_bytes", options.shmFreeBytes.value()},
+              {"auto", options.shmRingAuto},
+              {"ranks_on_host", rings.ranksOnHost},
+              {"ring_bytes", rings.ringBytes}};
+  if (options.shmRingAuto) out["full_rings_up_to"] = rings.fullRingsUpTo;
+  return out;
+}
 
 bool launched() {
   auto set = [](const char* name) {
@@ -122,6 +179,7 @@ int report(const Options& options, const std::vector<topo::RankTopology>& ranks,
     doc["available"] = topo::toJsonValue(options.available);
     doc["rdma"] = rdmaJson(braid::ib::probeRdma());
     doc["forced"] = options.forced;
+    doc["shm"] = shmJson(options, shmRings(options, ranks));
     if (matrix.isOk()) {
       doc["matrix"] = topo::toJsonValue(matrix.value());
     } else {
@@ -136,6 +194,7 @@ int report(const Options& options, const std::vector<topo::RankTopology>& ranks,
       out += braid::strCat("rank ", i, ": ", ranks[i].summary(), '\n', describeDevices(ranks[i]));
     out += braid::strCat("transports available: ", setText(options.available),
                          "; forced: ", options.forced.empty() ? "no" : options.forced, "\n");
+    out += shmText(options, shmRings(options, ranks));
     out +=
         braid::strCat("rdma (this process): ", braid::ib::describe(braid::ib::probeRdma()), "\n\n");
     if (matrix.isOk()) out += matrix->toText();
@@ -246,6 +305,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.available = available.value();
+  options.shmFreeBytes = braid::shm::Segment::freeBytes();
+  options.shmRingBytes = config->shmRingBytes;
+  options.shmRingAuto = config->shmRingAuto;
   if (!options.standalone && launched()) return runLaunched(options, config.value());
   return runStandalone(options, config.value());
 }

@@ -184,6 +184,39 @@ TEST(BraidTopo, ShowsGpusWithTheirUuid) {
   EXPECT_EQ(doc["ranks"][1]["devices"][0]["uuid"], "GPU-0c2f9d3e-51a7-4b1e-9d0a-7e3f2b6c8a41");
 }
 
+// The room of /dev/shm and the rings braid fits to it (BRAID_SHM_BYTES
+// auto), for the ranks of rank 0's host: in a 24 MiB tmpfs of a mount
+// namespace of the test's own, 1 MiB rings hold 3 ranks (half the room,
+// 2 MiB a pair) and 6 ranks get 256 KiB rings.
+TEST(BraidTopo, ShowsTheRoomOfDevShmAndTheRingsThatFit) {
+  Outcome alone = run(topo());
+  ASSERT_EQ(alone.exitCode, 0) << alone.err;
+  EXPECT_NE(alone.out.find("shared memory: /dev/shm has "), std::string::npos) << alone.out;
+  Outcome given = run("env BRAID_SHM_BYTES=65536 " + topo() + " --json");
+  ASSERT_EQ(given.exitCode, 0) << given.err;
+  json doc = json::parse(given.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << given.out;
+  EXPECT_EQ(doc["shm"]["ring_bytes"], 65536) << doc.dump(2);
+  EXPECT_EQ(doc["shm"]["auto"], false) << doc.dump(2);
+  EXPECT_GT(doc["shm"]["free_bytes"].get<double>(), 0) << doc.dump(2);
+
+  if (run("unshare -m true").exitCode != 0)
+    GTEST_SKIP() << "cannot make a mount namespace here (unshare -m: needs root or "
+                    "CAP_SYS_ADMIN), so no small /dev/shm to show";
+  const std::string smallShm = "unshare -m sh -c 'mount -t tmpfs -o size=24m tmpfs /dev/shm && ";
+  Outcome one = run(smallShm + topo() + "'");
+  ASSERT_EQ(one.exitCode, 0) << one.err;
+  EXPECT_NE(one.out.find("shared memory: /dev/shm has 24 MiB free; 1 MiB rings for up to 3 ranks "
+                         "a host"),
+            std::string::npos)
+      << one.out;
+  Outcome six = run(smallShm + underBraidrun(6, "") + "'");
+  ASSERT_EQ(six.exitCode, 0) << six.err;
+  EXPECT_NE(six.out.find("rings of 262144 bytes for the 6 ranks of rank 0's host"),
+            std::string::npos)
+      << six.out;
+}
+
 TEST(BraidTopo, BadUsage) {
   EXPECT_EQ(run(topo() + " --bogus").exitCode, 2);
   Outcome unknown = run(topo() + " --available carrier-pigeon");
