@@ -60,6 +60,19 @@ class ByteStream {
     (void)into, (void)address, (void)key, (void)bytes;
     return notSupported("this stream cannot read the peer's memory");
   }
+
+  // Whether writePeer() works: the peer may write into this process's
+  // memory and this one into the peer's (the same permission both ways, as
+  // process_vm_writev needs what process_vm_readv does). A receiver then
+  // asks the sender of a large descriptor to copy part of it itself, so
+  // that both ends copy at once.
+  virtual bool canWritePeer() const { return false; }
+  // Copies `bytes` from `from` to `address` in the peer's memory: all of
+  // them, or an error.
+  virtual Status writePeer(uint64_t address, const void* from, size_t bytes) {
+    (void)address, (void)from, (void)bytes;
+    return notSupported("this stream cannot write the peer's memory");
+  }
 };
 
 }  // namespace braid::transport

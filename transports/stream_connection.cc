@@ -190,7 +190,12 @@ Result<bool> StreamConnection::progress() {
 Result<bool> StreamConnection::progressLocked(std::chrono::microseconds unclaimedWait) {
   if (!dead_.isOk()) return dead_;
   BRAID_ASSIGN_OR_RETURN(bool sent, sendSome());
-  const size_t acksBefore = sends_.size();
+  // A push asked for goes out before this end starts on its own part.
+  if (askForPushes()) {
+    BRAID_ASSIGN_OR_RETURN(bool asked, sendSome());
+    sent = sent || asked;
+  }
+  const size_t framesBefore = sends_.size();
   BRAID_RETURN_IF_ERROR(copyOutUnclaimed(unclaimedWait));
   BRAID_ASSIGN_OR_RETURN(bool pulled, pullSome());
   // Reading before any ack goes out is what makes the copies good: a sender
@@ -199,11 +204,14 @@ Result<bool> StreamConnection::progressLocked(std::chrono::microseconds unclaime
   // buffer still promised to this rank.
   BRAID_ASSIGN_OR_RETURN(bool received, recvSome());
   unconfirmed_.clear();
-  if (sends_.size() != acksBefore || pulled) {
+  // Likewise, writing only after reading: a receiver that gave up has said
+  // so by now, and its buffer is no longer written.
+  BRAID_ASSIGN_OR_RETURN(bool pushed, pushSome());
+  if (sends_.size() != framesBefore || pulled || pushed) {
     BRAID_ASSIGN_OR_RETURN(bool acked, sendSome());
     sent = sent || acked;
   }
-  return sent || pulled || received;
+  return sent || pulled || received || pushed;
 }
 
 Result<bool> StreamConnection::sendSome() {
@@ -267,6 +275,12 @@ void StreamConnection::failPostedBefore(uint64_t tag, const Tag& arrived) {
 void StreamConnection::headerArrived() {
   if (header_.tag == kAckTag) {
     ackArrived();
+    headerGot_ = 0;
+  } else if (header_.tag == kPushTag) {
+    pushRequested();
+    headerGot_ = 0;
+  } else if (header_.tag == kPushedTag) {
+    pushAnswered();
     headerGot_ = 0;
   } else if (isDescriptor(header_.tag, header_.remote)) {
     descriptorArrived();
@@ -432,6 +446,7 @@ void StreamConnection::failAll(const Status& reason) {
   for (auto& [tag, p] : posted_) p.request->fail(reason);
   posted_.clear();
   pulls_.clear();
+  pushes_.clear();
   // Copied from a buffer the peer may have taken back before saying so.
   for (uint64_t tag : unconfirmed_) unexpected_.erase(tag);
   unexpectedCount_.store(unexpected_.size(), std::memory_order_relaxed);
@@ -467,7 +482,7 @@ void StreamConnection::abortInCall(const Status& reason, uint64_t callMark) {
 bool StreamConnection::prepareToSleep() {
   std::lock_guard lock(mutex_);
   if (!dead_.isOk()) return true;
-  if (!pulls_.empty()) return false;  // copying needs no wake-up
+  if (!pulls_.empty() || !pushes_.empty()) return false;  // copying needs no wake-up
   // Both ends idle, each holding the other's descriptor: each may wait for
   // its send before it posts the receive, so neither waits any longer.
   if (unexpectedDescriptors_ > 0 && !awaitingAck_.empty()) {

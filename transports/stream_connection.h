@@ -43,6 +43,13 @@ class StreamConnection final : public Connection {
     // calls). Checked on progress() and before sleeping; two ends about to
     // sleep while each holds the other's descriptor copy at once.
     std::chrono::microseconds unclaimedDescriptorWait{20000};
+    // A descriptor of at least this many bytes matched to a plain receive
+    // is copied by both ends at once where the stream can write the peer's
+    // memory: the receiver copies the head while the sender, asked by a
+    // push frame, writes the tail into the receive buffer. A sender that
+    // only waits for its ack (a Broadcast's root, a Send) then lends its
+    // core to the copy; 0: the receiver copies everything.
+    size_t pushBytes = 512 << 10;
   };
 
   // The wire header of every frame, in host byte order; public for the
@@ -98,6 +105,11 @@ class StreamConnection final : public Connection {
     uint64_t remote = 0;  // matched to a descriptor: where its payload is
     uint64_t remoteKey = 0;
     size_t copied = 0;  // of that payload, so far
+    // A push: the sender writes [split, bytes) unless it answers otherwise.
+    bool asked = false;           // decided whether to ask for one
+    size_t split = 0;             // 0: no push asked, or its answer taken
+    bool awaitingPushed = false;  // asked, not yet answered
+    size_t pushed = 0;            // of the tail, by the answer
     bool reduces() const { return combiner.apply != nullptr; }
   };
   // A payload this end holds: one that came with no receive posted, or one
@@ -115,6 +127,15 @@ class StreamConnection final : public Connection {
     // Room for `n` bytes in all; false when memory ran out.
     bool reserve(size_t n);
     uint8_t* data() { return bytes.get(); }
+  };
+  // A push this end was asked for: the tail of one of its descriptors.
+  struct Push {
+    uint64_t tag;  // the descriptor's
+    uint64_t remote;
+    const uint8_t* from;
+    uint64_t to;  // in the peer's memory
+    size_t bytes;
+    size_t done = 0;
   };
   struct Unexpected {
     uint64_t check;
@@ -137,6 +158,15 @@ class StreamConnection final : public Connection {
   void descriptorArrived();
   void ackArrived();
   void queueAck(uint64_t tag, uint64_t remote, RequestPtr request);
+  // Queues a frame of this connection's own ahead of every frame not yet begun.
+  void queueControl(const FrameHeader& header, RequestPtr request);
+  // Asks the senders of newly matched large descriptors for pushes; true
+  // when it queued any.
+  bool askForPushes();
+  void pushRequested();
+  void pushAnswered();
+  // Writes the next pieces of the pushes asked of this end.
+  Result<bool> pushSome();
   // Room in spill_ for the incoming frame's first `n` payload bytes; false
   // (and the connection closed) when memory ran out.
   bool spillRoom(size_t n);
@@ -171,7 +201,11 @@ class StreamConnection final : public Connection {
   std::map<uint64_t, Unexpected> unexpected_;
   std::atomic<size_t> unexpectedCount_{0};  // unexpected_.size(), read without the lock
   size_t unexpectedDescriptors_ = 0;
-  std::deque<uint64_t> pulls_;  // posted_ keys matched to descriptors, in arrival order
+  // posted_ keys matched to descriptors, in arrival order, but for those
+  // whose head is copied while the sender has not answered its push.
+  std::deque<uint64_t> pulls_;
+  std::deque<Push> pushes_;
+  bool pushRefused_ = false;  // a write into the peer failed: pushes are declined
   // Payloads copied out of the peer's memory since the stream last proved
   // the peer had not given up (a failed send frees its buffer): unexpected_
   // keys dropped if the connection dies first.

@@ -4,6 +4,7 @@
 // buffer and acks, and the send completes on the ack.
 #include <algorithm>
 
+#include "src/common/log.h"
 #include "src/common/strcat.h"
 #include "transports/stream_connection.h"
 #include "transports/stream_frames.h"
@@ -16,11 +17,16 @@ namespace {
 constexpr size_t kPullBytesPerProgress = 1 << 20;
 // The first piece of a descriptor's payload copied out unclaimed.
 constexpr size_t kFirstCopyOutBytes = 1 << 20;
+// Where a push may split a payload: a multiple of this from its start.
+constexpr size_t kPushAlign = 4096;
 }  // namespace
 
 void StreamConnection::ackArrived() {
   for (auto it = awaitingAck_.begin(); it != awaitingAck_.end(); ++it)
     if (it->header.tag == header_.check && it->header.remote == header_.remote) {
+      // The receiver has all of it: a push still going (only a broken peer
+      // acks first) must not read a buffer its caller now has back.
+      std::erase_if(pushes_, [&](const Push& p) { return p.tag == header_.check; });
       it->request->complete();
       awaitingAck_.erase(it);
       return;
@@ -63,11 +69,94 @@ void StreamConnection::descriptorArrived() {
 }
 
 void StreamConnection::queueAck(uint64_t tag, uint64_t remote, RequestPtr request) {
+  queueControl({kAckTag, tag, 0, remote, 0}, std::move(request));
+}
+
+void StreamConnection::queueControl(const FrameHeader& header, RequestPtr request) {
   // Ahead of every frame not yet begun: the peer waits on it.
   auto at = sends_.begin();
   if (at != sends_.end() && at->sent > 0) ++at;
-  sends_.insert(at, {{kAckTag, tag, 0, remote}, nullptr, 0, std::move(request)});
+  sends_.insert(at, {header, nullptr, 0, std::move(request)});
   sendsPending_ = true;
+}
+
+bool StreamConnection::askForPushes() {
+  if (options_.pushBytes == 0 || pulls_.empty() || !stream_->canWritePeer()) return false;
+  bool asked = false;
+  for (uint64_t tag : pulls_) {
+    auto it = posted_.find(tag);
+    if (it == posted_.end()) continue;
+    PostedRecv& p = it->second;
+    if (p.asked) continue;
+    p.asked = true;
+    // A reduction needs this rank's operand, which the sender cannot read.
+    if (p.reduces() || p.bytes < options_.pushBytes || p.copied > 0) continue;
+    // Halves on a page boundary: neither end then touches the other's pages.
+    p.split = p.bytes / 2 / kPushAlign * kPushAlign;
+    if (p.split == 0) continue;
+    p.awaitingPushed = true;
+    queueControl({kPushTag, tag, p.split, p.remote, reinterpret_cast<uintptr_t>(p.data)}, nullptr);
+    asked = true;
+  }
+  return asked;
+}
+
+void StreamConnection::pushRequested() {
+  const FrameHeader& h = header_;
+  for (const PendingSend& s : awaitingAck_) {
+    if (s.header.tag != h.check || s.header.remote != h.remote) continue;
+    // A push this end cannot do, or one past its payload (a broken peer),
+    // is answered at once with nothing written: the receiver copies it all.
+    if (!stream_->canWritePeer() || pushRefused_ || h.bytes > s.header.bytes) break;
+    pushes_.push_back({h.check, h.remote, s.data + h.bytes, h.key + h.bytes,
+                       static_cast<size_t>(s.header.bytes - h.bytes)});
+    return;
+  }
+  queueControl({kPushedTag, h.check, 0, h.remote, 0}, nullptr);
+}
+
+void StreamConnection::pushAnswered() {
+  const FrameHeader& h = header_;
+  auto it = posted_.find(h.check);
+  if (it == posted_.end() || !it->second.awaitingPushed || it->second.remote != h.remote ||
+      h.bytes > it->second.bytes - it->second.split) {
+    closeWith(remoteError(strCat("rank ", peer_, " answered a push that was not asked for")));
+    return;
+  }
+  PostedRecv& p = it->second;
+  p.awaitingPushed = false;
+  p.pushed = h.bytes;
+  // Its head copied, the receive waits out of pulls_; its rest is copied now.
+  if (p.copied == p.split) pulls_.push_back(h.check);
+}
+
+Result<bool> StreamConnection::pushSome() {
+  size_t budget = kPullBytesPerProgress;
+  bool moved = false;
+  while (!pushes_.empty() && budget > 0) {
+    Push& push = pushes_.front();
+    const size_t n = std::min(push.bytes - push.done, budget);
+    if (n > 0) {
+      if (Status s = stream_->writePeer(push.to + push.done, push.from + push.done, n); !s.isOk()) {
+        // The receiver copies what is not written; a peer that is gone
+        // fails the connection through the stream, as any other.
+        if (!pushRefused_)
+          BRAID_INFO("writing into rank ", peer_, "'s memory failed (", s.message(),
+                     "); it copies the whole of each message from now on");
+        pushRefused_ = true;
+        push.bytes = push.done;
+      } else {
+        push.done += n;
+        budget -= n;
+        moved = true;
+      }
+    }
+    if (push.done < push.bytes) continue;
+    queueControl({kPushedTag, push.tag, push.done, push.remote, 0}, nullptr);
+    pushes_.pop_front();
+    moved = true;
+  }
+  return moved;
 }
 
 Status StreamConnection::copyOut(uint64_t tag, Unexpected& u) {
@@ -126,7 +215,17 @@ Result<bool> StreamConnection::pullSome() {
       continue;
     }
     PostedRecv& p = it->second;
-    const size_t left = p.bytes - p.copied;
+    if (p.split > 0 && p.copied == p.split) {
+      if (p.awaitingPushed) {
+        // The head is in; the receive waits for the sender's answer.
+        pulls_.pop_front();
+        continue;
+      }
+      p.copied += p.pushed;
+      p.split = 0;
+    }
+    const size_t end = p.split > 0 ? p.split : p.bytes;
+    const size_t left = end - p.copied;
     size_t n = std::min(left, budget);
     Status s;
     if (p.reduces()) {
@@ -150,7 +249,7 @@ Result<bool> StreamConnection::pullSome() {
     p.copied += n;
     budget -= n;
     moved = true;
-    if (p.copied < p.bytes) continue;
+    if (p.copied < p.bytes || p.awaitingPushed) continue;
     // The receive completes once the ack is written, so that a caller done
     // with this connection never leaves the sender waiting for it.
     queueAck(it->first, p.remote, std::move(p.request));

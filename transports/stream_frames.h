@@ -21,5 +21,14 @@ inline constexpr uint64_t kGoodbyeTag = kControlChannel;
 // An ack tells the sender of a descriptor that its payload was copied (or
 // will never be): check = the descriptor's tag, remote = its address.
 inline constexpr uint64_t kAckTag = kControlChannel | 1;
+// A push asks the sender of a descriptor to copy the payload's tail into the
+// receiver's memory itself while the receiver copies the head: check = the
+// descriptor's tag, remote = its address, bytes = the head's length (where
+// the tail starts), key = the receiver's address of the payload's start.
+inline constexpr uint64_t kPushTag = kControlChannel | 2;
+// The sender's answer to a push, once it wrote all it will: check = the
+// descriptor's tag, remote = its address, bytes = how much of the tail it
+// wrote, from the tail's start (0: none; the receiver copies the rest).
+inline constexpr uint64_t kPushedTag = kControlChannel | 3;
 
 }  // namespace braid::transport

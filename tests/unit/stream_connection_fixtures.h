@@ -35,9 +35,9 @@ inline bool selfReadable() {
   return readable;
 }
 
-// Forwards to a real stream, counting what readPeer() copies; it can also
-// refuse every readPeer(), as a peer that vanished or a kernel that forbids
-// it would.
+// Forwards to a real stream, counting what readPeer() and writePeer() copy;
+// it can also refuse them, as a peer that vanished or a kernel that forbids
+// them would.
 class TestStream final : public ByteStream {
  public:
   explicit TestStream(std::unique_ptr<ByteStream> inner) : inner_(std::move(inner)) {}
@@ -64,10 +64,21 @@ class TestStream final : public ByteStream {
     return inner_->readPeer(into, address, key - keyOffset, bytes);
   }
 
+  bool canWritePeer() const override { return !refuseWrites && inner_->canWritePeer(); }
+  Status writePeer(uint64_t address, const void* from, size_t bytes) override {
+    if (failWrites) return errnoStatus("process_vm_writev", EPERM);
+    ++writes;
+    bytesWritten += bytes;
+    return inner_->writePeer(address, from, bytes);
+  }
+
   size_t reads = 0, bytesRead = 0;
+  size_t writes = 0, bytesWritten = 0;
   bool failReads = false;
-  bool refuseKeys = false;  // as RDMA for a buffer nobody declared
-  uint64_t keyOffset = 0;   // added to the inner stream's keys, as a registration's would be
+  bool failWrites = false;    // writePeer() fails, as under a seccomp profile that forbids it
+  bool refuseWrites = false;  // canWritePeer() says no, as RDMA's
+  bool refuseKeys = false;    // as RDMA for a buffer nobody declared
+  uint64_t keyOffset = 0;     // added to the inner stream's keys, as a registration's would be
   std::vector<uint64_t> keysSeen;
 
  private:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "transports/stream_connection.h"
+#include "transports/stream_frames.h"
 
 namespace braid::transport {
 namespace {
@@ -23,7 +24,11 @@ class ScriptedPeer final : public ByteStream {
       : bytes_(std::move(bytes)), memory_(memory) {}
   Result<size_t> writeSome(const iovec* iov, int count) override {
     size_t n = 0;
-    for (int i = 0; i < count; ++i) n += iov[i].iov_len;
+    for (int i = 0; i < count; ++i) {
+      const auto* at = static_cast<const uint8_t*>(iov[i].iov_base);
+      written.insert(written.end(), at, at + iov[i].iov_len);
+      n += iov[i].iov_len;
+    }
     return n;
   }
   Result<size_t> readSome(void* into, size_t room) override {
@@ -49,6 +54,14 @@ class ScriptedPeer final : public ByteStream {
     std::memcpy(into, memory_->data() + (address - base), bytes);
     return Status::ok();
   }
+  bool canWritePeer() const override { return memory_ != nullptr; }
+  Status writePeer(uint64_t, const void*, size_t) override {
+    ++writes;
+    return Status::ok();
+  }
+
+  std::vector<uint8_t> written;  // every byte the connection wrote to this peer
+  size_t writes = 0;
 
  private:
   std::vector<uint8_t> bytes_;
@@ -56,8 +69,9 @@ class ScriptedPeer final : public ByteStream {
   std::vector<uint8_t>* memory_;
 };
 
-std::vector<uint8_t> header(uint64_t tag, uint64_t check, uint64_t bytes, uint64_t remote) {
-  const StreamConnection::FrameHeader h{tag, check, bytes, remote, 0};
+std::vector<uint8_t> header(uint64_t tag, uint64_t check, uint64_t bytes, uint64_t remote,
+                            uint64_t key = 0) {
+  const StreamConnection::FrameHeader h{tag, check, bytes, remote, key};
   std::vector<uint8_t> out(sizeof h);
   std::memcpy(out.data(), &h, sizeof h);
   return out;
@@ -93,6 +107,43 @@ TEST(HostilePeer, DescriptorClaimingMoreThanThePeerHasFailsTheConnection) {
     EXPECT_NE(moved.status().code(), ErrorCode::kOk);
     EXPECT_FALSE(moved.status().message().empty());
   }
+}
+
+// A push answer names a receive that asked for one; any other is a broken
+// peer's, and ends the connection rather than being taken as a count of
+// bytes written into this rank's memory.
+TEST(HostilePeer, PushAnswerNobodyAskedForFailsTheConnection) {
+  std::vector<uint8_t> memory(4096, 1);
+  StreamConnection c(std::make_unique<ScriptedPeer>(header(kPushedTag, 5, 4096, 1234), &memory), 1);
+  Result<bool> moved = c.progress();
+  ASSERT_FALSE(moved.isOk());
+  EXPECT_EQ(moved.status().code(), ErrorCode::kRemoteError);
+  EXPECT_NE(moved.status().message().find("not asked for"), std::string::npos)
+      << moved.status().message();
+}
+
+// A push asks the sender to write part of its payload into the receiver;
+// one that claims a head longer than the payload is answered with nothing
+// written, and the send still waits for its ack.
+TEST(HostilePeer, PushPastThePayloadIsDeclined) {
+  std::vector<uint8_t> memory(4096, 1), payload(1 << 20, 2);
+  const auto remote = reinterpret_cast<uintptr_t>(payload.data());
+  auto script = std::make_unique<ScriptedPeer>(
+      header(kPushTag, 5, payload.size() + 1, remote, 0x10000), &memory);
+  ScriptedPeer* peer = script.get();
+  StreamConnection c(std::move(script), 1);
+  RequestPtr s = c.postSend(payload.data(), payload.size(), {5, 7});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c.progress().isOk());
+  EXPECT_EQ(s->state(), Request::State::kPending);
+  EXPECT_EQ(peer->writes, 0u);
+  const size_t frame = sizeof(StreamConnection::FrameHeader);
+  ASSERT_EQ(peer->written.size(), 2 * frame) << "the descriptor, then the answer";
+  StreamConnection::FrameHeader answer{};
+  std::memcpy(&answer, peer->written.data() + frame, frame);
+  EXPECT_EQ(answer.tag, kPushedTag);
+  EXPECT_EQ(answer.check, 5u);
+  EXPECT_EQ(answer.remote, remote);
+  EXPECT_EQ(answer.bytes, 0u);
 }
 
 }  // namespace

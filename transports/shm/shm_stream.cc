@@ -27,22 +27,31 @@ size_t dataOffset(int i, size_t ringBytes) {
   return 2 * kControlBytes + static_cast<size_t>(i) * ringBytes;
 }
 
-// Copies `bytes` at `address` of process `pid`; 0 or an errno value.
-int readProcess(pid_t pid, void* into, uint64_t address, size_t bytes) {
-  auto* to = static_cast<uint8_t*>(into);
+enum class Direction { kRead, kWrite };
+
+// Copies `bytes` between `local` here and `address` in process `pid`, in
+// `direction` (read: from the process); 0 or an errno value.
+int copyProcess(pid_t pid, Direction direction, void* local, uint64_t address, size_t bytes) {
+  auto* at = static_cast<uint8_t*>(local);
   while (bytes > 0) {
-    iovec local{to, bytes};
-    iovec remote{reinterpret_cast<void*>(address), bytes};
-    const ssize_t got = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return errno;
+    iovec here{at, bytes};
+    iovec there{reinterpret_cast<void*>(address), bytes};
+    const ssize_t moved = direction == Direction::kRead
+                              ? ::process_vm_readv(pid, &here, 1, &there, 1, 0)
+                              : ::process_vm_writev(pid, &here, 1, &there, 1, 0);
+    if (moved < 0 && errno == EINTR) continue;
+    if (moved < 0) return errno;
     // A short count means the rest of the range is not mapped.
-    if (got == 0) return EFAULT;
-    to += got;
-    address += static_cast<uint64_t>(got);
-    bytes -= static_cast<size_t>(got);
+    if (moved == 0) return EFAULT;
+    at += moved;
+    address += static_cast<uint64_t>(moved);
+    bytes -= static_cast<size_t>(moved);
   }
   return 0;
+}
+
+int readProcess(pid_t pid, void* into, uint64_t address, size_t bytes) {
+  return copyProcess(pid, Direction::kRead, into, address, bytes);
 }
 }  // namespace
 
@@ -205,6 +214,17 @@ Status ShmStream::readPeer(void* into, uint64_t address, uint64_t, size_t bytes)
   if (err == ESRCH) return closedByPeer();
   return errnoStatus(
       strCat("reading ", bytes, " bytes of rank ", peer_, "'s memory (process ", peerPid_, ")"),
+      err);
+}
+
+Status ShmStream::writePeer(uint64_t address, const void* from, size_t bytes) {
+  if (peerPid_ <= 0) return notSupported("this stream cannot write the peer's memory");
+  // process_vm_writev only reads the local iovec.
+  const int err = copyProcess(peerPid_, Direction::kWrite, const_cast<void*>(from), address, bytes);
+  if (err == 0) return Status::ok();
+  if (err == ESRCH) return closedByPeer();
+  return errnoStatus(
+      strCat("writing ", bytes, " bytes into rank ", peer_, "'s memory (process ", peerPid_, ")"),
       err);
 }
 

@@ -12,7 +12,9 @@
 // payload from the sender's buffer straight into the receiver's, and the
 // rings carry only a small descriptor of it. Whether they may is probed once
 // per pair at setup (negotiateReadPeer): ptrace rules (Yama, containers) can
-// forbid it, and the pair then keeps to the rings.
+// forbid it, and the pair then keeps to the rings. writePeer() is the same
+// copy the other way (process_vm_writev), under the same permission: the
+// sender of a descriptor writes part of the payload into its receiver.
 #pragma once
 
 #include <sys/types.h>
@@ -78,6 +80,8 @@ class ShmStream final : public transport::ByteStream {
   void enableReadPeer(pid_t peerPid) { peerPid_ = peerPid; }
   bool canReadPeer() const override { return peerPid_ > 0; }
   Status readPeer(void* into, uint64_t address, uint64_t key, size_t bytes) override;
+  bool canWritePeer() const override { return peerPid_ > 0; }
+  Status writePeer(uint64_t address, const void* from, size_t bytes) override;
 
  private:
   struct Ring {
