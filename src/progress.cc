@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,6 +39,10 @@ using Clock = std::chrono::steady_clock;
 // mismatch fails in a fraction of a second rather than at BRAID_TIMEOUT.
 constexpr double kStallCheckSeconds = 0.2;
 constexpr auto kStallCheckInterval = std::chrono::milliseconds(200);
+
+// A local step on the CPU runs in pieces of this many bytes of its output,
+// the connections having a turn between two pieces (JobRunner::advance).
+constexpr size_t kLocalPieceBytes = 512 << 10;
 
 // The Combiners of a RecvReduce step: the job's datatype and op, the local
 // operand first or the incoming one.
@@ -113,6 +118,9 @@ class JobRunner {
   Job& job() { return job_; }
 
   // Runs local steps and posts transfers that are ready. True if anything ran.
+  // A large local step on the CPU runs a piece per call: the connections
+  // have their turn between pieces, as a peer may be waiting on this rank
+  // meanwhile (for room in a ring, an ack, the push of a payload's tail).
   bool advance() {
     bool moved = false;
     while (!ready_.empty() && status_.isOk()) {
@@ -120,6 +128,14 @@ class JobRunner {
       ready_.pop_back();
       moved = true;
       start(i);
+    }
+    if (!inPieces_.empty() && status_.isOk()) {
+      moved = true;
+      if (runLocalPiece()) {
+        finish(inPieces_.front());
+        inPieces_.pop_front();
+        localDone_ = 0;
+      }
     }
     return moved;
   }
@@ -276,24 +292,51 @@ class JobRunner {
           }
           break;
         }
-        startOnHost(s);
+        if (s.dst.bytes > kLocalPieceBytes && divisible(s)) {
+          inPieces_.push_back(i);
+          return;
+        }
+        startOnHost(s, 0, s.dst.bytes);
         break;
     }
     finish(i);
   }
 
-  void startOnHost(const Step& s) {
+  // Whether a local step may run in pieces: its output overlaps neither
+  // input, or is one of them exactly (element by element in place).
+  bool divisible(const Step& s) const {
+    auto apart = [&](const Slice& in) {
+      const uint8_t *d = at(s.dst), *x = at(in);
+      return d == x || d + s.dst.bytes <= x || x + in.bytes <= d;
+    };
+    if (s.kind == StepKind::kAverage) return true;
+    return apart(s.src) && (s.kind != StepKind::kReduce || apart(s.src2));
+  }
+
+  // Runs the next piece of the first step of inPieces_; true once it is done.
+  bool runLocalPiece() {
+    const Step& s = steps_[inPieces_.front()];
     const size_t es = dataTypeSize(job_.dtype);
+    const size_t piece = std::min(s.dst.bytes - localDone_, kLocalPieceBytes / es * es);
+    startOnHost(s, localDone_, piece);
+    localDone_ += piece;
+    return localDone_ == s.dst.bytes;
+  }
+
+  // Runs bytes [from, from + bytes) of a local step's output.
+  void startOnHost(const Step& s, size_t from, size_t bytes) {
+    const size_t es = dataTypeSize(job_.dtype);
+    if (bytes == 0) return;
     switch (s.kind) {
       case StepKind::kReduce:
-        if (s.dst.bytes)
-          reduceElements(at(s.dst), at(s.src), at(s.src2), s.dst.bytes / es, job_.dtype, job_.op);
+        reduceElements(at(s.dst) + from, at(s.src) + from, at(s.src2) + from, bytes / es,
+                       job_.dtype, job_.op);
         break;
       case StepKind::kCopy:
-        if (s.dst.bytes && at(s.dst) != at(s.src)) std::memmove(at(s.dst), at(s.src), s.dst.bytes);
+        if (at(s.dst) != at(s.src)) std::memmove(at(s.dst) + from, at(s.src) + from, bytes);
         break;
       case StepKind::kAverage:
-        if (s.dst.bytes) applyAverage(at(s.dst), s.dst.bytes / es, job_.dtype, job_.nranks);
+        applyAverage(at(s.dst) + from, bytes / es, job_.dtype, job_.nranks);
         break;
       default:
         break;
@@ -365,6 +408,8 @@ class JobRunner {
   std::vector<uint32_t> nextSend_;  // per peer, the index of the next send to post
   std::vector<int> outOfOrder_;     // ready sends waiting for an earlier one
   size_t remaining_ = 0;
+  std::deque<int> inPieces_;  // local steps to run in pieces, in the order they became ready
+  size_t localDone_ = 0;      // bytes of the first one's output done
   Status status_;
 };
 
