@@ -78,8 +78,9 @@ Schedule planBroadcastScatterAllGather(const CollectiveArgs& args) {
 
   if (P == 2) {
     // The ring's half into the root would be the half the root scattered:
-    // the root only sends (block 1, then block 0 in chunks), and its own
-    // copy, out of place, runs while they are on the wire. (64 MiB over
+    // the root only sends (block 1, then block 0, whole: a transport that
+    // copies a large message at both ends then has the root's core copy
+    // too), and its own copy, out of place, runs while they are on the wire. (64 MiB over
     // shared memory: 1.5x the busbw of the full ring.) With more ranks the
     // root's ring receives pace it: without them it ran ahead of its
     // receivers, and 3 ranks sharing 2 cores broadcast 1 MiB 4x slower, as
@@ -88,12 +89,12 @@ Schedule planBroadcastScatterAllGather(const CollectiveArgs& args) {
     if (v == 0) {
       const BufferId from = args.inPlace ? BufferId::kRecv : BufferId::kSend;
       plan.send(peer, blocks.range(from, 1, 1));
-      for (size_t c = 0; c < C; ++c) plan.send(peer, blocks.chunk(from, 0, c));
+      plan.send(peer, blocks.range(from, 0, 1));
       if (!args.inPlace)
         plan.copy({BufferId::kRecv, 0, args.bytes()}, {BufferId::kSend, 0, args.bytes()});
     } else {
       plan.recv(peer, blocks.range(BufferId::kRecv, 1, 1));
-      for (size_t c = 0; c < C; ++c) plan.recv(peer, blocks.chunk(BufferId::kRecv, 0, c));
+      plan.recv(peer, blocks.range(BufferId::kRecv, 0, 1));
     }
     return plan;
   }
