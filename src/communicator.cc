@@ -163,8 +163,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
                  " ranks on this host; enlarge it (docker run --shm-size=1g, or mount -o "
                  "remount,size=1G /dev/shm) for full speed");
   }
-  if (linkConfig.shmCmaAuto)
-    linkConfig.shmCmaBytes = singleCopyBytes(linkConfig.shmRingBytes, ranksOnHost, coresOnHost);
+  if (linkConfig.shmCmaAuto) linkConfig.shmCmaBytes = singleCopyBytes(linkConfig.shmRingBytes);
   std::map<int, topo::Transport> transportTo;
   for (int p = 0; p < nranks; ++p) {
     if (p == rank) continue;

@@ -180,8 +180,9 @@ std::string envString(std::string_view name) {
   return v ? std::string(v) : std::string();
 }
 
-size_t singleCopyBytes(size_t ringBytes, int ranks, int cores) {
-  return cores > 0 && ranks >= 2 * cores ? ringBytes / 2 : ringBytes + 1;
+size_t singleCopyBytes(size_t ringBytes) {
+  constexpr size_t kSingleCopyBytes = 64 << 10;
+  return std::min(kSingleCopyBytes, ringBytes + 1);
 }
 
 Result<Config> loadConfig() {
@@ -241,7 +242,7 @@ Result<Config> loadConfig() {
     config.shmCmaBytes = static_cast<size_t>(v);
     config.shmCmaAuto = false;
   } else {
-    config.shmCmaBytes = singleCopyBytes(config.shmRingBytes, 1, 1);
+    config.shmCmaBytes = singleCopyBytes(config.shmRingBytes);
     config.shmCmaAuto = true;
   }
   config.ibHca = envString("BRAID_IB_HCA");

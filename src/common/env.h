@@ -52,7 +52,7 @@ struct Config {
   std::string topoFile;                     // BRAID_TOPO_FILE ("" = detect)
   size_t chunkBytes = 1 << 19;              // BRAID_CHUNK_BYTES: pipelining unit
   size_t shmRingBytes = 1 << 20;            // BRAID_SHM_BYTES: each shared-memory ring
-  size_t shmCmaBytes = (1 << 20) + 1;       // BRAID_SHM_CMA_BYTES: single copy (0 = off)
+  size_t shmCmaBytes = 64 << 10;            // BRAID_SHM_CMA_BYTES: single copy (0 = off)
   bool shmCmaAuto = true;                   // BRAID_SHM_CMA_BYTES unset or auto
   bool shmRingAuto = true;                  // BRAID_SHM_BYTES unset or auto: fitted to /dev/shm
   double spinMicroseconds = -1;             // BRAID_SPIN_US (-1 = automatic)
@@ -81,17 +81,14 @@ struct Config {
 Result<Config> loadConfig();
 
 // BRAID_SHM_CMA_BYTES=auto: the smallest message between two ranks of one
-// host that is copied once (process_vm_readv) rather than through a ring of
-// `ringBytes`, for a host running `ranks` ranks on `cores` cores. Only
-// messages that do not fit a ring while cores are not crowded: a message
-// that fits is sent at once, and the two copies run in parallel and in
-// cache. Half a ring with two or more ranks per core: a sender that fills
-// half the ring soon waits for the receiver's turn on a core anyway, and
-// one copy halves the bytes the shared cores move (4 ranks on 2 cores,
-// AllReduce of 2 MiB: every algorithm 1.2-1.4x faster). Not with 3 ranks on
-// 2 cores: there it made the recursive halving slower and the ring faster
-// by as much (docs/ALGORITHMS.md, the tuner).
-size_t singleCopyBytes(size_t ringBytes, int ranks, int cores);
+// host that is copied once (process_vm_readv, and process_vm_writev by the
+// sender for the second half of a large one) rather than through a ring of
+// `ringBytes`: 64 KiB, or a message larger than a smaller ring. Through the
+// rings a sender completes at once and runs ahead, so a receiver that comes
+// later takes each message into memory of its own and copies it a second
+// time (docs/PERFORMANCE.md: 2 ranks, 64 KiB to 1 MiB, Broadcast 4-20x,
+// SendRecv, AllGather, ReduceScatter and AllToAll 1.5-2x faster this way).
+size_t singleCopyBytes(size_t ringBytes);
 
 // Reads one variable ("" when unset). Only bootstrap and the logger call it.
 std::string envString(std::string_view name);

@@ -132,22 +132,23 @@ TEST(Config, CudaIpcHandlesAreAutoUnlessSet) {
       << refused.status().message();
 }
 
-TEST(Config, SingleCopyThresholdFollowsTheRingAndTheCores) {
+TEST(Config, SingleCopyThresholdIs64KiBOrWhatDoesNotFitASmallerRing) {
   auto c = loadConfig();
   ASSERT_TRUE(c.isOk()) << c.status().message();
   EXPECT_TRUE(c->shmCmaAuto);
-  // A message exactly the ring's size does not fit it with its frame header.
-  EXPECT_EQ(c->shmCmaBytes, c->shmRingBytes + 1);
-  EXPECT_EQ(singleCopyBytes(1 << 20, 2, 2), (1u << 20) + 1);
-  EXPECT_EQ(singleCopyBytes(1 << 20, 3, 2), (1u << 20) + 1);
-  EXPECT_EQ(singleCopyBytes(1 << 20, 4, 2), 1u << 19);
-  EXPECT_EQ(singleCopyBytes(1 << 16, 16, 8), 1u << 15);
-  EXPECT_EQ(singleCopyBytes(1 << 20, 4, 0), (1u << 20) + 1);  // cores unknown
+  EXPECT_EQ(c->shmCmaBytes, 64u << 10);
+  EXPECT_EQ(singleCopyBytes(1 << 20), 64u << 10);
+  EXPECT_EQ(singleCopyBytes(1 << 17), 64u << 10);
+  EXPECT_EQ(singleCopyBytes(1 << 16), 1u << 16);
+  // Below, what does not fit the ring (a message exactly the ring's size
+  // does not, with its frame header).
+  EXPECT_EQ(singleCopyBytes(1 << 15), (1u << 15) + 1);
+  EXPECT_EQ(singleCopyBytes(1 << 12), (1u << 12) + 1);
   {
-    ScopedEnv ring("BRAID_SHM_BYTES", "65536");
+    ScopedEnv ring("BRAID_SHM_BYTES", "16384");
     auto small = loadConfig();
     ASSERT_TRUE(small.isOk()) << small.status().message();
-    EXPECT_EQ(small->shmCmaBytes, 65537u);
+    EXPECT_EQ(small->shmCmaBytes, 16385u);
     EXPECT_FALSE(small->shmRingAuto);  // a size given is kept as it is
   }
   EXPECT_TRUE(c->shmRingAuto);
