@@ -41,7 +41,7 @@ constexpr EnvParam kParams[] = {
     {"BRAID_SHM_CMA_BYTES", "auto",
      "Messages of at least this many bytes between ranks of one host are copied once, straight "
      "from the sender's buffer (process_vm_readv), where the ranks may read each other's memory; "
-     "auto: those larger than a ring (BRAID_SHM_BYTES); 0 turns this off."},
+     "auto: 64 KiB, or those larger than a smaller ring (BRAID_SHM_BYTES); 0 turns this off."},
     {"BRAID_SHM_BOARD", "1",
      "1: when every rank shares one host, AllReduce of up to 48 bytes and Barrier run through one "
      "shared board of cache lines (unless BRAID_ALGO forces their algorithm); 0: through the "
