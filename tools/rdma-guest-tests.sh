@@ -182,20 +182,33 @@ echo "## one guest, 2 ranks on rxe0"
   > "$work/single.log" 2>&1 || true
 clean "$work/single.log"
 
+runPair() {
+  secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "${qemu[@]}" -netdev socket,id=n0,listen=127.0.0.1:$port \
+    -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01 \
+    -append "console=ttyS0 panic=-1 quiet role=first secret=$secret" > "$work/first.log" 2>&1 &
+  first=$!
+  sleep 1
+  "${qemu[@]}" -netdev socket,id=n0,connect=127.0.0.1:$port \
+    -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:02 \
+    -append "console=ttyS0 panic=-1 quiet role=second secret=$secret" > "$work/second.log" 2>&1 || true
+  wait $first || true
+  echo "# rank 0's guest"; clean "$work/first.log"
+  echo "# rank 1's guest"; clean "$work/second.log"
+}
 echo "## two guests joined by a virtual wire, a rank in each"
-secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"${qemu[@]}" -netdev socket,id=n0,listen=127.0.0.1:$port \
-  -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01 \
-  -append "console=ttyS0 panic=-1 quiet role=first secret=$secret" > "$work/first.log" 2>&1 &
-first=$!
-sleep 1
-"${qemu[@]}" -netdev socket,id=n0,connect=127.0.0.1:$port \
-  -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:02 \
-  -append "console=ttyS0 panic=-1 quiet role=second secret=$secret" > "$work/second.log" 2>&1 || true
-wait $first || true
-echo "# rank 0's guest"; clean "$work/first.log"
-echo "# rank 1's guest"; clean "$work/second.log"
+runPair
+# The wire is QEMU's socket network between two emulated machines; on a
+# loaded host it can stall below the guests' kernels, which then report
+# their NIC's transmit queue as timed out (seen once in a CI run, where
+# every RDMA call waited for the wire). That says nothing of braid, so the
+# pair runs once more, and the second run's verdict stands.
+if grep -q 'NETDEV WATCHDOG' "$work/first.log" "$work/second.log"; then
+  echo "rdma-guest-tests: the virtual wire stalled (a guest's NIC watchdog fired); running the pair again" >&2
+  echo "## two guests joined by a virtual wire, a rank in each (again: the wire stalled)"
+  runPair
+fi
 
 status=0
 check() {  # log, marker
