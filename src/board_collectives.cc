@@ -26,24 +26,44 @@ constexpr int kSleepMs = 5;
 
 }  // namespace
 
-bool BoardCollectives::serves(const algo::CollectiveArgs& args) {
-  if (args.kind == algo::CollectiveKind::kBarrier) return true;
-  return args.kind == algo::CollectiveKind::kAllReduce && args.count > 0 &&
-         args.bytes() <= shm::BoardSlot::kPayloadBytes;
+bool BoardCollectives::serves(const algo::CollectiveArgs& args) const {
+  using algo::CollectiveKind;
+  switch (args.kind) {
+    case CollectiveKind::kBarrier:
+      return true;
+    case CollectiveKind::kSendRecv:
+      return false;
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kGather:
+    case CollectiveKind::kScatter:
+      if (!rootedCalls_) return false;
+      break;
+    case CollectiveKind::kReduce:
+      if (!rootedCalls_) return false;
+      [[fallthrough]];
+    case CollectiveKind::kAllReduce:
+      if (args.bytes() * static_cast<size_t>(nranks_) > kMaxReducedBytes) return false;
+      break;
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll:
+      break;
+  }
+  return args.count > 0 && algo::sendBufferBytes(args) <= board_.payloadBytes();
 }
 
 Status BoardCollectives::run(const Operation& op, uint32_t callIndex, const BoardWait& wait) {
   const uint32_t sequence = ++sequence_;
   const algo::CollectiveArgs& args = op.args;
-  const bool isBarrier = args.kind == algo::CollectiveKind::kBarrier;
-  const CallSignature signature{static_cast<uint8_t>(args.kind), args.dtype, args.op, -1,
-                                isBarrier ? 0 : args.count};
+  const CallSignature signature{static_cast<uint8_t>(args.kind), args.dtype, args.op, args.root,
+                                args.count};
   const uint64_t check = signature.pack();
-  const size_t bytes = isBarrier ? 0 : args.bytes();
   board_.announce(rank_, kStream, callIndex, check);
-  board_.publish(rank_, sequence, check, op.send, bytes);
+  board_.publish(rank_, sequence, check, op.send, op.send ? algo::sendBufferBytes(args) : 0);
   const Waiting waiting{sequence, callIndex, check};
-  alignas(16) uint8_t sum[shm::BoardSlot::kPayloadBytes];
+  // Every rank waits for every rank's slot, also where it reads none of
+  // them (a Broadcast's), which keeps the two-slot rule: a rank publishes
+  // its next call only after it finished this one.
   for (int r = 0; r < nranks_; ++r) {
     const shm::BoardSlot* slot = board_.published(r, sequence);
     if (!slot) {
@@ -54,18 +74,66 @@ Status BoardCollectives::run(const Operation& op, uint32_t callIndex, const Boar
                                  " called ", CallSignature::unpack(slot->check).describe(),
                                  ", this rank ", signature.describe(),
                                  " (every rank must make the same calls)"));
-    if (isBarrier) continue;
-    // In rank order on every rank, so that all compute the same bits.
-    if (r == 0)
-      std::memcpy(sum, slot->payload, bytes);
-    else
-      reduceElements(sum, sum, slot->payload, args.count, args.dtype, args.op);
+    slots_[r] = slot;
   }
   BRAID_RETURN_IF_ERROR(checkStrays(waiting, wait, op.name));
-  if (isBarrier) return Status::ok();
-  if (args.op == RedOp::kAvg) applyAverage(sum, args.count, args.dtype, nranks_);
-  std::memcpy(op.recv, sum, bytes);
+  takeResult(op);
   return Status::ok();
+}
+
+void BoardCollectives::reduceSlots(void* dst, size_t offset,
+                                   const algo::CollectiveArgs& args) const {
+  // In rank order on every rank, so that all compute the same bits.
+  reduceElements(dst, slots_[0]->payload() + offset, slots_[1]->payload() + offset, args.count,
+                 args.dtype, args.op);
+  for (int r = 2; r < nranks_; ++r)
+    reduceElements(dst, dst, slots_[r]->payload() + offset, args.count, args.dtype, args.op);
+  if (args.op == RedOp::kAvg) applyAverage(dst, args.count, args.dtype, nranks_);
+}
+
+void BoardCollectives::takeResult(const Operation& op) const {
+  using algo::CollectiveKind;
+  const algo::CollectiveArgs& args = op.args;
+  const size_t bytes = args.bytes();
+  auto* recv = static_cast<uint8_t*>(op.recv);
+  const bool isRoot = rank_ == args.root;
+  switch (args.kind) {
+    case CollectiveKind::kAllReduce:
+      reduceSlots(recv, 0, args);
+      break;
+    case CollectiveKind::kReduce:
+      if (isRoot) reduceSlots(recv, 0, args);
+      break;
+    case CollectiveKind::kReduceScatter:
+      reduceSlots(recv, static_cast<size_t>(rank_) * bytes, args);
+      break;
+    case CollectiveKind::kBroadcast:
+      if (!isRoot || !args.inPlace) std::memcpy(recv, slots_[args.root]->payload(), bytes);
+      break;
+    case CollectiveKind::kScatter:
+      if (!isRoot || !args.inPlace)
+        std::memcpy(recv, slots_[args.root]->payload() + static_cast<size_t>(rank_) * bytes, bytes);
+      break;
+    case CollectiveKind::kAllGather:
+      for (int r = 0; r < nranks_; ++r)
+        if (r != rank_ || !args.inPlace)
+          std::memcpy(recv + static_cast<size_t>(r) * bytes, slots_[r]->payload(), bytes);
+      break;
+    case CollectiveKind::kGather:
+      if (isRoot)
+        for (int r = 0; r < nranks_; ++r)
+          if (r != rank_ || !args.inPlace)
+            std::memcpy(recv + static_cast<size_t>(r) * bytes, slots_[r]->payload(), bytes);
+      break;
+    case CollectiveKind::kAllToAll:
+      for (int r = 0; r < nranks_; ++r)
+        std::memcpy(recv + static_cast<size_t>(r) * bytes,
+                    slots_[r]->payload() + static_cast<size_t>(rank_) * bytes, bytes);
+      break;
+    case CollectiveKind::kBarrier:
+    case CollectiveKind::kSendRecv:
+      break;
+  }
 }
 
 Status BoardCollectives::checkConnections(const Waiting& call, const BoardWait& wait,

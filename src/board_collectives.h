@@ -1,14 +1,16 @@
-// AllReduce and Barrier of a few bytes when every rank of the communicator
-// shares one host: each rank publishes its contribution on a shm::Board and
-// reduces everyone's in rank order, in place, so a call is one write and
-// nranks - 1 reads of a cache line, with nothing planned, framed or
-// allocated. Every rank computes the same result bit for bit.
+// Small collectives when every rank of the communicator shares one host:
+// each rank publishes its send buffer on a shm::Board, waits until every
+// rank has published, and takes what it needs from the slots in place
+// (reducing in rank order, so every rank computes the same bits). A call is
+// one write and nranks - 1 reads, with nothing planned, framed or
+// allocated.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "src/common/status.h"
 #include "src/communicator.h"
@@ -29,13 +31,28 @@ struct BoardWait {
 
 class BoardCollectives {
  public:
-  BoardCollectives(shm::Board board, int rank, int nranks)
-      : board_(std::move(board)), rank_(rank), nranks_(nranks) {}
+  // `rootedCalls`: whether Broadcast, Reduce, Gather and Scatter may run on
+  // the board, which makes every rank wait for every other; worth it only
+  // where each rank has a core of its own (docs/PERFORMANCE.md).
+  BoardCollectives(shm::Board board, int rank, int nranks, bool rootedCalls)
+      : board_(std::move(board)),
+        rank_(rank),
+        nranks_(nranks),
+        rootedCalls_(rootedCalls),
+        slots_(nranks) {}
 
   // Whether a call can run on the board (the caller checks that no
-  // algorithm was asked for): an AllReduce of at most a slot's payload, or
-  // a Barrier.
-  static bool serves(const algo::CollectiveArgs& args);
+  // algorithm was asked for): a Barrier, or a collective whose send buffer
+  // (the root's, where only the root sends) fits a slot, and whose
+  // reduction reads at most kMaxReducedBytes of slots. The same answer on
+  // every rank that makes the same call.
+  bool serves(const algo::CollectiveArgs& args) const;
+  // A board AllReduce reads every rank's slot, nranks * bytes, where the
+  // algorithms move about 2 * bytes: at 2 ranks the two break even near
+  // 16 KiB a rank (docs/PERFORMANCE.md).
+  static constexpr size_t kMaxReducedBytes = 32 << 10;
+  bool rootedCalls() const { return rootedCalls_; }
+  size_t payloadBytes() const { return board_.payloadBytes(); }
   // The stream whose small calls run on the board: stream 0, the caller's
   // thread. Every stream's calls are announced.
   static constexpr int kStream = 0;
@@ -71,10 +88,16 @@ class BoardCollectives {
   Status checkStrays(const Waiting& call, const BoardWait& wait, const std::string& name) const;
   // Non-ok when `peer`'s announcement shows it made another call than this.
   Status checkAnnouncement(int peer, const Waiting& call, const std::string& name) const;
+  // Once every rank published: this rank's part of the call, from slots_.
+  void takeResult(const Operation& op) const;
+  // dst = the reduction, in rank order, of every slot's payload at `offset`.
+  void reduceSlots(void* dst, size_t offset, const algo::CollectiveArgs& args) const;
 
   shm::Board board_;
   const int rank_, nranks_;
-  uint32_t sequence_ = 0;  // board calls so far, the same count on every rank
+  const bool rootedCalls_;
+  uint32_t sequence_ = 0;                     // board calls so far, the same count on every rank
+  std::vector<const shm::BoardSlot*> slots_;  // the current call's, by rank
 };
 
 }  // namespace braid

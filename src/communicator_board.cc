@@ -18,6 +18,12 @@ namespace {
 constexpr algo::Algorithm kBoardAlgorithm{algo::CollectiveKind::kAllReduce, "board", nullptr,
                                           nullptr};
 
+// What rank 0 tells the others of the board it made; an empty name: none.
+struct BoardCard {
+  char name[120] = {};
+  uint64_t payloadBytes = 0;  // the creator's BRAID_SHM_BOARD_BYTES decides
+};
+
 }  // namespace
 
 Status Communicator::setUpBoard() {
@@ -39,44 +45,50 @@ Status Communicator::setUpBoard() {
     return mine;
   };
   const bool willing = config_.shmBoard && !config_.faults.enabled() && everyPeerOnShm;
-  BRAID_ASSIGN_OR_RETURN(int32_t all, agree(willing ? 1 : 0, "braid board (willing)"));
-  if (!all) return Status::ok();
+  // 2: willing, and every rank of this host may have a core of its own.
+  const topo::HostShare& host = hostShares_[rank_];
+  const int32_t offer = !willing ? 0 : host.ranks <= host.cores ? 2 : 1;
+  BRAID_ASSIGN_OR_RETURN(const int32_t terms, agree(offer, "braid board (willing)"));
+  if (!terms) return Status::ok();
   std::optional<shm::Board> board;
-  char name[128] = {};
+  BoardCard card;
   if (rank_ == 0) {
-    auto created = shm::Board::create(nranks_, kMaxStreams + 1);
+    auto created = shm::Board::create(nranks_, kMaxStreams + 1, config_.shmBoardBytes);
     if (created.isOk()) {
       board = std::move(*created);
-      if (board->name().size() < sizeof(name))
-        std::memcpy(name, board->name().data(), board->name().size());
+      if (board->name().size() < sizeof(card.name))
+        std::memcpy(card.name, board->name().data(), board->name().size());
+      card.payloadBytes = config_.shmBoardBytes;
     } else {
       BRAID_INFO("rank 0: no shared-memory board: ", created.status().message());
     }
   }
   Operation share;
   share.args.kind = algo::CollectiveKind::kBroadcast;
-  share.args.count = sizeof(name);
+  share.args.count = sizeof(card);
   share.args.dtype = DataType::kUint8;
   share.args.root = 0;
   share.args.inPlace = true;
-  share.send = share.recv = name;
+  share.send = share.recv = &card;
   share.name = "braid board (name)";
   BRAID_RETURN_IF_ERROR(run({&share, 1}, 0));
-  name[sizeof(name) - 1] = 0;
-  if (rank_ != 0 && name[0]) {
-    auto opened = shm::Board::open(name, nranks_, kMaxStreams + 1);
+  card.name[sizeof(card.name) - 1] = 0;
+  if (rank_ != 0 && card.name[0]) {
+    auto opened = shm::Board::open(card.name, nranks_, kMaxStreams + 1, card.payloadBytes);
     if (opened.isOk())
       board = std::move(*opened);
     else
       BRAID_INFO("rank ", rank_, ": no shared-memory board: ", opened.status().message());
   }
-  BRAID_ASSIGN_OR_RETURN(all, agree(board ? 1 : 0, "braid board (mapped)"));
+  BRAID_ASSIGN_OR_RETURN(const int32_t all, agree(board ? 1 : 0, "braid board (mapped)"));
   if (board) board->unlink();  // every rank mapped it or gave up
   if (!all) return Status::ok();
-  board_ = std::make_unique<BoardCollectives>(std::move(*board), rank_, nranks_);
+  board_ = std::make_unique<BoardCollectives>(std::move(*board), rank_, nranks_, terms == 2);
   boardStream_ = &stream(0);
-  BRAID_INFO("rank ", rank_, ": AllReduce of up to ", shm::BoardSlot::kPayloadBytes,
-             " bytes and Barrier through the shared-memory board");
+  BRAID_INFO(
+      "rank ", rank_, ": collectives whose send buffer holds up to ", board_->payloadBytes(),
+      " bytes, and Barrier, through the shared-memory board",
+      terms == 2 ? "" : " (not Broadcast, Reduce, Gather or Scatter: more ranks than cores)");
   return Status::ok();
 }
 

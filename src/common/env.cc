@@ -43,9 +43,12 @@ constexpr EnvParam kParams[] = {
      "from the sender's buffer (process_vm_readv), where the ranks may read each other's memory; "
      "auto: 64 KiB, or those larger than a smaller ring (BRAID_SHM_BYTES); 0 turns this off."},
     {"BRAID_SHM_BOARD", "1",
-     "1: when every rank shares one host, AllReduce of up to 48 bytes and Barrier run through one "
-     "shared board of cache lines (unless BRAID_ALGO forces their algorithm); 0: through the "
-     "algorithms like any call."},
+     "1: when every rank shares one host, small collectives (send buffer up to "
+     "BRAID_SHM_BOARD_BYTES) and Barrier run through one shared board that every rank maps "
+     "(unless BRAID_ALGO forces their algorithm); 0: through the algorithms like any call."},
+    {"BRAID_SHM_BOARD_BYTES", "4096",
+     "The largest send buffer, in bytes, of a collective that runs on the board (1 .. 65536); "
+     "each rank has two slots of this size. Rank 0's value holds for the communicator."},
     {"BRAID_CUDA_IPC", "1",
      "1: collectives whose buffers are GPU device memory, among ranks that all share one host, "
      "move GPU to GPU through CUDA IPC and reduce on the GPU; 0: staged through host memory."},
@@ -265,6 +268,13 @@ Result<Config> loadConfig() {
     if (b != "0" && b != "1")
       return invalidArgument(strCat("BRAID_SHM_BOARD='", b, "' is neither 0 nor 1"));
     config.shmBoard = b == "1";
+  }
+  if (std::string b = envString("BRAID_SHM_BOARD_BYTES"); !b.empty()) {
+    double v = 0;
+    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SHM_BOARD_BYTES", b, 1, 65536, &v));
+    if (v != static_cast<double>(static_cast<size_t>(v)))
+      return invalidArgument(strCat("BRAID_SHM_BOARD_BYTES='", b, "' is not a whole number"));
+    config.shmBoardBytes = static_cast<size_t>(v);
   }
   if (std::string b = envString("BRAID_CUDA_IPC"); !b.empty()) {
     if (b != "0" && b != "1")

@@ -57,12 +57,13 @@ struct Config {
   bool shmRingAuto = true;                  // BRAID_SHM_BYTES unset or auto: fitted to /dev/shm
   double spinMicroseconds = -1;             // BRAID_SPIN_US (-1 = automatic)
   // InfiniBand/RoCE (docs/ENVIRONMENT.md); checked when the transport starts.
-  std::string ibHca;     // BRAID_IB_HCA ("" = every device)
-  int ibGidIndex = -1;   // BRAID_IB_GID_INDEX (-1 = chosen)
-  int ibTimeout = 18;    // BRAID_IB_TIMEOUT: 4.096 us * 2^value per attempt
-  int ibRetryCount = 7;  // BRAID_IB_RETRY_CNT
-  bool shmBoard = true;  // BRAID_SHM_BOARD: tiny AllReduce and Barrier through one board
-  bool cudaIpc = true;   // BRAID_CUDA_IPC: GPU buffers GPU to GPU among the ranks of one host
+  std::string ibHca;            // BRAID_IB_HCA ("" = every device)
+  int ibGidIndex = -1;          // BRAID_IB_GID_INDEX (-1 = chosen)
+  int ibTimeout = 18;           // BRAID_IB_TIMEOUT: 4.096 us * 2^value per attempt
+  int ibRetryCount = 7;         // BRAID_IB_RETRY_CNT
+  bool shmBoard = true;         // BRAID_SHM_BOARD: small collectives and Barrier through one board
+  size_t shmBoardBytes = 4096;  // BRAID_SHM_BOARD_BYTES: the largest send buffer on the board
+  bool cudaIpc = true;  // BRAID_CUDA_IPC: GPU buffers GPU to GPU among the ranks of one host
   // BRAID_GPU_STAGING=pipelined: GPU buffers reach peers without cuda_ipc
   // message by message through pinned host memory (whole: a call's buffers
   // are copied to host memory and back).

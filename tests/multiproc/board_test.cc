@@ -5,6 +5,7 @@
 // that dies, an abort, and a peer that comes late enough for the waiting
 // rank to sleep.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,7 +35,8 @@ void everyTypeAndOp(RankContext& ctx) {
   for (braidDataType_t t : kAllTypes)
     for (braidRedOp_t op : kAllOps) {
       const size_t es = typeInfo(t).size;
-      for (size_t count : {size_t{1}, 3 / es + 1, 48 / es}) {
+      // Within the header line, one past it, and the default slot's 4 KiB.
+      for (size_t count : {size_t{1}, 3 / es + 1, 48 / es, 64 / es, 4096 / es}) {
         std::vector<uint8_t> in(count * es), out(count * es, 0xee), all(ctx.nranks * count * es);
         fillInput(t, kindOf(op), seed, ctx.rank, in.data(), count);
         ctx.step(std::string("AllReduce ") + typeInfo(t).name + " " + opName(op));
@@ -60,19 +62,184 @@ void everyTypeAndOp(RankContext& ctx) {
   const char* name = nullptr;
   RANK_ASSERT_OK(braidCommGetLastAlgorithm(ctx.comm, "barrier", &name));
   RANK_EXPECT_EQ(std::string(name), std::string("board"));
-  // One byte past a slot goes through the algorithms.
-  std::vector<float> big(13, 1.f);
+  // Past the default slot (BRAID_SHM_BOARD_BYTES 4096 holds 4144 bytes):
+  // through the algorithms.
+  std::vector<float> big(4144 / 4 + 1, 1.f);
   RANK_ASSERT_OK(braidAllReduce(big.data(), big.data(), big.size(), braidFloat32, braidSum,
                                 ctx.comm, nullptr));
   RANK_EXPECT_TRUE(lastAllReduce(ctx.comm) != "board") << lastAllReduce(ctx.comm);
-  RANK_EXPECT_EQ(big[12], static_cast<float>(ctx.nranks));
+  RANK_EXPECT_EQ(big.back(), static_cast<float>(ctx.nranks));
 }
 
-TEST(Board, ServesTinyAllReduceOfEveryTypeAndOpAndBarrier) {
+TEST(Board, ServesAllReduceOfEveryTypeAndOpAndBarrier) {
   for (int n : {2, 3, 5}) {
     SCOPED_TRACE("nranks " + std::to_string(n));
     runRanks(n, everyTypeAndOp, kTimeout);
   }
+}
+
+// Every collective with every rank's send buffer in a slot, and one element
+// past it: exact results either way, on the board only where it fits, and
+// for Broadcast, Reduce, Gather and Scatter only where every rank has a
+// core of its own (as the library decides, from the ranks' affinity).
+constexpr size_t kSlotBytes = 1008;  // BRAID_SHM_BOARD_BYTES=1008: 16 + 1008 is 16 lines
+constexpr int kRoot = 1;
+
+int32_t valueOf(int rank, size_t i) {
+  return rank * 100000 + static_cast<int32_t>(i);
+}
+
+int coresOfThisProcess() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+std::string lastAlgorithm(braidComm_t comm, const char* collective) {
+  const char* name = nullptr;
+  if (braidCommGetLastAlgorithm(comm, collective, &name) != braidSuccess || !name) return "?";
+  return name;
+}
+
+struct KindCase {
+  const char* name;  // BRAID_ALGO's spelling
+  size_t blocks;     // of `count` elements in the largest send buffer
+  bool rooted;
+  bool reduces;
+};
+
+// Runs `kind` with `count` elements (the ABI's count), out of place or in
+// place, and checks every element this rank receives.
+void runKind(RankContext& ctx, const KindCase& kind, size_t count, bool inPlace) {
+  const int n = ctx.nranks, me = ctx.rank;
+  const size_t total = count * n;
+  std::vector<int32_t> send(total), recv(total, -7);
+  for (size_t i = 0; i < total; ++i) send[i] = valueOf(me, i);
+  auto sumOver = [&](size_t i) {
+    int32_t s = 0;
+    for (int r = 0; r < n; ++r) s += valueOf(r, i);
+    return s;
+  };
+  const std::string what =
+      std::string(kind.name) + " count " + std::to_string(count) + (inPlace ? " in place" : "");
+  ctx.step(what);
+  braidComm_t c = ctx.comm;
+  const std::string k = kind.name;
+  int32_t* out = recv.data();
+  if (k == "allreduce") {
+    const int32_t* in = inPlace ? out : send.data();
+    if (inPlace) std::copy_n(send.data(), count, out);
+    RANK_ASSERT_OK(braidAllReduce(in, out, count, braidInt32, braidSum, c, nullptr));
+    for (size_t i = 0; i < count; ++i) RANK_ASSERT_EQ(out[i], sumOver(i)) << what << " " << i;
+  } else if (k == "broadcast") {
+    if (inPlace && me == kRoot) std::copy_n(send.data(), count, out);
+    RANK_ASSERT_OK(
+        braidBroadcast(inPlace ? out : send.data(), out, count, braidInt32, kRoot, c, nullptr));
+    for (size_t i = 0; i < count; ++i)
+      RANK_ASSERT_EQ(out[i], valueOf(kRoot, i)) << what << " " << i;
+  } else if (k == "reduce") {
+    if (inPlace) std::copy_n(send.data(), count, out);
+    RANK_ASSERT_OK(braidReduce(inPlace ? out : send.data(), out, count, braidInt32, braidSum, kRoot,
+                               c, nullptr));
+    if (me == kRoot) {
+      for (size_t i = 0; i < count; ++i) RANK_ASSERT_EQ(out[i], sumOver(i)) << what << " " << i;
+    }
+  } else if (k == "allgather") {
+    int32_t* mine = out + me * count;
+    if (inPlace) std::copy_n(send.data(), count, mine);
+    RANK_ASSERT_OK(
+        braidAllGather(inPlace ? mine : send.data(), out, count, braidInt32, c, nullptr));
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i)
+        RANK_ASSERT_EQ(out[r * count + i], valueOf(r, i)) << what << " from " << r;
+  } else if (k == "reducescatter") {
+    int32_t* buffer = inPlace ? send.data() : out;
+    RANK_ASSERT_OK(braidReduceScatter(send.data(), inPlace ? buffer + me * count : out, count,
+                                      braidInt32, braidSum, c, nullptr));
+    const int32_t* got = inPlace ? buffer + me * count : out;
+    for (size_t i = 0; i < count; ++i)
+      RANK_ASSERT_EQ(got[i], sumOver(me * count + i)) << what << " " << i;
+  } else if (k == "alltoall") {
+    RANK_ASSERT_OK(braidAllToAll(send.data(), out, count, braidInt32, c, nullptr));
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i)
+        RANK_ASSERT_EQ(out[r * count + i], valueOf(r, me * count + i)) << what << " from " << r;
+  } else if (k == "gather") {
+    int32_t* mine = out + me * count;
+    if (inPlace && me == kRoot) std::copy_n(send.data(), count, mine);
+    RANK_ASSERT_OK(braidGather(inPlace && me == kRoot ? mine : send.data(), out, count, braidInt32,
+                               kRoot, c, nullptr));
+    if (me == kRoot) {
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i)
+          RANK_ASSERT_EQ(out[r * count + i], valueOf(r, i)) << what << " from " << r;
+    }
+  } else if (k == "scatter") {
+    int32_t* got = inPlace && me == kRoot ? send.data() + me * count : out;
+    RANK_ASSERT_OK(braidScatter(send.data(), got, count, braidInt32, kRoot, c, nullptr));
+    for (size_t i = 0; i < count; ++i)
+      RANK_ASSERT_EQ(got[i], valueOf(kRoot, me * count + i)) << what << " " << i;
+  }
+}
+
+TEST(Board, ServesEveryCollectiveThatFitsASlot) {
+  const KindCase kinds[] = {
+      {"allreduce", 1, false, true},     {"broadcast", 1, true, false},
+      {"reduce", 1, true, true},         {"allgather", 1, false, false},
+      {"reducescatter", 0, false, true}, {"alltoall", 0, false, false},
+      {"gather", 1, true, false},        {"scatter", 0, true, false},
+  };
+  RunOptions options;
+  options.env = {{"BRAID_SHM_BOARD_BYTES", std::to_string(kSlotBytes)}};
+  const int cores = coresOfThisProcess();
+  for (int n : {2, 3, 4}) {
+    SCOPED_TRACE("nranks " + std::to_string(n));
+    runRanks(
+        n,
+        [&](RankContext& ctx) {
+          for (const KindCase& kind : kinds) {
+            const size_t blocks = kind.blocks ? kind.blocks : static_cast<size_t>(n);
+            const size_t fits = kSlotBytes / sizeof(int32_t) / blocks;
+            const bool boardTakesIt = !kind.rooted || n <= cores;
+            for (size_t count : {size_t{1}, fits, fits + 1})
+              for (bool inPlace : {false, true}) {
+                if (inPlace && std::string(kind.name) == "alltoall") continue;
+                runKind(ctx, kind, count, inPlace);
+                const bool onBoard = lastAlgorithm(ctx.comm, kind.name) == "board";
+                RANK_EXPECT_EQ(onBoard, boardTakesIt && count <= fits)
+                    << kind.name << " count " << count << " on " << cores
+                    << " cores: " << lastAlgorithm(ctx.comm, kind.name);
+              }
+          }
+        },
+        kTimeout, options);
+  }
+}
+
+// A board AllReduce reads every rank's slot: beyond 32 KiB read in all, the
+// algorithms take it, however large the slots.
+TEST(Board, AllReduceThatWouldReadTooMuchGoesThroughTheAlgorithms) {
+  RunOptions options;
+  options.env = {{"BRAID_SHM_BOARD_BYTES", "65536"}};
+  runRanks(
+      4,
+      [](RankContext& ctx) {
+        for (size_t bytes : {size_t{8192}, size_t{8192 + 4}}) {
+          std::vector<int32_t> v(bytes / 4, ctx.rank + 1);
+          RANK_ASSERT_OK(braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum,
+                                        ctx.comm, nullptr));
+          RANK_EXPECT_EQ(v.back(), 10);
+          RANK_EXPECT_EQ(lastAllReduce(ctx.comm) == "board", bytes * 4 <= 32768)
+              << bytes << " bytes: " << lastAllReduce(ctx.comm);
+        }
+        // AllGather reads what any algorithm delivers: the slot bounds it alone.
+        std::vector<int32_t> block(16000 / 4, ctx.rank), all(4 * block.size());
+        RANK_ASSERT_OK(
+            braidAllGather(block.data(), all.data(), block.size(), braidInt32, ctx.comm, nullptr));
+        RANK_EXPECT_EQ(all.back(), 3);
+        RANK_EXPECT_EQ(lastAlgorithm(ctx.comm, "allgather"), std::string("board"));
+      },
+      kTimeout, options);
 }
 
 void expectAlgorithm(const RunOptions& options, const std::string& expected, bool board) {
@@ -195,6 +362,18 @@ TEST(Board, MismatchedCallsReturnInvalidUsage) {
                               : braidBroadcast(a, b, 2, braidFloat32, 1, c.comm, nullptr);
                    },
                    {"mismatched"});
+    // The wider calls the board now serves: every rank compares every
+    // rank's call, so two roots are caught in the call itself.
+    expectMismatch(n, "Broadcast roots",
+                   [](RankContext& c, bool z) {
+                     return braidBroadcast(a, a, 2, braidFloat32, z ? 0 : 1, c.comm, nullptr);
+                   },
+                   {"mismatched", "root"});
+    expectMismatch(n, "AllGather count",
+                   [](RankContext& c, bool z) {
+                     return braidAllGather(a, b, z ? 1 : 2, braidFloat32, c.comm, nullptr);
+                   },
+                   {"mismatched", "count=1", "count=2"});
   }
 }
 

@@ -27,6 +27,11 @@ namespace braidtest {
 namespace {
 
 constexpr std::chrono::seconds kTimeout{120};
+// An AllReduce of this many floats (8 KiB) is past the shared-memory board's
+// slot (BRAID_SHM_BOARD_BYTES), so it runs as messages through the engine,
+// whose failures and diagnostics these tests look at; the board's own are
+// in board_test.cc.
+constexpr size_t kEngineFloats = 2048;
 
 std::string where(const char* what, braidDataType_t t, size_t count, int n) {
   return std::string(what) + " " + typeInfo(t).name + " count=" + std::to_string(count) +
@@ -411,7 +416,7 @@ void deadPeerBody(RankContext& ctx) {
   }
   ::usleep(300000);
   ctx.step("AllReduce with a dead peer");
-  std::vector<float> x(1000, 1.f);
+  std::vector<float> x(kEngineFloats, 1.f);
   braidResult_t r =
       braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
   std::string msg = braidGetLastError(nullptr);
@@ -432,7 +437,7 @@ TEST(Failures, AbortFromAnotherThreadEndsTheCallInFlight) {
   runRanks(
       2,
       [](RankContext& ctx) {
-        std::vector<float> x(1000, 1.f);
+        std::vector<float> x(kEngineFloats, 1.f);
         if (ctx.rank == 1) {
           ::usleep(1500000);  // rank 0 aborted meanwhile
           braidResult_t r = braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum,
@@ -464,7 +469,7 @@ void stalledPeerBody(RankContext& ctx, bool setOnCommunicator) {
     RANK_EXPECT_EQ(braidCommSetTimeout(ctx.comm, 0.0), braidInvalidArgument);
     RANK_EXPECT_EQ(braidCommSetTimeout(nullptr, 1.0), braidInvalidArgument);
   }
-  std::vector<float> x(1000, 1.f);
+  std::vector<float> x(kEngineFloats, 1.f);
   if (ctx.rank == 1) {
     ::usleep(3000000);
     (void)braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
@@ -502,7 +507,7 @@ TEST(Diagnostics, SigusrOneDumpsTheCallInFlight) {
   runRanks(
       2,
       [](RankContext& ctx) {
-        std::vector<float> x(1000, 1.f);
+        std::vector<float> x(kEngineFloats, 1.f);
         if (ctx.rank == 1) {
           ::usleep(1500000);  // rank 0 waits in its AllReduce meanwhile
           RANK_EXPECT_OK(braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum,

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 namespace braid::shm {
 namespace {
@@ -16,10 +17,10 @@ struct TwoMappings {
   Board creator, opener;
 };
 
-TwoMappings mapTwice(int nranks, int streams = 3) {
-  auto created = Board::create(nranks, streams);
+TwoMappings mapTwice(int nranks, int streams = 3, size_t payloadBytes = 48) {
+  auto created = Board::create(nranks, streams, payloadBytes);
   EXPECT_TRUE(created.isOk()) << created.status().message();
-  auto opened = Board::open(created->name(), nranks, streams);
+  auto opened = Board::open(created->name(), nranks, streams, payloadBytes);
   EXPECT_TRUE(opened.isOk()) << opened.status().message();
   TwoMappings m{std::move(*created), std::move(*opened)};
   m.creator.unlink();
@@ -35,7 +36,7 @@ TEST(ShmBoard, ASlotShowsOnceItsSequenceIsPublished) {
   ASSERT_NE(slot, nullptr);
   EXPECT_EQ(slot->check, 0xabcu);
   double seen = 0;
-  std::memcpy(&seen, slot->payload, sizeof seen);
+  std::memcpy(&seen, slot->payload(), sizeof seen);
   EXPECT_EQ(seen, 2.5);
   // Another rank's slots and the next call's are untouched.
   EXPECT_EQ(m.opener.published(1, 1), nullptr);
@@ -134,11 +135,50 @@ TEST(ShmBoard, ASleepEndsAtItsTimeoutWhenNothingIsPublished) {
 }
 
 TEST(ShmBoard, OpeningWithAnotherWorldSizeFails) {
-  auto created = Board::create(2, 1);
+  auto created = Board::create(2, 1, 48);
   ASSERT_TRUE(created.isOk());
-  auto opened = Board::open(created->name(), 200, 1);
+  auto opened = Board::open(created->name(), 200, 1, 48);
   EXPECT_FALSE(opened.isOk());
-  EXPECT_FALSE(Board::open("/braid-no-such-board", 2, 1).isOk());
+  EXPECT_FALSE(Board::open("/braid-no-such-board", 2, 1, 48).isOk());
+}
+
+TEST(ShmBoard, APayloadFillsTheHeaderLineThenWholeLines) {
+  EXPECT_EQ(boardPayloadBytes(0), 48u);
+  EXPECT_EQ(boardPayloadBytes(1), 48u);
+  EXPECT_EQ(boardPayloadBytes(48), 48u);
+  EXPECT_EQ(boardPayloadBytes(49), 112u);
+  EXPECT_EQ(boardPayloadBytes(2048), 2096u);
+}
+
+// Wide slots: every byte of every rank's two slots and every announcement
+// line is its own (a slot that ran into the next, or into the
+// announcements, would show here), and the payload is 16-byte aligned.
+TEST(ShmBoard, WideSlotsKeepToThemselves) {
+  constexpr int kRanks = 3, kStreams = 2;
+  TwoMappings m = mapTwice(kRanks, kStreams, 1000);
+  const size_t bytes = m.creator.payloadBytes();
+  ASSERT_EQ(bytes, boardPayloadBytes(1000));
+  for (int r = 0; r < kRanks; ++r)
+    for (int stream = 0; stream < kStreams; ++stream) m.creator.announce(r, stream, 40, 4000 + r);
+  for (uint32_t sequence : {1u, 2u})
+    for (int r = 0; r < kRanks; ++r) {
+      std::vector<uint8_t> fill(bytes, static_cast<uint8_t>(16 * r + sequence));
+      m.creator.publish(r, sequence, r, fill.data(), fill.size());
+    }
+  for (uint32_t sequence : {1u, 2u})
+    for (int r = 0; r < kRanks; ++r) {
+      const BoardSlot* slot = m.opener.published(r, sequence);
+      ASSERT_NE(slot, nullptr) << r << " " << sequence;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(slot->payload()) % 16, 0u);
+      EXPECT_EQ(slot->check, static_cast<uint64_t>(r));
+      const std::vector<uint8_t> want(bytes, static_cast<uint8_t>(16 * r + sequence));
+      EXPECT_EQ(std::memcmp(slot->payload(), want.data(), bytes), 0) << r << " " << sequence;
+    }
+  for (int r = 0; r < kRanks; ++r)
+    for (int stream = 0; stream < kStreams; ++stream) {
+      EXPECT_EQ(m.opener.announced(r, stream).call, 41u);
+      EXPECT_EQ(m.opener.announced(r, stream).check, 4000u + r);
+    }
 }
 
 }  // namespace

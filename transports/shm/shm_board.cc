@@ -4,19 +4,26 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <ctime>
 
 namespace braid::shm {
 
-static_assert(sizeof(Board::AnnouncementLine) == sizeof(BoardSlot));
+constexpr size_t kLineBytes = 64;
+static_assert(sizeof(Board::AnnouncementLine) == kLineBytes);
 
 namespace {
 
-size_t boardBytes(int nranks, int streams) {
+size_t slotBytes(size_t payloadBytes) {
+  return BoardSlot::kHeaderBytes + boardPayloadBytes(payloadBytes);
+}
+
+size_t boardBytes(int nranks, int streams, size_t payloadBytes) {
+  const size_t ranks = static_cast<size_t>(nranks);
   const size_t bytes =
-      (2 + static_cast<size_t>(streams)) * static_cast<size_t>(nranks) * sizeof(BoardSlot);
+      2 * ranks * slotBytes(payloadBytes) + static_cast<size_t>(streams) * ranks * kLineBytes;
   const size_t page = 4096;
   return (bytes + page - 1) / page * page;
 }
@@ -28,29 +35,38 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 }  // namespace
 
-void Board::map(int nranks, int streams) {
-  slots_ = static_cast<BoardSlot*>(segment_.base());
-  announcements_ = reinterpret_cast<AnnouncementLine*>(slots_ + 2 * nranks);
+size_t boardPayloadBytes(size_t wanted) {
+  const size_t lines = (BoardSlot::kHeaderBytes + wanted + kLineBytes - 1) / kLineBytes;
+  return std::max<size_t>(lines, 1) * kLineBytes - BoardSlot::kHeaderBytes;
+}
+
+void Board::map(int nranks, int streams, size_t payloadBytes) {
+  slots_ = static_cast<uint8_t*>(segment_.base());
+  slotBytes_ = slotBytes(payloadBytes);
+  announcements_ =
+      reinterpret_cast<AnnouncementLine*>(slots_ + 2 * static_cast<size_t>(nranks) * slotBytes_);
   streams_ = streams;
 }
 
-Result<Board> Board::create(int nranks, int streams) {
+Result<Board> Board::create(int nranks, int streams, size_t payloadBytes) {
   Board board;
-  BRAID_ASSIGN_OR_RETURN(board.segment_, Segment::create(boardBytes(nranks, streams)));
-  board.map(nranks, streams);
+  BRAID_ASSIGN_OR_RETURN(board.segment_,
+                         Segment::create(boardBytes(nranks, streams, payloadBytes)));
+  board.map(nranks, streams, payloadBytes);
   return board;
 }
 
-Result<Board> Board::open(const std::string& name, int nranks, int streams) {
+Result<Board> Board::open(const std::string& name, int nranks, int streams, size_t payloadBytes) {
   Board board;
-  BRAID_ASSIGN_OR_RETURN(board.segment_, Segment::open(name, boardBytes(nranks, streams)));
-  board.map(nranks, streams);
+  BRAID_ASSIGN_OR_RETURN(board.segment_,
+                         Segment::open(name, boardBytes(nranks, streams, payloadBytes)));
+  board.map(nranks, streams, payloadBytes);
   return board;
 }
 
 void Board::publish(int rank, uint32_t sequence, uint64_t check, const void* data, size_t bytes) {
   BoardSlot& s = slot(rank, sequence);
-  if (bytes) std::memcpy(s.payload, data, bytes);
+  if (bytes) std::memcpy(s.payload(), data, bytes);
   s.check = check;
   // Sequentially consistent with the sleeper's increment of `sleepers`: either
   // it sees the new sequence before sleeping, or this sees it asleep.

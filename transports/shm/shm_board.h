@@ -1,12 +1,16 @@
-// A board for the tiny collectives of ranks that all share one host: one
-// segment mapped by every rank, two cache-line slots per rank. A rank
-// publishes its contribution to a call by writing its slot and then the
-// slot's sequence number; the others read it in place once the number
-// shows. No frames, no rings, no system call while the ranks are awake.
+// A board for the small collectives of ranks that all share one host: one
+// segment mapped by every rank, two slots per rank. A rank publishes its
+// contribution to a call by writing its slot and then the slot's sequence
+// number; the others read it in place once the number shows. No frames, no
+// rings, no system call while the ranks are awake.
+//
+// A slot is a header line whose last 48 bytes start the payload, which
+// runs on through the slot's further lines: a call of up to 48 bytes
+// touches one cache line per rank.
 //
 // Two slots per rank suffice: a rank writes the slot of call s + 2 only
-// after it read every rank's contribution to call s + 1, which each rank
-// publishes only after it finished reading call s.
+// after it saw every rank's slot of call s + 1, which each rank publishes
+// only after it finished reading call s.
 //
 // Each rank also announces every collective it makes, board or not, on one
 // line per stream, so that a rank waiting for a contribution or a message
@@ -26,15 +30,23 @@
 
 namespace braid::shm {
 
-struct alignas(64) BoardSlot {
-  static constexpr size_t kPayloadBytes = 48;
+// The header of a slot; its payload follows it in the mapping.
+struct BoardSlot {
+  static constexpr size_t kHeaderBytes = 16;
   std::atomic<uint32_t> sequence;  // the call whose contribution the slot holds
   std::atomic<uint32_t> sleepers;  // readers asleep on `sequence`
   uint64_t check;                  // what the publisher called, to compare
-  alignas(16) uint8_t payload[kPayloadBytes];
+
+  // 16-byte aligned: any element type's reductions may read it in place.
+  const uint8_t* payload() const { return reinterpret_cast<const uint8_t*>(this) + kHeaderBytes; }
+  uint8_t* payload() { return reinterpret_cast<uint8_t*>(this) + kHeaderBytes; }
 };
-static_assert(sizeof(BoardSlot) == 64);
+static_assert(sizeof(BoardSlot) == BoardSlot::kHeaderBytes);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// The payload a slot holds when `wanted` bytes are asked for: the rest of
+// the header line, plus whole cache lines (48, 112, 176, ... bytes).
+size_t boardPayloadBytes(size_t wanted);
 
 // What a rank announced: the index of its latest call and what it called.
 struct Announcement {
@@ -47,13 +59,15 @@ class Board {
   Board() = default;
   // Rank 0 creates the board; the others open it by name, then every rank
   // calls unlink() once all have (so nothing stays in /dev/shm). `streams`
-  // announcement lines per rank: streams 0 to streams - 1.
-  static Result<Board> create(int nranks, int streams);
-  static Result<Board> open(const std::string& name, int nranks, int streams);
+  // announcement lines per rank: streams 0 to streams - 1. Slots of
+  // boardPayloadBytes(payloadBytes); every rank passes the same value.
+  static Result<Board> create(int nranks, int streams, size_t payloadBytes);
+  static Result<Board> open(const std::string& name, int nranks, int streams, size_t payloadBytes);
   const std::string& name() const { return segment_.name(); }
+  size_t payloadBytes() const { return slotBytes_ - BoardSlot::kHeaderBytes; }
   void unlink() { segment_.unlink(); }
 
-  // Writes `rank`'s contribution to call `sequence` (bytes <= kPayloadBytes)
+  // Writes `rank`'s contribution to call `sequence` (bytes <= payloadBytes())
   // and wakes the readers that sleep on it.
   void publish(int rank, uint32_t sequence, uint64_t check, const void* data, size_t bytes);
   // `rank`'s slot for call `sequence` once it is published, else null.
@@ -78,15 +92,17 @@ class Board {
 
  private:
   BoardSlot& slot(int rank, uint32_t sequence) const {
-    return slots_[2 * static_cast<size_t>(rank) + (sequence & 1)];
+    const size_t index = 2 * static_cast<size_t>(rank) + (sequence & 1);
+    return *reinterpret_cast<BoardSlot*>(slots_ + index * slotBytes_);
   }
   AnnouncementLine& line(int rank, int stream) const {
     return announcements_[static_cast<size_t>(rank) * streams_ + stream];
   }
-  void map(int nranks, int streams);
+  void map(int nranks, int streams, size_t payloadBytes);
 
   Segment segment_;
-  BoardSlot* slots_ = nullptr;                 // 2 per rank
+  uint8_t* slots_ = nullptr;                   // 2 per rank, of slotBytes_ each
+  size_t slotBytes_ = 0;                       // a multiple of the cache line
   AnnouncementLine* announcements_ = nullptr;  // `streams_` per rank, after the slots
   int streams_ = 0;
 };
