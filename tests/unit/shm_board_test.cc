@@ -140,6 +140,9 @@ TEST(ShmBoard, OpeningWithAnotherWorldSizeFails) {
   auto opened = Board::open(created->name(), 200, 1, 48);
   EXPECT_FALSE(opened.isOk());
   EXPECT_FALSE(Board::open("/braid-no-such-board", 2, 1, 48).isOk());
+  // A slot size past the bound (as a corrupt card from rank 0 would say) maps nothing.
+  EXPECT_FALSE(Board::open(created->name(), 2, 1, kMaxBoardPayloadBytes + 1).isOk());
+  EXPECT_FALSE(Board::create(2, 1, uint64_t{1} << 62).isOk());
 }
 
 TEST(ShmBoard, APayloadFillsTheHeaderLineThenWholeLines) {

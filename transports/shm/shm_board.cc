@@ -9,6 +9,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "src/common/strcat.h"
+
 namespace braid::shm {
 
 constexpr size_t kLineBytes = 64;
@@ -49,6 +51,9 @@ void Board::map(int nranks, int streams, size_t payloadBytes) {
 }
 
 Result<Board> Board::create(int nranks, int streams, size_t payloadBytes) {
+  if (payloadBytes > kMaxBoardPayloadBytes)
+    return invalidArgument(
+        strCat("a board slot of ", payloadBytes, " bytes (at most ", kMaxBoardPayloadBytes, ")"));
   Board board;
   BRAID_ASSIGN_OR_RETURN(board.segment_,
                          Segment::create(boardBytes(nranks, streams, payloadBytes)));

@@ -44,6 +44,9 @@ struct BoardSlot {
 static_assert(sizeof(BoardSlot) == BoardSlot::kHeaderBytes);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
+// The most a slot may be asked to hold (BRAID_SHM_BOARD_BYTES' bound).
+constexpr size_t kMaxBoardPayloadBytes = 65536;
+
 // The payload a slot holds when `wanted` bytes are asked for: the rest of
 // the header line, plus whole cache lines (48, 112, 176, ... bytes).
 size_t boardPayloadBytes(size_t wanted);
@@ -60,7 +63,8 @@ class Board {
   // Rank 0 creates the board; the others open it by name, then every rank
   // calls unlink() once all have (so nothing stays in /dev/shm). `streams`
   // announcement lines per rank: streams 0 to streams - 1. Slots of
-  // boardPayloadBytes(payloadBytes); every rank passes the same value.
+  // boardPayloadBytes(payloadBytes); every rank passes the same value, at
+  // most kMaxBoardPayloadBytes.
   static Result<Board> create(int nranks, int streams, size_t payloadBytes);
   static Result<Board> open(const std::string& name, int nranks, int streams, size_t payloadBytes);
   const std::string& name() const { return segment_.name(); }
