@@ -18,6 +18,7 @@
 #include "src/link_probe.h"
 #include "src/peer_links.h"
 #include "src/state_dump.h"
+#include "src/stream.h"
 #include "transports/loopback/loopback_connection.h"
 #include "transports/shm/shm_stream.h"
 
@@ -143,6 +144,10 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   // A few microseconds of pure spinning catch a peer that answers from its
   // own core; with more ranks than cores they would only delay the peer.
   if (ranksOnHost <= coresOnHost) comm->pureSpinSeconds_ = std::min(comm->spinSeconds_, 5e-6);
+  // A stream's worker and the thread that waits for it each poll before
+  // they sleep only where both can have a core: polling threads beyond the
+  // cores keep the ones with work off them (src/stream.h).
+  comm->streamSpinSeconds_ = braid::streamSpinSeconds(ranksOnHost, coresOnHost, comm->spinSeconds_);
   // The single-copy threshold depends on how many ranks share the cores, so
   // the links get a copy of the settings with it resolved.
   Config linkConfig = comm->config_;

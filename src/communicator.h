@@ -67,6 +67,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   static constexpr int kMaxStreams = kPairProbeStream - 1;
 
   int rank() const { return rank_; }
+  // How long a host stream's worker with nothing queued, and a thread that
+  // waits for a stream, poll before they sleep (src/stream.h).
+  double streamSpinSeconds() const { return streamSpinSeconds_; }
   int size() const { return nranks_; }
   const Config& config() const { return config_; }
   transport::MemoryRegistry& registry() { return *registry_; }
@@ -182,7 +185,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::mutex tunerMutex_;
   OnlineTuner tuner_;
   double spinSeconds_ = 0;
-  double pureSpinSeconds_ = 0;  // set once the ranks per host are known
+  double pureSpinSeconds_ = 0;    // set once the ranks per host are known
+  double streamSpinSeconds_ = 0;  // likewise
   Selector selector_;
   // Tiny AllReduce and Barrier on stream 0 when all ranks share a host.
   std::unique_ptr<BoardCollectives> board_;

@@ -1,6 +1,32 @@
 #include "src/stream.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+
 namespace braid {
+
+double streamSpinSeconds(int ranksOnHost, int coresOnHost, double spinSeconds) {
+  if (ranksOnHost < 1 || 2 * ranksOnHost > coresOnHost) return 0;
+  return std::min(spinSeconds, 50e-6);
+}
+
+template <typename Done>
+void HostStream::spinUntil(Done done) const {
+  using Clock = std::chrono::steady_clock;
+  const double seconds = comm_->streamSpinSeconds();
+  if (seconds <= 0) return;
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    // A clock read costs about as much as a yield; look a few times between.
+    for (int i = 0; i < 16; ++i) {
+      sched_yield();
+      if (done()) return;
+    }
+    if (Clock::now() >= end) return;
+  }
+}
 
 HostStream::HostStream(std::shared_ptr<Communicator> comm, int index)
     : comm_(std::move(comm)), index_(index), worker_([this](std::stop_token s) { work(s); }) {}
@@ -14,24 +40,29 @@ HostStream::~HostStream() {
 void HostStream::enqueue(std::vector<Operation> ops) {
   std::lock_guard lock(mutex_);
   queue_.push_back({std::move(ops), nullptr, nullptr});
+  queued_.fetch_add(1, std::memory_order_release);
   changed_.notify_all();
 }
 
 void HostStream::enqueueCallback(std::function<void(const Status&)> callback) {
   std::lock_guard lock(mutex_);
   queue_.push_back({{}, std::move(callback), nullptr});
+  queued_.fetch_add(1, std::memory_order_release);
   changed_.notify_all();
 }
 
 void HostStream::enqueueTask(std::function<Status(const Status& earlier)> task) {
   std::lock_guard lock(mutex_);
   queue_.push_back({{}, nullptr, std::move(task)});
+  queued_.fetch_add(1, std::memory_order_release);
   changed_.notify_all();
 }
 
 Status HostStream::synchronize() {
   if (onWorkerThread())
     return invalidUsage("a stream cannot wait for itself from one of its own callbacks");
+  const uint64_t queued = queued_.load(std::memory_order_acquire);
+  spinUntil([&] { return finished_.load(std::memory_order_acquire) >= queued; });
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
   return firstError_;
@@ -47,6 +78,14 @@ Status HostStream::query() {
 void HostStream::work(std::stop_token stop) {
   std::unique_lock lock(mutex_);
   while (true) {
+    if (queue_.empty() && !stop.stop_requested()) {
+      const uint64_t finished = finished_.load(std::memory_order_relaxed);
+      lock.unlock();
+      spinUntil([&] {
+        return queued_.load(std::memory_order_acquire) > finished || stop.stop_requested();
+      });
+      lock.lock();
+    }
     changed_.wait(lock, [&] { return stop.stop_requested() || !queue_.empty(); });
     if (queue_.empty()) return;
     Entry entry = std::move(queue_.front());
@@ -58,6 +97,7 @@ void HostStream::work(std::stop_token stop) {
       entry.callback(outcome);
       lock.lock();
       busy_ = false;
+      finished_.fetch_add(1, std::memory_order_release);
       changed_.notify_all();
       continue;
     }
@@ -74,6 +114,7 @@ void HostStream::work(std::stop_token stop) {
       comm_->recordAsyncError(s);
     }
     busy_ = false;
+    finished_.fetch_add(1, std::memory_order_release);
     changed_.notify_all();
   }
 }
