@@ -20,16 +20,14 @@ import statistics
 import subprocess
 import sys
 
+from compare_anchors import size_arg
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [64, 256, 1024, 4096]
 # perf binary, mpi_bench's name for the call (None: it has none)
 COLLECTIVES = [("all_reduce", "allreduce"), ("broadcast", "bcast"), ("reduce", None),
                ("all_gather", "allgather"), ("reduce_scatter", "reduce_scatter"),
                ("alltoall", "alltoall"), ("gather", None), ("scatter", None)]
-
-
-def size_text(nbytes):
-    return f"{nbytes // 1024}K" if nbytes >= 1024 else str(nbytes)
 
 
 def run_braid(args, binary, extra_env):
@@ -53,7 +51,7 @@ def run_ompi(args, op):
     binary = os.path.join(args.anchors, "mpi_bench_openmpi")
     cmd = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", str(args.ranks),
            "--mca", "pml", "ob1", "--mca", "btl", "self,vader", binary, "-o", op,
-           "-s", ",".join(size_text(s) for s in SIZES), "--budget", "0.3"]
+           "-s", ",".join(size_arg(s) for s in SIZES), "--budget", "0.3"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if out.returncode != 0:
         sys.exit(f"small_calls.py: {' '.join(cmd)} failed:\n{out.stderr[-2000:]}")

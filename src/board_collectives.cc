@@ -114,16 +114,13 @@ void BoardCollectives::takeResult(const Operation& op) const {
       if (!isRoot || !args.inPlace)
         std::memcpy(recv, slots_[args.root]->payload() + static_cast<size_t>(rank_) * bytes, bytes);
       break;
+    case CollectiveKind::kGather:
+      if (!isRoot) break;
+      [[fallthrough]];
     case CollectiveKind::kAllGather:
       for (int r = 0; r < nranks_; ++r)
         if (r != rank_ || !args.inPlace)
           std::memcpy(recv + static_cast<size_t>(r) * bytes, slots_[r]->payload(), bytes);
-      break;
-    case CollectiveKind::kGather:
-      if (isRoot)
-        for (int r = 0; r < nranks_; ++r)
-          if (r != rank_ || !args.inPlace)
-            std::memcpy(recv + static_cast<size_t>(r) * bytes, slots_[r]->payload(), bytes);
       break;
     case CollectiveKind::kAllToAll:
       for (int r = 0; r < nranks_; ++r)

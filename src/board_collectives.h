@@ -51,7 +51,6 @@ class BoardCollectives {
   // algorithms move about 2 * bytes: at 2 ranks the two break even near
   // 16 KiB a rank (docs/PERFORMANCE.md).
   static constexpr size_t kMaxReducedBytes = 32 << 10;
-  bool rootedCalls() const { return rootedCalls_; }
   size_t payloadBytes() const { return board_.payloadBytes(); }
   // The stream whose small calls run on the board: stream 0, the caller's
   // thread. Every stream's calls are announced.

@@ -270,11 +270,9 @@ Result<Config> loadConfig() {
     config.shmBoard = b == "1";
   }
   if (std::string b = envString("BRAID_SHM_BOARD_BYTES"); !b.empty()) {
-    double v = 0;
-    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SHM_BOARD_BYTES", b, 1, 65536, &v));
-    if (v != static_cast<double>(static_cast<size_t>(v)))
-      return invalidArgument(strCat("BRAID_SHM_BOARD_BYTES='", b, "' is not a whole number"));
-    config.shmBoardBytes = static_cast<size_t>(v);
+    int bytes = 0;
+    BRAID_RETURN_IF_ERROR(parseSmallInt("BRAID_SHM_BOARD_BYTES", b, 1, 65536, &bytes));
+    config.shmBoardBytes = static_cast<size_t>(bytes);
   }
   if (std::string b = envString("BRAID_CUDA_IPC"); !b.empty()) {
     if (b != "0" && b != "1")
