@@ -44,11 +44,18 @@ std::string fitNumber(double value, int width) {
   return text;
 }
 
-// Page-aligned and never smaller than a page, so that count == 0 has a buffer.
-using Buffer = std::unique_ptr<std::byte, decltype(&std::free)>;
-Buffer allocateBuffer(size_t bytes) {
+// Page-aligned and never smaller than a page, so that count == 0 has a
+// buffer. `shared` (-R): from braidHostAlloc, as nccl-tests' -R takes its
+// buffers from ncclMemAlloc, so that ranks of a host read them in place.
+using Buffer = std::unique_ptr<std::byte, void (*)(void*)>;
+Buffer allocateBuffer(size_t bytes, bool shared) {
   constexpr size_t kAlign = 4096;
   size_t rounded = std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  if (shared) {
+    void* memory = nullptr;
+    if (braidHostAlloc(&memory, rounded) != braidSuccess) throw std::bad_alloc();
+    return Buffer(static_cast<std::byte*>(memory), [](void* p) { (void)braidHostFree(p); });
+  }
   auto* memory = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
   if (memory == nullptr) throw std::bad_alloc();
   return Buffer(memory, &std::free);
@@ -105,9 +112,9 @@ class PerfRun {
       // Allocated once, for the largest size; the receive buffer also holds
       // the in-place send data.
       Sizes largest = collective_.sizesFor(options_.sweep.back(), type->size, nranks_);
-      Buffer send = allocateBuffer(largest.sendCount * type->size);
+      Buffer send = allocateBuffer(largest.sendCount * type->size, options_.localRegister);
       const size_t recvBytes = std::max(largest.sendCount, largest.recvCount) * type->size;
-      Buffer recv = allocateBuffer(recvBytes);
+      Buffer recv = allocateBuffer(recvBytes, options_.localRegister);
       // With --mem cuda, GPU buffers of the same shape: the calls use them,
       // and the host ones stage the inputs and the results to check.
       std::optional<CudaDriver::Buffer> deviceSend, deviceRecv;

@@ -8,6 +8,7 @@
 #include "src/common/strcat.h"
 #include "src/handles.h"
 #include "src/launch_env.h"
+#include "transports/shm/host_allocations.h"
 
 using braid::Status;
 using braid::api::checkComm;
@@ -269,6 +270,22 @@ braidResult_t braidCommDeregister(braidComm_t comm, void* handle) {
       return braid::invalidArgument("comm is NULL or not live");
     if (!handle) return braid::invalidArgument("handle is NULL");
     return comm->comm->registry().remove(reinterpret_cast<uintptr_t>(handle));
+  });
+}
+
+braidResult_t braidHostAlloc(void** ptr, size_t size) {
+  return guard("braidHostAlloc", [&]() -> Status {
+    if (!ptr) return braid::invalidArgument("ptr is NULL");
+    if (size == 0) return braid::invalidArgument("size is 0");
+    BRAID_ASSIGN_OR_RETURN(*ptr, braid::shm::allocateShared(size));
+    return Status::ok();
+  });
+}
+
+braidResult_t braidHostFree(void* ptr) {
+  return guard("braidHostFree", [&]() -> Status {
+    if (!ptr) return Status::ok();
+    return braid::shm::freeShared(ptr);
   });
 }
 

@@ -61,12 +61,29 @@ class ByteStream {
     return notSupported("this stream cannot read the peer's memory");
   }
 
+  // Where the peer's [address, address + bytes) under `key` can be read in
+  // place, for the duration of the call that sent its descriptor, or
+  // nullptr when it cannot (readPeer() copies it then). A receiver that
+  // reduces the payload reads it from there instead of copying it first.
+  virtual Result<const std::byte*> peerBytesInPlace(uint64_t address, uint64_t key, size_t bytes) {
+    (void)address, (void)key, (void)bytes;
+    return static_cast<const std::byte*>(nullptr);
+  }
+
   // Whether writePeer() works: the peer may write into this process's
   // memory and this one into the peer's (the same permission both ways, as
   // process_vm_writev needs what process_vm_readv does). A receiver then
   // asks the sender of a large descriptor to copy part of it itself, so
   // that both ends copy at once.
   virtual bool canWritePeer() const { return false; }
+  // Whether asking the sender of a payload readable under `key` to write
+  // part of it makes the payload arrive sooner than reading all of it.
+  // Not when the receiver reads it as fast as memory moves (a mapping)
+  // and the sender would write at the speed of a system call.
+  virtual bool pushSpeedsUp(uint64_t key) const {
+    (void)key;
+    return true;
+  }
   // Copies `bytes` from `from` to `address` in the peer's memory: all of
   // them, or an error.
   virtual Status writePeer(uint64_t address, const void* from, size_t bytes) {

@@ -91,6 +91,7 @@ bool StreamConnection::askForPushes() {
     p.asked = true;
     // A reduction needs this rank's operand, which the sender cannot read.
     if (p.reduces() || p.bytes < options_.pushBytes || p.copied > 0) continue;
+    if (!stream_->pushSpeedsUp(p.remoteKey)) continue;
     // Halves on a page boundary: neither end then touches the other's pages.
     p.split = p.bytes / 2 / kPushAlign * kPushAlign;
     if (p.split == 0) continue;
@@ -229,15 +230,24 @@ Result<bool> StreamConnection::pullSome() {
     size_t n = std::min(left, budget);
     Status s;
     if (p.reduces()) {
-      // Through the staging buffer, which stays in cache, in whole elements
-      // (a partial one at the very end is dropped, as combineArriving does).
+      // In whole elements (a partial one at the very end is dropped, as
+      // combineArriving does): straight from the peer's memory where this
+      // end maps it, else through the staging buffer, which stays in cache.
       const size_t unit = p.combiner.unit;
-      n = std::min(n, staging_.size() / unit * unit);
+      Result<const std::byte*> inPlace =
+          stream_->peerBytesInPlace(p.remote + p.copied, p.remoteKey, n);
+      if (inPlace.isOk() && *inPlace == nullptr) n = std::min(n, staging_.size() / unit * unit);
       if (n < left) n = n / unit * unit;
       if (n == 0) break;
-      s = stream_->readPeer(staging_.data(), p.remote + p.copied, p.remoteKey, n);
+      const void* operand = staging_.data();
+      if (!inPlace.isOk())
+        s = inPlace.status();
+      else if (*inPlace != nullptr)
+        operand = *inPlace;
+      else
+        s = stream_->readPeer(staging_.data(), p.remote + p.copied, p.remoteKey, n);
       if (s.isOk() && n >= unit)
-        p.combiner.apply(p.data + p.copied, p.local + p.copied, staging_.data(), n / unit,
+        p.combiner.apply(p.data + p.copied, p.local + p.copied, operand, n / unit,
                          p.combiner.context);
     } else if (n > 0) {
       s = stream_->readPeer(p.data + p.copied, p.remote + p.copied, p.remoteKey, n);

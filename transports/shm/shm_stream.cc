@@ -207,8 +207,23 @@ void ShmStream::writeLast(const iovec* iov, int count) {
   out_.control->head.store(outHead_, std::memory_order_seq_cst);
 }
 
-Status ShmStream::readPeer(void* into, uint64_t address, uint64_t, size_t bytes) {
+std::optional<uint64_t> ShmStream::peerReadKey(const void* data, size_t bytes) {
+  if (!canReadPeer()) return std::nullopt;
+  return sharedKey(data, bytes).value_or(0);
+}
+
+Result<const std::byte*> ShmStream::peerBytesInPlace(uint64_t address, uint64_t key, size_t bytes) {
+  if (peerPid_ <= 0 || !isSharedKey(key)) return static_cast<const std::byte*>(nullptr);
+  return peerAllocations_.find(address, key, bytes);
+}
+
+Status ShmStream::readPeer(void* into, uint64_t address, uint64_t key, size_t bytes) {
   if (peerPid_ <= 0) return notSupported("this stream cannot read the peer's memory");
+  if (isSharedKey(key)) {
+    BRAID_ASSIGN_OR_RETURN(const std::byte* from, peerAllocations_.find(address, key, bytes));
+    std::memcpy(into, from, bytes);
+    return Status::ok();
+  }
   const int err = readProcess(peerPid_, into, address, bytes);
   if (err == 0) return Status::ok();
   if (err == ESRCH) return closedByPeer();
