@@ -8,12 +8,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/unit/stream_connection_fixtures.h"
+#include "transports/shm/host_allocations.h"
 #include "transports/shm/shm_stream.h"
 #include "transports/stream_connection.h"
 #include "transports/tcp/socket_stream.h"
@@ -219,6 +222,74 @@ TEST_F(SingleCopy, KilledSenderFailsTheReceiveBeingCopied) {
   ASSERT_EQ(r->state(), Request::State::kFailed);
   EXPECT_EQ(r->error().code(), ErrorCode::kRemoteError);
   EXPECT_NE(r->error().message().find("rank 1"), std::string::npos) << r->error().message();
+}
+
+// How many mappings of braidHostAlloc memory this process has.
+int sharedAllocationMappings() {
+  std::ifstream maps("/proc/self/maps");
+  int count = 0;
+  for (std::string line; std::getline(maps, line);)
+    count += line.find("memfd:braid-host-alloc") != std::string::npos;
+  return count;
+}
+
+// A sender whose payloads are braidHostAlloc memory: the receiver maps the
+// allocation and copies from it (and reduces straight from it), so the
+// bytes arrive exact and this process, which allocated nothing shared,
+// holds a mapping of the sender's memory afterwards.
+TEST_F(SingleCopy, ReadsAndReducesBraidHostAllocMemoryThroughAMapping) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
+  ASSERT_TRUE(created.isOk());
+  shm::ShmStream::initialize(*created, kRingBytes);
+  const std::string name = created->name();
+  const size_t bytes = (8 << 20) + 4;
+  pid_t child = fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    auto opened = shm::Segment::open(name, shm::segmentBytes(kRingBytes));
+    if (!opened.isOk()) _exit(10);
+    auto b = connectShm(std::move(*opened), false, fds[1], 0, ::getppid());
+    auto plain = shm::allocateShared(bytes), reduced = shm::allocateShared(bytes);
+    if (!plain.isOk() || !reduced.isOk()) _exit(11);
+    std::memcpy(*plain, pattern(bytes, 40).data(), bytes);
+    std::memcpy(*reduced, pattern(bytes, 41).data(), bytes);
+    std::vector<RequestPtr> requests = {b->postSend(*plain, bytes, tag(1)),
+                                        b->postSend(*reduced, bytes, tag(2))};
+    if (!runUntilDone(*b, requests)) _exit(12);
+    for (const auto& r : requests)
+      if (r->state() != Request::State::kDone) _exit(13);
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  ::close(fds[1]);
+  const int mappedBefore = sharedAllocationMappings();
+  auto a = connectShm(std::move(*created), true, fds[0], 1, child);
+  std::vector<uint8_t> got(bytes), local = pattern(bytes, 42), sum(bytes);
+  Adder adder;
+  adder.unit = 4;
+  adder.dst = sum.data();
+  std::vector<RequestPtr> requests = {
+      a->postRecv(got.data(), bytes, tag(1)),
+      a->postRecvReduce(sum.data(), local.data(), bytes, tag(2), {4, &Adder::apply, &adder})};
+  EXPECT_TRUE(runUntilDone(*a, requests));
+  for (const auto& r : requests)
+    EXPECT_EQ(r->state(), Request::State::kDone) << (r->error().isOk() ? "" : r->error().message());
+  EXPECT_EQ(got, pattern(bytes, 40));
+  const std::vector<uint8_t> incoming = pattern(bytes, 41);
+  for (size_t i = 0; i < bytes; ++i)
+    if (sum[i] != static_cast<uint8_t>(local[i] + incoming[i])) {
+      ADD_FAILURE() << "sum differs at byte " << i;
+      break;
+    }
+  EXPECT_FALSE(adder.split);
+  EXPECT_EQ(adder.units, bytes / 4);
+  EXPECT_EQ(sharedAllocationMappings() - mappedBefore, 2) << "both payloads were mapped";
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks (see its exit codes)";
 }
 
 }  // namespace

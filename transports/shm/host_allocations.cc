@@ -144,8 +144,9 @@ Result<PeerAllocations::Mapped> PeerAllocations::map(int fd, uint32_t generation
   Mapping mapping(base, mapped);
   AllocationHeader header;
   std::memcpy(&header, base, sizeof(header));
-  if (header.magic != kHeaderMagic || header.generation != generation ||
-      header.bytes > mapped - page)
+  if (header.magic != kHeaderMagic || header.bytes > mapped - page)
+    return remoteError(strCat("rank ", rank_, "'s ", path, " is not a shared allocation"));
+  if (header.generation != generation)
     return remoteError(strCat("rank ", rank_, " sent a buffer of braidHostAlloc memory that it ",
                               "has freed (", path, " now holds another allocation)"));
   return Mapped{fd, generation, header.address, header.bytes, std::move(mapping)};
