@@ -150,7 +150,7 @@ def braid_launch(args, key, tmpdir):
     argv = [os.path.join(args.build, "tools", "braidrun"), "-n", str(ranks),
             os.path.join(args.build, "perf", binary), "-b", size_arg(nbytes),
             "-e", size_arg(nbytes), "-n", str(timed), "-w", str(warm), "-c", "0", "-a", "3",
-            "-J", json_path]
+            "-J", json_path] + shlex.split(args.braid_args)
 
     def parse(stdout):
         with open(json_path) as f:
@@ -461,6 +461,9 @@ def main():
                    help="smoke run: 1 repetition, 10x fewer braid iterations, short anchor runs")
     p.add_argument("--only", default="",
                    help="comma-separated target ids to run, e.g. 1a,4b (default: all)")
+    p.add_argument("--braid-args", default="",
+                   help="more flags for braid's perf binaries, e.g. '-R 1' (buffers from "
+                        "braidHostAlloc)")
     p.add_argument("--timeout", type=int, default=300, help="seconds per launch (default 300)")
     p.add_argument("--json", metavar="FILE", help="write every launch's raw figures to FILE")
     p.add_argument("--strict", action="store_true",
