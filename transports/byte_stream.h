@@ -76,18 +76,19 @@ class ByteStream {
   // asks the sender of a large descriptor to copy part of it itself, so
   // that both ends copy at once.
   virtual bool canWritePeer() const { return false; }
-  // Whether asking the sender of a payload readable under `key` to write
-  // part of it makes the payload arrive sooner than reading all of it.
-  // Not when the receiver reads it as fast as memory moves (a mapping)
-  // and the sender would write at the speed of a system call.
-  virtual bool pushSpeedsUp(uint64_t key) const {
-    (void)key;
+  // Whether asking the sender of a payload readable under `sourceKey` to
+  // write part of it into this end's buffer, reachable under `targetKey`
+  // (peerReadKey of the receive buffer), makes the payload arrive sooner
+  // than reading all of it. Not when the receiver reads at memory speed (a
+  // mapping) and the sender would write at the speed of a system call.
+  virtual bool pushSpeedsUp(uint64_t sourceKey, uint64_t targetKey) const {
+    (void)sourceKey, (void)targetKey;
     return true;
   }
-  // Copies `bytes` from `from` to `address` in the peer's memory: all of
-  // them, or an error.
-  virtual Status writePeer(uint64_t address, const void* from, size_t bytes) {
-    (void)address, (void)from, (void)bytes;
+  // Copies `bytes` from `from` to `address` in the peer's memory, under the
+  // key its peerReadKey() gave for that memory: all of them, or an error.
+  virtual Status writePeer(uint64_t address, uint64_t key, const void* from, size_t bytes) {
+    (void)address, (void)key, (void)from, (void)bytes;
     return notSupported("this stream cannot write the peer's memory");
   }
 };

@@ -133,7 +133,8 @@ class StreamConnection final : public Connection {
     uint64_t tag;  // the descriptor's
     uint64_t remote;
     const uint8_t* from;
-    uint64_t to;  // in the peer's memory
+    uint64_t to;     // in the peer's memory
+    uint64_t toKey;  // the key the peer gave for it
     size_t bytes;
     size_t done = 0;
   };

@@ -91,12 +91,13 @@ bool StreamConnection::askForPushes() {
     p.asked = true;
     // A reduction needs this rank's operand, which the sender cannot read.
     if (p.reduces() || p.bytes < options_.pushBytes || p.copied > 0) continue;
-    if (!stream_->pushSpeedsUp(p.remoteKey)) continue;
+    const uint64_t targetKey = stream_->peerReadKey(p.data, p.bytes).value_or(0);
+    if (!stream_->pushSpeedsUp(p.remoteKey, targetKey)) continue;
     // Halves on a page boundary: neither end then touches the other's pages.
     p.split = p.bytes / 2 / kPushAlign * kPushAlign;
     if (p.split == 0) continue;
     p.awaitingPushed = true;
-    queueControl({kPushTag, tag, p.split, p.remote, reinterpret_cast<uintptr_t>(p.data)}, nullptr);
+    queueControl({kPushTag, tag, p.split, reinterpret_cast<uintptr_t>(p.data), targetKey}, nullptr);
     asked = true;
   }
   return asked;
@@ -104,16 +105,18 @@ bool StreamConnection::askForPushes() {
 
 void StreamConnection::pushRequested() {
   const FrameHeader& h = header_;
+  uint64_t descriptor = 0;  // the payload's address here, which the answer names
   for (const PendingSend& s : awaitingAck_) {
-    if (s.header.tag != h.check || s.header.remote != h.remote) continue;
+    if (s.header.tag != h.check || s.header.remote == 0) continue;
+    descriptor = s.header.remote;
     // A push this end cannot do, or one past its payload (a broken peer),
     // is answered at once with nothing written: the receiver copies it all.
     if (!stream_->canWritePeer() || pushRefused_ || h.bytes > s.header.bytes) break;
-    pushes_.push_back({h.check, h.remote, s.data + h.bytes, h.key + h.bytes,
+    pushes_.push_back({h.check, s.header.remote, s.data + h.bytes, h.remote + h.bytes, h.key,
                        static_cast<size_t>(s.header.bytes - h.bytes)});
     return;
   }
-  queueControl({kPushedTag, h.check, 0, h.remote, 0}, nullptr);
+  queueControl({kPushedTag, h.check, 0, descriptor, 0}, nullptr);
 }
 
 void StreamConnection::pushAnswered() {
@@ -138,7 +141,8 @@ Result<bool> StreamConnection::pushSome() {
     Push& push = pushes_.front();
     const size_t n = std::min(push.bytes - push.done, budget);
     if (n > 0) {
-      if (Status s = stream_->writePeer(push.to + push.done, push.from + push.done, n); !s.isOk()) {
+      if (Status s = stream_->writePeer(push.to + push.done, push.toKey, push.from + push.done, n);
+          !s.isOk()) {
         // The receiver copies what is not written; a peer that is gone
         // fails the connection through the stream, as any other.
         if (!pushRefused_)

@@ -23,8 +23,9 @@ inline constexpr uint64_t kGoodbyeTag = kControlChannel;
 inline constexpr uint64_t kAckTag = kControlChannel | 1;
 // A push asks the sender of a descriptor to copy the payload's tail into the
 // receiver's memory itself while the receiver copies the head: check = the
-// descriptor's tag, remote = its address, bytes = the head's length (where
-// the tail starts), key = the receiver's address of the payload's start.
+// descriptor's tag, bytes = the head's length (where the tail starts),
+// remote = the receiver's address of the payload's start, key = what the
+// receiver's stream gave for reaching that memory (peerReadKey).
 inline constexpr uint64_t kPushTag = kControlChannel | 2;
 // The sender's answer to a push, once it wrote all it will: check = the
 // descriptor's tag, remote = its address, bytes = how much of the tail it

@@ -64,15 +64,25 @@ class TestStream final : public ByteStream {
     return inner_->readPeer(into, address, key - keyOffset, bytes);
   }
 
+  Result<const std::byte*> peerBytesInPlace(uint64_t address, uint64_t key, size_t bytes) override {
+    if (failReads) return errnoStatus("mapping the peer's memory", EPERM);
+    auto inPlace = inner_->peerBytesInPlace(address, key - keyOffset, bytes);
+    if (inPlace.isOk() && *inPlace != nullptr) bytesReadInPlace += bytes;
+    return inPlace;
+  }
+
   bool canWritePeer() const override { return !refuseWrites && inner_->canWritePeer(); }
-  Status writePeer(uint64_t address, const void* from, size_t bytes) override {
+  bool pushSpeedsUp(uint64_t sourceKey, uint64_t targetKey) const override {
+    return inner_->pushSpeedsUp(sourceKey - keyOffset, targetKey - keyOffset);
+  }
+  Status writePeer(uint64_t address, uint64_t key, const void* from, size_t bytes) override {
     if (failWrites) return errnoStatus("process_vm_writev", EPERM);
     ++writes;
     bytesWritten += bytes;
-    return inner_->writePeer(address, from, bytes);
+    return inner_->writePeer(address, key - keyOffset, from, bytes);
   }
 
-  size_t reads = 0, bytesRead = 0;
+  size_t reads = 0, bytesRead = 0, bytesReadInPlace = 0;
   size_t writes = 0, bytesWritten = 0;
   bool failReads = false;
   bool failWrites = false;    // writePeer() fails, as under a seccomp profile that forbids it

@@ -55,7 +55,7 @@ class ScriptedPeer final : public ByteStream {
     return Status::ok();
   }
   bool canWritePeer() const override { return memory_ != nullptr; }
-  Status writePeer(uint64_t, const void*, size_t) override {
+  Status writePeer(uint64_t, uint64_t, const void*, size_t) override {
     ++writes;
     return Status::ok();
   }

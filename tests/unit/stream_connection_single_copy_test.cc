@@ -11,6 +11,7 @@
 
 #include "src/common/strcat.h"
 #include "tests/unit/stream_connection_fixtures.h"
+#include "transports/shm/host_allocations.h"
 #include "transports/stream_connection.h"
 
 namespace braid::transport {
@@ -239,6 +240,74 @@ TEST_F(SingleCopy, ReceiveWithReductionCombinesWholeElementsInPieces) {
         EXPECT_FALSE(adder.split) << "a piece split an element";
         EXPECT_EQ(p.bs->bytesRead, bytes);
       }
+}
+
+// A buffer of braidHostAlloc (shm::allocateShared), freed at scope's end.
+struct SharedBuffer {
+  explicit SharedBuffer(size_t bytes) : data(static_cast<uint8_t*>(*shm::allocateShared(bytes))) {}
+  ~SharedBuffer() { (void)shm::freeShared(data); }
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+  uint8_t* data;
+};
+
+// Payloads in braidHostAlloc memory: the receiver reads them through a
+// mapping, so it asks the sender to write half only when that half goes
+// into braidHostAlloc memory too (a mapping again), never with
+// process_vm_writev, which is slower than reading it all.
+TEST_F(SingleCopy, SharedAllocationsArePushedOnlyIntoSharedAllocations) {
+  const size_t bytes = (3 << 20) + 5;
+  const size_t head = bytes / 2 / 4096 * 4096;
+  const std::vector<uint8_t> big = pattern(bytes, 71);
+  for (bool sourceShared : {true, false})
+    for (bool targetShared : {true, false}) {
+      SCOPED_TRACE(strCat(sourceShared ? "from shared" : "from malloc",
+                          targetShared ? " into shared" : " into malloc"));
+      Pair p("shm_cma", patient());
+      SharedBuffer sharedSource(bytes), sharedTarget(bytes);
+      std::vector<uint8_t> plainSource = big, plainTarget(bytes);
+      uint8_t* source = sourceShared ? sharedSource.data : plainSource.data();
+      uint8_t* target = targetShared ? sharedTarget.data : plainTarget.data();
+      std::copy(big.begin(), big.end(), source);
+      RequestPtr r = p.b->postRecv(target, bytes, tag(1));
+      RequestPtr s = p.a->postSend(source, bytes, tag(1));
+      p.drive({s, r});
+      ASSERT_EQ(r->state(), Request::State::kDone);
+      ASSERT_EQ(s->state(), Request::State::kDone);
+      EXPECT_TRUE(std::equal(big.begin(), big.end(), target));
+      const bool pushed = !sourceShared || targetShared;
+      EXPECT_EQ(p.bs->bytesRead, pushed ? head : bytes);
+      EXPECT_EQ(p.as->bytesWritten, pushed ? bytes - head : 0);
+    }
+}
+
+// A receive with reduction combines straight from the sender's mapped
+// allocation: nothing is copied through the staging buffer first.
+TEST_F(SingleCopy, ReductionReadsASharedAllocationInPlace) {
+  const size_t unit = 4, bytes = unit * 600011;
+  Pair p("shm_cma", patient());
+  SharedBuffer incoming(bytes);
+  const std::vector<uint8_t> in = pattern(bytes, 5), local = pattern(bytes, 6);
+  std::copy(in.begin(), in.end(), incoming.data);
+  std::vector<uint8_t> out(bytes);
+  Adder adder;
+  adder.unit = unit;
+  adder.dst = out.data();
+  RequestPtr r =
+      p.b->postRecvReduce(out.data(), local.data(), bytes, tag(1), {unit, &Adder::apply, &adder});
+  RequestPtr s = p.a->postSend(incoming.data, bytes, tag(1));
+  p.drive({s, r});
+  ASSERT_EQ(r->state(), Request::State::kDone);
+  EXPECT_EQ(s->state(), Request::State::kDone);
+  for (size_t i = 0; i < bytes; ++i)
+    if (out[i] != static_cast<uint8_t>(local[i] + in[i])) {
+      ADD_FAILURE() << "byte " << i;
+      break;
+    }
+  EXPECT_EQ(adder.units, bytes / unit);
+  EXPECT_FALSE(adder.split);
+  EXPECT_EQ(p.bs->bytesReadInPlace, bytes);
+  EXPECT_EQ(p.bs->bytesRead, 0u) << "no copy through the staging buffer";
 }
 
 TEST_F(SingleCopy, MismatchFailsTheReceiveAndReleasesTheSender) {

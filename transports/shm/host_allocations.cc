@@ -122,10 +122,11 @@ PeerAllocations::Mapping::~Mapping() {
   if (base_) ::munmap(base_, bytes_);
 }
 
-Result<PeerAllocations::Mapped> PeerAllocations::map(int fd, uint32_t generation) const {
+Result<PeerAllocations::Mapped> PeerAllocations::map(int fd, uint32_t generation,
+                                                     bool writable) const {
   const std::string path = strCat("/proc/", pid_, "/fd/", fd);
   // O_NONBLOCK: whatever the fd turned out to be, opening it never waits.
-  tcp::Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  tcp::Fd file(::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK));
   if (!file.valid()) {
     if (errno == ENOENT)
       return remoteError(strCat("rank ", rank_, " sent a buffer of braidHostAlloc memory that it ",
@@ -138,7 +139,8 @@ Result<PeerAllocations::Mapped> PeerAllocations::map(int fd, uint32_t generation
   if (!S_ISREG(st.st_mode) || st.st_size < static_cast<off_t>(page))
     return remoteError(strCat("rank ", rank_, "'s ", path, " is not a shared allocation"));
   const size_t mapped = static_cast<size_t>(st.st_size);
-  void* base = ::mmap(nullptr, mapped, PROT_READ, MAP_SHARED | MAP_POPULATE, file.get(), 0);
+  const int protection = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+  void* base = ::mmap(nullptr, mapped, protection, MAP_SHARED | MAP_POPULATE, file.get(), 0);
   if (base == MAP_FAILED)
     return errnoStatus(strCat("mapping rank ", rank_, "'s shared allocation ", path), errno);
   Mapping mapping(base, mapped);
@@ -149,23 +151,34 @@ Result<PeerAllocations::Mapped> PeerAllocations::map(int fd, uint32_t generation
   if (header.generation != generation)
     return remoteError(strCat("rank ", rank_, " sent a buffer of braidHostAlloc memory that it ",
                               "has freed (", path, " now holds another allocation)"));
-  return Mapped{fd, generation, header.address, header.bytes, std::move(mapping)};
+  return Mapped{fd, generation, header.address, header.bytes, writable, std::move(mapping)};
 }
 
 Result<const std::byte*> PeerAllocations::find(uint64_t address, uint64_t key, size_t bytes) {
+  BRAID_ASSIGN_OR_RETURN(std::byte * at, locate(address, key, bytes, false));
+  return static_cast<const std::byte*>(at);
+}
+
+Result<std::byte*> PeerAllocations::findWritable(uint64_t address, uint64_t key, size_t bytes) {
+  return locate(address, key, bytes, true);
+}
+
+Result<std::byte*> PeerAllocations::locate(uint64_t address, uint64_t key, size_t bytes,
+                                           bool writable) {
   if (!isSharedKey(key) || pid_ <= 0)
     return invalidArgument("not a key of a shared allocation, or no peer to read");
   const int fd = static_cast<int>((key >> 32) & 0x7fffffff);
   const auto generation = static_cast<uint32_t>(key);
   auto it =
       std::find_if(mapped_.begin(), mapped_.end(), [&](const Mapped& m) { return m.fd == fd; });
-  // The fd now names another allocation: the one mapped here was freed.
-  if (it != mapped_.end() && it->generation != generation) {
+  // The fd now names another allocation (the one mapped here was freed), or
+  // a write needs what was mapped for reading only.
+  if (it != mapped_.end() && (it->generation != generation || (writable && !it->writable))) {
     mapped_.erase(it);
     it = mapped_.end();
   }
   if (it == mapped_.end()) {
-    BRAID_ASSIGN_OR_RETURN(Mapped fresh, map(fd, generation));
+    BRAID_ASSIGN_OR_RETURN(Mapped fresh, map(fd, generation, writable));
     mapped_.insert(mapped_.begin(), std::move(fresh));
     if (mapped_.size() > kMostMapped) mapped_.pop_back();
   } else {

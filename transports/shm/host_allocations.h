@@ -68,6 +68,8 @@ class PeerAllocations {
   // (a shared key) is mapped here. Errors: the key names no live allocation
   // of the peer (it was freed), or the range is not inside it.
   Result<const std::byte*> find(uint64_t address, uint64_t key, size_t bytes);
+  // The same, mapped for writing (a push into the peer's receive buffer).
+  Result<std::byte*> findWritable(uint64_t address, uint64_t key, size_t bytes);
 
   // How many of the peer's allocations are mapped here now.
   size_t mappedCount() const { return mapped_.size(); }
@@ -81,7 +83,7 @@ class PeerAllocations {
     Mapping(const Mapping&) = delete;
     Mapping& operator=(const Mapping&) = delete;
     ~Mapping();
-    const std::byte* base() const { return static_cast<const std::byte*>(base_); }
+    std::byte* base() const { return static_cast<std::byte*>(base_); }
 
    private:
     void* base_ = nullptr;
@@ -92,9 +94,11 @@ class PeerAllocations {
     uint32_t generation;
     uint64_t address;  // the allocation's first user byte, in the peer
     uint64_t bytes;    // its user bytes
-    Mapping mapping;   // the whole memfd, header page first
+    bool writable;
+    Mapping mapping;  // the whole memfd, header page first
   };
-  Result<Mapped> map(int fd, uint32_t generation) const;
+  Result<Mapped> map(int fd, uint32_t generation, bool writable) const;
+  Result<std::byte*> locate(uint64_t address, uint64_t key, size_t bytes, bool writable);
 
   // Most recently used first; at most kMostMapped, so that allocations the
   // peer freed are let go even if their fd is never reused.

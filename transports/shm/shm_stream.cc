@@ -232,8 +232,13 @@ Status ShmStream::readPeer(void* into, uint64_t address, uint64_t key, size_t by
       err);
 }
 
-Status ShmStream::writePeer(uint64_t address, const void* from, size_t bytes) {
+Status ShmStream::writePeer(uint64_t address, uint64_t key, const void* from, size_t bytes) {
   if (peerPid_ <= 0) return notSupported("this stream cannot write the peer's memory");
+  if (isSharedKey(key)) {
+    BRAID_ASSIGN_OR_RETURN(std::byte * to, peerAllocations_.findWritable(address, key, bytes));
+    std::memcpy(to, from, bytes);
+    return Status::ok();
+  }
   // process_vm_writev only reads the local iovec.
   const int err = copyProcess(peerPid_, Direction::kWrite, const_cast<void*>(from), address, bytes);
   if (err == 0) return Status::ok();
