@@ -207,27 +207,29 @@ braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError
  * Errors: braidInvalidArgument (NULL comm, buff or handle, size 0). */
 braidResult_t braidCommRegister(braidComm_t comm, void* buff, size_t size, void** handle);
 
+/* Ends a braidCommRegister declaration; the device registrations made for
+ * it are released by the transports before their next use of declared
+ * memory. Errors: braidInvalidArgument (NULL comm, a handle that is not a
+ * live registration of `comm`). */
+braidResult_t braidCommDeregister(braidComm_t comm, void* handle);
+
 /* braid extension, for host memory as ncclMemAlloc is for GPU memory:
  * allocates `size` bytes of zeroed, page-aligned host memory that the other
  * ranks of this host read in place. A large message from it to a rank of
  * the same host is copied once with memcpy through a mapping of the
  * allocation, instead of with process_vm_readv (about twice as fast on the
  * hosts measured, docs/PERFORMANCE.md); any other use is ordinary memory.
- * Not tied to a communicator. Free it with braidHostFree once no call using
- * it is in flight. Errors: braidInvalidArgument (NULL ptr, size 0),
- * braidSystemError (out of memory, with the reason). */
+ * Not tied to a communicator; thread-safe. A process forked later shares
+ * these pages with its parent rather than copying them on write. Free it
+ * with braidHostFree once no call using it is in flight.
+ * Errors: braidInvalidArgument (NULL ptr, size 0), braidSystemError (out of
+ * memory, with the reason). */
 braidResult_t braidHostAlloc(void** ptr, size_t size);
 
 /* Frees memory of braidHostAlloc; NULL does nothing.
  * Errors: braidInvalidArgument (a pointer braidHostAlloc did not return, or
  * one already freed). */
 braidResult_t braidHostFree(void* ptr);
-
-/* Ends a braidCommRegister declaration; the device registrations made for
- * it are released by the transports before their next use of declared
- * memory. Errors: braidInvalidArgument (NULL comm, a handle that is not a
- * live registration of `comm`). */
-braidResult_t braidCommDeregister(braidComm_t comm, void* handle);
 
 /* Number of ranks in `comm`. Errors: braidInvalidArgument (NULL). */
 braidResult_t braidCommCount(braidComm_t comm, int* count);
