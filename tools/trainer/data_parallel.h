@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "host_buffer.h"
+
 namespace trainer {
 
 // A braid call that failed; the message is braid's.
@@ -93,10 +95,10 @@ class GradientExchange {
   SyncMode mode_;
   Compression compression_;
   bool overlap_;
-  std::vector<Bucket> buckets_;    // in launch order: from the end of the array
-  size_t launched_ = 0;            // buckets queued this step
-  std::vector<float> narrow_;      // fp32 gradients on the wire
-  std::vector<uint16_t> staging_;  // bf16 gradients on the wire
+  std::vector<Bucket> buckets_;   // in launch order: from the end of the array
+  size_t launched_ = 0;           // buckets queued this step
+  HostBuffer<float> narrow_;      // fp32 gradients on the wire
+  HostBuffer<uint16_t> staging_;  // bf16 gradients on the wire
   double waitSeconds_ = 0;
 };
 

@@ -22,6 +22,7 @@
 #include "checkpoint.h"
 #include "data_parallel.h"
 #include "dataset.h"
+#include "host_buffer.h"
 #include "mlp.h"
 #include "optimizer.h"
 #include "options.h"
@@ -454,7 +455,7 @@ class Trainer {
   std::optional<Optimizer> optimizer_;
   std::optional<GradientExchange> exchange_;
   std::vector<float> params_;
-  std::vector<double> grads_;
+  HostBuffer<double> grads_;  // also the wire buffer of uncompressed gradients
   std::vector<uint8_t> labels_;
   std::vector<EpochRecord> history_;
   int64_t epochsDone_ = 0;
