@@ -62,9 +62,9 @@ class ByteStream {
   }
 
   // Where the peer's [address, address + bytes) under `key` can be read in
-  // place, for the duration of the call that sent its descriptor, or
-  // nullptr when it cannot (readPeer() copies it then). A receiver that
-  // reduces the payload reads it from there instead of copying it first.
+  // place, valid until the next call into this stream, or nullptr when it
+  // cannot (readPeer() copies it then). A receiver that reduces the payload
+  // reads it from there instead of copying it first.
   virtual Result<const std::byte*> peerBytesInPlace(uint64_t address, uint64_t key, size_t bytes) {
     (void)address, (void)key, (void)bytes;
     return static_cast<const std::byte*>(nullptr);
