@@ -37,25 +37,23 @@ HostStream::~HostStream() {
   changed_.notify_all();
 }
 
-void HostStream::enqueue(std::vector<Operation> ops) {
+void HostStream::push(Entry entry) {
   std::lock_guard lock(mutex_);
-  queue_.push_back({std::move(ops), nullptr, nullptr});
+  queue_.push_back(std::move(entry));
   queued_.fetch_add(1, std::memory_order_release);
   changed_.notify_all();
+}
+
+void HostStream::enqueue(std::vector<Operation> ops) {
+  push({std::move(ops), nullptr, nullptr});
 }
 
 void HostStream::enqueueCallback(std::function<void(const Status&)> callback) {
-  std::lock_guard lock(mutex_);
-  queue_.push_back({{}, std::move(callback), nullptr});
-  queued_.fetch_add(1, std::memory_order_release);
-  changed_.notify_all();
+  push({{}, std::move(callback), nullptr});
 }
 
 void HostStream::enqueueTask(std::function<Status(const Status& earlier)> task) {
-  std::lock_guard lock(mutex_);
-  queue_.push_back({{}, nullptr, std::move(task)});
-  queued_.fetch_add(1, std::memory_order_release);
-  changed_.notify_all();
+  push({{}, nullptr, std::move(task)});
 }
 
 Status HostStream::synchronize() {
@@ -91,23 +89,18 @@ void HostStream::work(std::stop_token stop) {
     Entry entry = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
-    if (entry.callback) {
-      Status outcome = firstError_;
-      lock.unlock();
-      entry.callback(outcome);
-      lock.lock();
-      busy_ = false;
-      finished_.fetch_add(1, std::memory_order_release);
-      changed_.notify_all();
-      continue;
-    }
     const Status earlier = firstError_;
     lock.unlock();
     // After a failure the stream's state is undefined; later calls are not
     // run (their ranks would wait for a partner that already gave up).
-    Status s = entry.task       ? entry.task(earlier)
-               : earlier.isOk() ? comm_->run(entry.ops, index_)
-                                : Status::ok();
+    // Callbacks run always, and are told of it.
+    Status s;
+    if (entry.callback)
+      entry.callback(earlier);
+    else if (entry.task)
+      s = entry.task(earlier);
+    else if (earlier.isOk())
+      s = comm_->run(entry.ops, index_);
     lock.lock();
     if (!s.isOk() && firstError_.isOk()) {
       firstError_ = s;

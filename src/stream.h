@@ -62,6 +62,8 @@ class HostStream {
     std::function<void(const Status&)> callback;  // set: this entry is a callback
     std::function<Status(const Status&)> task;    // set: this entry is a task
   };
+  // Queues `entry` and wakes the worker.
+  void push(Entry entry);
   void work(std::stop_token stop);
   // Polls, yielding the core, until `done` or the spin time is over.
   template <typename Done>
