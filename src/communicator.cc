@@ -14,6 +14,7 @@
 #include "src/board_collectives.h"
 #include "src/call_tags.h"
 #include "src/common/log.h"
+#include "src/common/phase_times.h"
 #include "src/common/strcat.h"
 #include "src/link_probe.h"
 #include "src/peer_links.h"
@@ -79,8 +80,10 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   BRAID_RETURN_IF_ERROR(Selector::validate(config.algo));
   if (log::enabled(log::Level::kInfo)) installStateDumpSignal();
   Deadline deadline = Deadline::after(config.timeoutSeconds);
+  PhaseTimes times;  // logged at the end (BRAID_DEBUG=INFO)
   BRAID_ASSIGN_OR_RETURN(RendezvousClient client,
                          RendezvousClient::connect(rendezvous, rank, deadline));
+  times.end("rendezvous");
   // Publish the interface that reached rank 0: it is known to route.
   tcp::SocketAddress bindAddress = client.localAddress();
   if (!config.socketIfname.empty()) {
@@ -126,9 +129,11 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   // /dev/shm's room before this communicator's segments take any of it, so
   // that the ranks of a host see about the same figure.
   Result<size_t> shmFreeBytes = shm::Segment::freeBytes();
+  times.end("topology");
   BRAID_ASSIGN_OR_RETURN(
       std::vector<std::string> published,
       client.exchange(nranks, encodePublished(comm->tcp_->localAddress(), local), deadline));
+  times.end("all ranks joined");
   std::vector<std::string> addresses(nranks);
   std::vector<topo::RankTopology> topology(nranks);
   for (int p = 0; p < nranks; ++p) {
@@ -180,8 +185,10 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   for (int p = 0; p < nranks; ++p)
     if (p != rank) peers.push_back(p);
   BRAID_ASSIGN_OR_RETURN(auto sockets, comm->tcp_->connectPeers(rank, peers, addresses, deadline));
+  times.end("sockets");
   BRAID_ASSIGN_OR_RETURN(auto links, linkPeers(rank, std::move(sockets), transportTo, linkConfig,
                                                rdma.get(), deadline));
+  times.end("shared memory and rdma");
   comm->connections_.assign(nranks, nullptr);
   comm->transportNames_.assign(nranks, "self");
   std::string linkTable;
@@ -195,7 +202,9 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   comm->owned_.push_back(std::make_unique<transport::LoopbackConnection>(rank));
   comm->connections_[rank] = comm->owned_.back().get();
   BRAID_RETURN_IF_ERROR(comm->setUpBoard());
+  times.end("board");
   BRAID_ASSIGN_OR_RETURN(algo::LinkModel link, probeLink(*comm, parentLink));
+  times.end("link probe");
   comm->selector_ = Selector(comm->config_.algo, link);
   comm->measureAlgorithms_ = comm->config_.tune == Config::Tune::kMeasure;
   if (log::enabled(log::Level::kInfo)) {
@@ -206,6 +215,7 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
         mine.setPort(bindAddress.port());
         if (mine.toString() == bindAddress.toString()) interface = i.name;
       }
+    BRAID_INFO("rank ", rank, ": init took ", times.describe());
     BRAID_INFO("rank ", rank, " of ", nranks, ": interface ", interface, ", address ",
                comm->tcp_->localAddress(), ", rendezvous ", rendezvous.root.toString());
     if (rank == 0) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,25 @@ TEST(Launch, Braidrun) {
     char line[64];
     std::snprintf(line, sizeof(line), "[%d] rank %d of 4 ok", r, r);
     EXPECT_NE(out.find(line), std::string::npos) << out;
+  }
+}
+
+// With BRAID_DEBUG=INFO every rank says where its init's time went, each
+// phase with its seconds: a slow start-up names its culprit.
+TEST(Launch, InfoLogSaysWhereInitTimeWent) {
+  auto [status, out] =
+      run("BRAID_DEBUG=INFO " + envOrFail("BRAIDRUN") + " -n 3 " + envOrFail("ENV_RANK"));
+  EXPECT_EQ(status, 0) << out;
+  for (int r = 0; r < 3; ++r) {
+    const std::string prefix = "rank " + std::to_string(r) + ": init took ";
+    const size_t at = out.find(prefix);
+    ASSERT_NE(at, std::string::npos) << out;
+    const std::string line = out.substr(at, out.find('\n', at) - at);
+    for (const char* phase : {"rendezvous", "topology", "all ranks joined", "sockets",
+                              "shared memory and rdma", "board", "link probe"})
+      EXPECT_TRUE(
+          std::regex_search(line, std::regex(std::string("[:,] ") + phase + " [0-9]+\\.[0-9]{3}")))
+          << phase << ": " << line;
   }
 }
 
