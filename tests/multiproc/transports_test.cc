@@ -126,6 +126,51 @@ TEST(Transports, RanksWithDifferentRingSizesShareMemory) {
       kTimeout, options);
 }
 
+// Ranks that play two hosts (BRAID_HOSTID): pairs of one host share memory,
+// the others keep their sockets, in one communicator. The pairs over TCP
+// sit between a rank's shared-memory peers in the order it sets them up
+// (src/peer_links.cc) and must lose no byte of their sockets to those
+// handshakes. 5 ranks: each host holds a rank that creates several
+// segments, and ranks of the other host sit between its peers.
+TEST(Transports, RanksOfTwoHostsShareMemoryOnlyWithinEach) {
+  RunOptions options;
+  options.initComm = false;
+  runRanks(
+      5,
+      [](RankContext& ctx) {
+        const bool hostA = ctx.rank % 2 == 0;  // ranks 0, 2, 4 and ranks 1, 3
+        ::setenv("BRAID_HOSTID", hostA ? "host a" : "host b", 1);
+        RANK_ASSERT_OK(braidCommInitRank(&ctx.comm, ctx.nranks, ctx.id, ctx.rank));
+        for (int peer = 0; peer < ctx.nranks; ++peer) {
+          const char* name = nullptr;
+          RANK_ASSERT_OK(braidCommGetTransport(ctx.comm, peer, &name));
+          const std::string expected = peer == ctx.rank           ? "self"
+                                       : (peer % 2 == 0) == hostA ? "shm"
+                                                                  : "tcp";
+          RANK_EXPECT_EQ(std::string(name), expected) << "rank " << ctx.rank << " to " << peer;
+        }
+        allReduceWorks(ctx);
+        // Every pair carries a large message both ways, so that each
+        // rank's single copy (where the pair shares memory) is used.
+        std::vector<int32_t> mine(100000, ctx.rank);
+        std::vector<std::vector<int32_t>> got(ctx.nranks, std::vector<int32_t>(mine.size(), -1));
+        RANK_ASSERT_OK(braidGroupStart());
+        for (int peer = 0; peer < ctx.nranks; ++peer) {
+          if (peer == ctx.rank) continue;
+          RANK_ASSERT_OK(braidSend(mine.data(), mine.size(), braidInt32, peer, ctx.comm, nullptr));
+          RANK_ASSERT_OK(
+              braidRecv(got[peer].data(), mine.size(), braidInt32, peer, ctx.comm, nullptr));
+        }
+        RANK_ASSERT_OK(braidGroupEnd());
+        for (int peer = 0; peer < ctx.nranks; ++peer) {
+          if (peer == ctx.rank) continue;
+          RANK_EXPECT_EQ(got[peer].front(), peer);
+          RANK_EXPECT_EQ(got[peer].back(), peer);
+        }
+      },
+      kTimeout, options);
+}
+
 TEST(Transports, RankThatDiesLeavesNothingInDevShm) {
   runRanks(
       3,
