@@ -178,8 +178,27 @@ RequestPtr StreamConnection::postRecvReduce(void* dst, const void* local, size_t
                   Request::Failure::kOvertaken, Tag{highestArrived_[channel] - 1, 0});
     return request;
   }
-  posted_[tag.value] = posted;
+  PostedRecv& entry = posted_[tag.value] = posted;
+  if (arriving && entry.check == header_.check && entry.bytes == header_.bytes) adopt(entry);
   return request;
+}
+
+void StreamConnection::adopt(PostedRecv& posted) {
+  // The bytes so far go where they belong, then the rest follows them
+  // there as it arrives. Left to the end, the whole payload went through
+  // memory of its own first: for a 32 MiB message over the rings, a second
+  // copy and 8192 fresh pages per call, at half the speed.
+  matched_ = &posted;
+  target_ = posted.data;
+  const size_t got = payloadGot_;
+  if (posted.reduces()) {
+    payloadGot_ = 0;  // combineArriving counts from the payload's start
+    combineArriving(spill_.data(), got);
+    payloadGot_ = got;
+  } else if (got > 0) {
+    std::memcpy(posted.data, spill_.data(), got);
+  }
+  spill_ = {};
 }
 
 Result<bool> StreamConnection::progress() {

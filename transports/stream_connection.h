@@ -168,6 +168,8 @@ class StreamConnection final : public Connection {
   void pushAnswered();
   // Writes the next pieces of the pushes asked of this end.
   Result<bool> pushSome();
+  // Matches `posted` to the frame whose payload is arriving unmatched.
+  void adopt(PostedRecv& posted);
   // Room in spill_ for the incoming frame's first `n` payload bytes; false
   // (and the connection closed) when memory ran out.
   bool spillRoom(size_t n);

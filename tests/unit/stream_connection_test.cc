@@ -219,6 +219,41 @@ TEST_P(Connection, LargeUnexpectedMessageIsKeptWhole) {
   EXPECT_TRUE(got == big);
 }
 
+// A receive posted while its message is arriving takes what has come at
+// once and the rest where it belongs as it comes, rather than all of it at
+// the end from memory of the connection's own (a second copy of the whole
+// message). Shown by the receive buffer holding the first bytes, combined
+// for a reduction, before the message is complete.
+TEST_P(Connection, ReceivePostedWhileItsMessageArrivesTakesItAtOnce) {
+  StreamConnection::Options streamed;
+  streamed.readPeerBytes = SIZE_MAX;  // shm_cma too sends the payload through the stream
+  for (bool reduces : {false, true}) {
+    SCOPED_TRACE(reduces ? "receive with reduction" : "plain receive");
+    Pair p(GetParam(), streamed);
+    std::vector<int32_t> out(4 << 20), local(out.size()), got(out.size(), -1);
+    std::iota(out.begin(), out.end(), 0);
+    std::iota(local.begin(), local.end(), 5);
+    const size_t bytes = 4 * out.size();
+    RequestPtr s = p.a->postSend(out.data(), bytes, tag(1));
+    // Part of the payload arrives with no receive posted (the rest does not
+    // fit the rings or the socket's buffers until b reads more).
+    for (int i = 0; i < 4; ++i) {
+      (void)p.a->progress();
+      (void)p.b->progress();
+    }
+    ASSERT_EQ(s->state(), Request::State::kPending) << "the whole message arrived: make it larger";
+    RequestPtr r = reduces ? p.b->postRecvReduce(got.data(), local.data(), bytes, tag(1),
+                                                 {4, &addInt32Checked, nullptr})
+                           : p.b->postRecv(got.data(), bytes, tag(1));
+    ASSERT_EQ(r->state(), Request::State::kPending);
+    EXPECT_EQ(got[0], reduces ? out[0] + local[0] : out[0]) << "nothing taken when posted";
+    p.drive({s, r});
+    ASSERT_EQ(r->state(), Request::State::kDone);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], reduces ? out[i] + local[i] : out[i]) << "at element " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Streams, Connection, ::testing::Values("tcp", "shm", "shm_cma"),
                          [](const auto& test) { return test.param; });
 
