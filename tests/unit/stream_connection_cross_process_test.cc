@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -96,26 +97,49 @@ std::unique_ptr<StreamConnection> connectShm(shm::Segment segment, bool creator,
   return std::make_unique<StreamConnection>(std::move(stream), peer, patient());
 }
 
+// What two processes share before fork(): a socket pair and the segment of
+// their rings. The parent keeps `segment` and fds[0]; the child opens the
+// segment by name (openedInChild) and keeps fds[1].
+struct SharedRings {
+  int fds[2] = {-1, -1};
+  shm::Segment segment;
+  std::string name;
+};
+
+Result<SharedRings> makeSharedRings() {
+  SharedRings rings;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, rings.fds) != 0)
+    return errnoStatus("socketpair", errno);
+  BRAID_ASSIGN_OR_RETURN(rings.segment, shm::Segment::create(shm::segmentBytes(kRingBytes)));
+  shm::ShmStream::initialize(rings.segment, kRingBytes);
+  rings.name = rings.segment.name();
+  return rings;
+}
+
+// In the child after fork(): the parent's socket closed and the segment
+// mapped; exits with 10 when it cannot be.
+shm::Segment openedInChild(const SharedRings& rings) {
+  ::close(rings.fds[0]);
+  auto opened = shm::Segment::open(rings.name, shm::segmentBytes(kRingBytes));
+  if (!opened.isOk()) _exit(10);
+  return std::move(*opened);
+}
+
 // Two processes that probe each other, then exchange large messages both
 // ways, one of them reduced, each copied once from the other's memory.
 TEST_F(SingleCopy, CopiesAcrossProcesses) {
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-  auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
-  ASSERT_TRUE(created.isOk());
-  shm::ShmStream::initialize(*created, kRingBytes);
-  const std::string name = created->name();
+  auto rings = makeSharedRings();
+  ASSERT_TRUE(rings.isOk()) << rings.status().message();
+  const int* fds = rings->fds;
   const size_t bytes = (16 << 20) + 4;
   pid_t child = fork();
   if (child == 0) {
-    ::close(fds[0]);
-    auto opened = shm::Segment::open(name, shm::segmentBytes(kRingBytes));
-    if (!opened.isOk()) _exit(10);
+    shm::Segment opened = openedInChild(*rings);
     auto verdict = shm::negotiateReadPeer(fds[1], true, Deadline::after(10));
     if (!verdict.isOk()) _exit(11);
     if (verdict->peerPid == 0) _exit(77);  // not permitted here
     if (verdict->peerPid != ::getppid()) _exit(12);
-    auto b = connectShm(std::move(*opened), false, fds[1], 0, verdict->peerPid);
+    auto b = connectShm(std::move(opened), false, fds[1], 0, verdict->peerPid);
     std::vector<uint8_t> got(bytes), local = pattern(bytes, 21), sum(bytes);
     std::vector<uint8_t> reply = pattern(bytes, 22);
     Adder adder;
@@ -137,7 +161,7 @@ TEST_F(SingleCopy, CopiesAcrossProcesses) {
   ASSERT_GT(child, 0);
   ::close(fds[1]);
   auto verdict = shm::negotiateReadPeer(fds[0], true, Deadline::after(10));
-  created->unlink();
+  rings->segment.unlink();
   ASSERT_TRUE(verdict.isOk()) << verdict.status().message();
   if (verdict->peerPid == 0) {
     int status = 0;
@@ -145,7 +169,7 @@ TEST_F(SingleCopy, CopiesAcrossProcesses) {
     GTEST_SKIP() << "the processes may not read each other: " << verdict->refused;
   }
   EXPECT_EQ(verdict->peerPid, child);
-  auto a = connectShm(std::move(*created), true, fds[0], 1, verdict->peerPid);
+  auto a = connectShm(std::move(rings->segment), true, fds[0], 1, verdict->peerPid);
   std::vector<uint8_t> out = pattern(bytes, 20), reduced = pattern(bytes, 23), back(bytes);
   std::vector<RequestPtr> requests = {a->postSend(out.data(), bytes, tag(1)),
                                       a->postSend(reduced.data(), bytes, tag(2)),
@@ -161,25 +185,20 @@ TEST_F(SingleCopy, CopiesAcrossProcesses) {
 
 // A receiver that dies holding a descriptor fails the send waiting for its ack.
 TEST_F(SingleCopy, KilledReceiverFailsASendWaitingForItsAck) {
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-  auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
-  ASSERT_TRUE(created.isOk());
-  shm::ShmStream::initialize(*created, kRingBytes);
-  const std::string name = created->name();
+  auto rings = makeSharedRings();
+  ASSERT_TRUE(rings.isOk()) << rings.status().message();
+  const int* fds = rings->fds;
   pid_t child = fork();
   if (child == 0) {
-    ::close(fds[0]);
-    auto opened = shm::Segment::open(name, shm::segmentBytes(kRingBytes));
-    if (!opened.isOk()) _exit(10);
-    auto b = connectShm(std::move(*opened), false, fds[1], 0, ::getppid());
+    shm::Segment opened = openedInChild(*rings);
+    auto b = connectShm(std::move(opened), false, fds[1], 0, ::getppid());
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!b->unclaimed(0, 2) && std::chrono::steady_clock::now() < until) (void)b->progress();
     _exit(b->unclaimed(0, 2) ? 0 : 11);  // dies holding the descriptor, saying nothing
   }
   ASSERT_GT(child, 0);
   ::close(fds[1]);
-  auto a = connectShm(std::move(*created), true, fds[0], 1, child);
+  auto a = connectShm(std::move(rings->segment), true, fds[0], 1, child);
   std::vector<uint8_t> big = pattern(1 << 20, 30);
   RequestPtr s = a->postSend(big.data(), big.size(), tag(1));
   EXPECT_TRUE(runUntilDone(*a, {s}));
@@ -193,18 +212,13 @@ TEST_F(SingleCopy, KilledReceiverFailsASendWaitingForItsAck) {
 
 // A sender that died after its descriptor went out fails the receive.
 TEST_F(SingleCopy, KilledSenderFailsTheReceiveBeingCopied) {
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-  auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
-  ASSERT_TRUE(created.isOk());
-  shm::ShmStream::initialize(*created, kRingBytes);
-  const std::string name = created->name();
+  auto rings = makeSharedRings();
+  ASSERT_TRUE(rings.isOk()) << rings.status().message();
+  const int* fds = rings->fds;
   pid_t child = fork();
   if (child == 0) {
-    ::close(fds[0]);
-    auto opened = shm::Segment::open(name, shm::segmentBytes(kRingBytes));
-    if (!opened.isOk()) _exit(10);
-    auto b = connectShm(std::move(*opened), false, fds[1], 0, ::getppid());
+    shm::Segment opened = openedInChild(*rings);
+    auto b = connectShm(std::move(opened), false, fds[1], 0, ::getppid());
     std::vector<uint8_t> big = pattern(64 << 20, 31);
     RequestPtr s = b->postSend(big.data(), big.size(), tag(1));
     for (int i = 0; i < 20; ++i) (void)b->progress();  // the descriptor is out
@@ -215,7 +229,7 @@ TEST_F(SingleCopy, KilledSenderFailsTheReceiveBeingCopied) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's descriptor went out";
-  auto a = connectShm(std::move(*created), true, fds[0], 1, child);
+  auto a = connectShm(std::move(rings->segment), true, fds[0], 1, child);
   std::vector<uint8_t> got(64 << 20);
   RequestPtr r = a->postRecv(got.data(), got.size(), tag(1));
   EXPECT_TRUE(runUntilDone(*a, {r}));
@@ -238,19 +252,14 @@ int sharedAllocationMappings() {
 // bytes arrive exact and this process, which allocated nothing shared,
 // holds a mapping of the sender's memory afterwards.
 TEST_F(SingleCopy, ReadsAndReducesBraidHostAllocMemoryThroughAMapping) {
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-  auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
-  ASSERT_TRUE(created.isOk());
-  shm::ShmStream::initialize(*created, kRingBytes);
-  const std::string name = created->name();
+  auto rings = makeSharedRings();
+  ASSERT_TRUE(rings.isOk()) << rings.status().message();
+  const int* fds = rings->fds;
   const size_t bytes = (8 << 20) + 4;
   pid_t child = fork();
   if (child == 0) {
-    ::close(fds[0]);
-    auto opened = shm::Segment::open(name, shm::segmentBytes(kRingBytes));
-    if (!opened.isOk()) _exit(10);
-    auto b = connectShm(std::move(*opened), false, fds[1], 0, ::getppid());
+    shm::Segment opened = openedInChild(*rings);
+    auto b = connectShm(std::move(opened), false, fds[1], 0, ::getppid());
     auto plain = shm::allocateShared(bytes), reduced = shm::allocateShared(bytes);
     if (!plain.isOk() || !reduced.isOk()) _exit(11);
     std::memcpy(*plain, pattern(bytes, 40).data(), bytes);
@@ -265,7 +274,7 @@ TEST_F(SingleCopy, ReadsAndReducesBraidHostAllocMemoryThroughAMapping) {
   ASSERT_GT(child, 0);
   ::close(fds[1]);
   const int mappedBefore = sharedAllocationMappings();
-  auto a = connectShm(std::move(*created), true, fds[0], 1, child);
+  auto a = connectShm(std::move(rings->segment), true, fds[0], 1, child);
   std::vector<uint8_t> got(bytes), local = pattern(bytes, 42), sum(bytes);
   Adder adder;
   adder.unit = 4;
