@@ -375,16 +375,11 @@ void StreamConnection::finishFrame() {
     matched_->request->complete();
     posted_.erase(header_.tag);
   } else {
-    // A receive posted while the payload was arriving is matched now.
+    // A receive posted while the payload was arriving took it over
+    // (adopt) unless it did not match.
     if (auto it = posted_.find(header_.tag); it != posted_.end()) {
-      PostedRecv& p = it->second;
-      if (p.check == header_.check && p.bytes == header_.bytes) {
-        deliver(p, spill_.data());
-        p.request->complete();
-      } else {
-        p.request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match")),
-                        Request::Failure::kDifferentCall, Tag{header_.tag, header_.check});
-      }
+      it->second.request->fail(invalidUsage(strCat("message from rank ", peer_, " does not match")),
+                               Request::Failure::kDifferentCall, Tag{header_.tag, header_.check});
       posted_.erase(it);
     } else {
       unexpected_[header_.tag] = {header_.check, header_.bytes, std::move(spill_)};
