@@ -20,10 +20,11 @@
 # Needs a build with the verbs headers (libibverbs-dev), and qemu-system-x86,
 # busybox-static, ibverbs-utils and rdma-core (installed here when missing
 # and run as root). Downloads the linux-image package once into
-# $BRAID_RDMA_VM_DIR (default /tmp/braid-rdma-vm). Takes about a minute.
+# $RDMA_GUEST_DIR (default /tmp/braid-rdma-vm). Takes about a minute.
 # Prints the guest's output and exits with the suite's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tools/guest-common.sh
 build=${1:-build}
 suite="$build/tests/unit/unit_rdma_stream"
 collectives="$build/tests/multiproc/collectives_test"
@@ -51,26 +52,16 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-work=${BRAID_RDMA_VM_DIR:-/tmp/braid-rdma-vm}
+work=${RDMA_GUEST_DIR:-/tmp/braid-rdma-vm}
 mkdir -p "$work"
 # The kernel and the modules Soft-RoCE needs, from the package Debian
 # installs by default (fetched once).
-if [ ! -f "$work/vmlinuz" ] || ! ls "$work"/modules/virtio_net.ko* >/dev/null 2>&1; then
-  package=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
-  (cd "$work" && apt-get download -o APT::Sandbox::User=root "$package" >/dev/null && rm -rf kernel &&
-    dpkg-deb -x "$package"_*.deb kernel && rm -f "$package"_*.deb)
-  cp "$work"/kernel/boot/vmlinuz-* "$work/vmlinuz"
-  mkdir -p "$work/modules"
-  for m in crypto/crc32_generic net/ipv4/udp_tunnel net/ipv6/ip6_udp_tunnel \
-    drivers/infiniband/core/ib_core drivers/infiniband/core/ib_uverbs \
-    drivers/infiniband/sw/rxe/rdma_rxe drivers/net/veth drivers/virtio/virtio_ring \
-    drivers/virtio/virtio drivers/virtio/virtio_pci_modern_dev \
-    drivers/virtio/virtio_pci_legacy_dev drivers/virtio/virtio_pci net/core/failover \
-    drivers/net/net_failover drivers/net/virtio_net; do
-    cp "$work"/kernel/lib/modules/*/kernel/"$m".ko* "$work/modules/"
-  done
-  rm -rf "$work/kernel"
-fi
+guest_kernel "$work" crypto/crc32_generic net/ipv4/udp_tunnel net/ipv6/ip6_udp_tunnel \
+  drivers/infiniband/core/ib_core drivers/infiniband/core/ib_uverbs \
+  drivers/infiniband/sw/rxe/rdma_rxe drivers/net/veth drivers/virtio/virtio_ring \
+  drivers/virtio/virtio drivers/virtio/virtio_pci_modern_dev \
+  drivers/virtio/virtio_pci_legacy_dev drivers/virtio/virtio_pci net/core/failover \
+  drivers/net/net_failover drivers/net/virtio_net
 
 # A throw-away root: busybox, the suite, iproute2's rdma and ip, the rxe
 # provider, and every library they load.
@@ -87,13 +78,9 @@ mkdir -p "$root/usr/lib/x86_64-linux-gnu/libibverbs"
 cp "${provider[@]}" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
 cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
 # libibverbs itself is opened with dlopen by the suite: ldd does not list it.
-libs=$(for f in "${binaries[@]}" "${provider[@]}" /usr/lib/x86_64-linux-gnu/libibverbs.so.1; do
-  ldd "$f" | grep -o '/[^ ]*'
-done | sort -u)
-for lib in $libs /usr/lib/x86_64-linux-gnu/libibverbs.so.1; do
-  mkdir -p "$root$(dirname "$lib")"
-  cp -L "$lib" "$root$lib"
-done
+verbs=/usr/lib/x86_64-linux-gnu/libibverbs.so.1
+guest_libraries "$root" "${binaries[@]}" "${provider[@]}" "$verbs"
+cp -L "$verbs" "$root$verbs"
 
 # The test binaries find libbraid through their build tree's run path,
 # which the guest has not: it gets a directory of its own.
@@ -170,10 +157,9 @@ fi
 poweroff -f
 INIT
 chmod +x "$root/init"
-(cd "$root" && find . | /bin/busybox cpio -o -H newc 2>/dev/null | gzip -1 > "$work/initrd.gz")
+guest_initrd "$root" "$work/initrd.gz"
 
-clean() { sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\r//g' "$1" |
-  grep -a -v -E '^\s*$|SeaBIOS|iPXE|Press Ctrl|Booting from|reboot: Power down'; }
+clean() { guest_console "$1"; }
 qemu=(timeout 600 qemu-system-x86_64 -accel tcg -m 768 -smp 1 -nographic -no-reboot
   -kernel "$work/vmlinuz" -initrd "$work/initrd.gz")
 
