@@ -9,8 +9,8 @@
 #   tools/test-sanitized.sh            # all three, in build-asan/, build-tsan/, build-fuzz/
 #   tools/test-sanitized.sh asan fuzz  # some of them
 #
-# The RDMA guest test (suite rdma) runs in the plain build only: it boots
-# a virtual machine, where a sanitized suite would only run slower.
+# The guest tests (suites rdma and guest) run in the plain build only: they
+# boot a virtual machine, where a sanitized suite would only run slower.
 # Every sanitizer stops a process at its first report (meson test sets
 # ASan's and UBSan's options, the build's test setup ThreadSanitizer's),
 # which fails its test. The sanitized builds run several times slower,
@@ -55,7 +55,7 @@ for name in "${builds[@]}"; do
   # cost-model figures in place of the link probe) comes from the build's
   # default test setup (tests/sanitizers/meson.build), so a plain
   # `meson test` in the build directory runs alike.
-  skip=(--no-suite rdma)
+  skip=(--no-suite rdma --no-suite guest)
   # The simulated network runs every rank in one thread: ThreadSanitizer
   # has nothing to check there, and it was a quarter of the tsan run.
   [ "$name" = tsan ] && skip+=(--no-suite simulation)

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/common/strcat.h"
 #include "tests/unit/stream_connection_fixtures.h"
 #include "transports/shm/host_allocations.h"
 #include "transports/shm/shm_stream.h"
@@ -123,6 +124,50 @@ shm::Segment openedInChild(const SharedRings& rings) {
   auto opened = shm::Segment::open(rings.name, shm::segmentBytes(kRingBytes));
   if (!opened.isOk()) _exit(10);
   return std::move(*opened);
+}
+
+// Ranks that one launcher started are siblings. Where Yama's ptrace_scope is
+// 1 (Ubuntu's default) a process may read only its descendants' memory and
+// that of processes that named it, or one of its ancestors, their ptracer;
+// siblings then agree on single copy only because negotiation names the
+// parent. Each child reports its verdict through its exit code and, when
+// refused, the reason through a pipe. On a kernel without Yama the siblings
+// always agree; tools/ptrace-scope-vm.sh runs this under ptrace_scope 1.
+TEST_F(SingleCopy, SiblingProcessesAgreeToReadEachOther) {
+  int fds[2], reasons[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  ASSERT_EQ(pipe(reasons), 0);
+  pid_t children[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    children[i] = fork();
+    if (children[i] == 0) {
+      ::close(fds[1 - i]);
+      ::close(reasons[0]);
+      auto verdict = shm::negotiateReadPeer(fds[i], true, Deadline::after(10));
+      if (!verdict.isOk()) _exit(11);
+      if (verdict->peerPid == 0) {
+        const std::string why = strCat("child ", i, ": ", verdict->refused, "\n");
+        (void)!::write(reasons[1], why.data(), why.size());
+        _exit(12);
+      }
+      // The peer is this process's sibling: a child of the same parent, not the parent.
+      _exit(verdict->peerPid != ::getppid() && verdict->peerPid != ::getpid() ? 0 : 13);
+    }
+    ASSERT_GT(children[i], 0);
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
+  ::close(reasons[1]);
+  std::string why;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(reasons[0], buffer, sizeof(buffer))) > 0;) why.append(buffer, n);
+  ::close(reasons[0]);
+  for (pid_t child : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << why;
+  }
 }
 
 // Two processes that probe each other, then exchange large messages both

@@ -1,5 +1,6 @@
 #include "transports/shm/shm_stream.h"
 
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -7,7 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <new>
+#include <optional>
 
 #include "src/common/secret.h"
 #include "src/common/strcat.h"
@@ -52,6 +55,39 @@ int copyProcess(pid_t pid, Direction direction, void* local, uint64_t address, s
 
 int readProcess(pid_t pid, void* into, uint64_t address, size_t bytes) {
   return copyProcess(pid, Direction::kRead, into, address, bytes);
+}
+
+// Yama's kernel.yama.ptrace_scope, or nothing where the kernel has no Yama.
+std::optional<int> yamaPtraceScope() {
+  std::ifstream file("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = 0;
+  if (!(file >> scope)) return std::nullopt;
+  return scope;
+}
+
+// Under ptrace_scope 1 a process may read the memory of its descendants and
+// of the processes that named it, or one of its ancestors, their ptracer;
+// ranks that one launcher started are siblings and may not read each other.
+// Naming the parent lets exactly the launcher's descendants in (Open MPI
+// names any process instead). A process has one such name, so this replaces
+// one the program may have set; it is left alone where the scope is not 1,
+// as nothing needs it there (0) or it would not help (2, 3).
+void letTheParentsDescendantsRead() {
+  if (yamaPtraceScope() != 1) return;
+  // A failure leaves the pair on the rings, and negotiation says why.
+  (void)::prctl(PR_SET_PTRACER, static_cast<unsigned long>(::getppid()), 0, 0, 0);
+}
+
+// Why the kernel refused this process a read of another's memory (EPERM).
+std::string whyPtraceRulesForbid() {
+  const std::optional<int> scope = yamaPtraceScope();
+  if (!scope || *scope == 0)
+    return "a container's seccomp profile or a missing CAP_SYS_PTRACE forbids it";
+  if (*scope == 1)
+    return strCat("kernel.yama.ptrace_scope is 1 and the peer was not started by a process this ",
+                  "rank descends from (each rank lets its parent's descendants in)");
+  if (*scope == 2) return "kernel.yama.ptrace_scope is 2: only processes with CAP_SYS_PTRACE may";
+  return strCat("kernel.yama.ptrace_scope is ", *scope, ": no process may");
 }
 }  // namespace
 
@@ -260,6 +296,8 @@ Result<ReadPeerVerdict> negotiateReadPeer(int fd, bool willing, Deadline deadlin
   struct Offer {
     uint64_t willing, pid, address, value;
   };
+  // Before the offer goes out: the peer reads this process once it has it.
+  if (willing) letTheParentsDescendantsRead();
   uint64_t random = 0;
   BRAID_RETURN_IF_ERROR(randomBytes({reinterpret_cast<uint8_t*>(&random), sizeof(random)}));
   // volatile: the peer reads it from this process's memory, unseen by the compiler.
@@ -284,10 +322,8 @@ Result<ReadPeerVerdict> negotiateReadPeer(int fd, bool willing, Deadline deadlin
     uint64_t got = 0;
     if (int err = readProcess(pid, &got, theirs.address, sizeof(got)); err != 0) {
       verdict.refused = errnoStatus(strCat("process_vm_readv of process ", pid), err).message();
-      if (err == EPERM || err == ENOSYS)
-        verdict.refused +=
-            " (ptrace rules forbid it: kernel.yama.ptrace_scope, or a container's seccomp "
-            "profile or missing CAP_SYS_PTRACE)";
+      if (err == EPERM) verdict.refused += strCat(" (", whyPtraceRulesForbid(), ")");
+      if (err == ENOSYS) verdict.refused += " (a container's seccomp profile forbids it)";
     } else if (got != theirs.value) {
       verdict.refused =
           strCat("process ", pid, " is not the peer seen from here (another pid namespace?)");
