@@ -34,14 +34,14 @@ HostStream::HostStream(std::shared_ptr<Communicator> comm, int index)
 HostStream::~HostStream() {
   (void)synchronize();
   worker_.request_stop();
-  changed_.notify_all();
+  queuedMore_.notify_all();
 }
 
 void HostStream::push(Entry entry) {
   std::lock_guard lock(mutex_);
   queue_.push_back(std::move(entry));
   queued_.fetch_add(1, std::memory_order_release);
-  changed_.notify_all();
+  queuedMore_.notify_one();
 }
 
 void HostStream::enqueue(std::vector<Operation> ops) {
@@ -62,7 +62,7 @@ Status HostStream::synchronize() {
   const uint64_t queued = queued_.load(std::memory_order_acquire);
   spinUntil([&] { return finished_.load(std::memory_order_acquire) >= queued; });
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  drained_.wait(lock, [&] { return queue_.empty() && !busy_; });
   return firstError_;
 }
 
@@ -84,7 +84,7 @@ void HostStream::work(std::stop_token stop) {
       });
       lock.lock();
     }
-    changed_.wait(lock, [&] { return stop.stop_requested() || !queue_.empty(); });
+    queuedMore_.wait(lock, [&] { return stop.stop_requested() || !queue_.empty(); });
     if (queue_.empty()) return;
     Entry entry = std::move(queue_.front());
     queue_.pop_front();
@@ -108,7 +108,7 @@ void HostStream::work(std::stop_token stop) {
     }
     busy_ = false;
     finished_.fetch_add(1, std::memory_order_release);
-    changed_.notify_all();
+    if (queue_.empty()) drained_.notify_all();
   }
 }
 

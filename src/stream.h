@@ -72,7 +72,13 @@ class HostStream {
   std::shared_ptr<Communicator> comm_;
   const int index_;
   std::mutex mutex_;
-  std::condition_variable changed_;
+  // Two conditions, so that neither side wakes the other for nothing: the
+  // worker waits for entries; synchronize() waits for the queue to drain,
+  // and is woken only then, not after every call (a waiter woken for each
+  // of a batch of small calls took the core from the worker: 10-14 us a
+  // call instead of 1.5 us, 2 ranks on 2 cores).
+  std::condition_variable queuedMore_;
+  std::condition_variable drained_;
   std::deque<Entry> queue_;
   bool busy_ = false;
   // Entries ever queued and ever finished: what the polling looks at
