@@ -52,20 +52,23 @@ bool BoardCollectives::serves(const algo::CollectiveArgs& args) const {
   return args.count > 0 && algo::sendBufferBytes(args) <= board_.payloadBytes();
 }
 
-Status BoardCollectives::run(const Operation& op, uint32_t callIndex, const BoardWait& wait) {
-  const uint32_t sequence = ++sequence_;
+Status BoardCollectives::run(const Operation& op, int stream, uint32_t callIndex,
+                             const BoardWait& wait) {
+  Lane& lane = lanes_[static_cast<size_t>(stream)];
+  const uint32_t sequence = ++lane.sequence;
   const algo::CollectiveArgs& args = op.args;
   const CallSignature signature{static_cast<uint8_t>(args.kind), args.dtype, args.op, args.root,
                                 args.count};
   const uint64_t check = signature.pack();
-  board_.announce(rank_, kStream, callIndex, check);
-  board_.publish(rank_, sequence, check, op.send, op.send ? algo::sendBufferBytes(args) : 0);
-  const Waiting waiting{sequence, callIndex, check};
+  board_.announce(rank_, stream, callIndex, check);
+  board_.publish(stream, rank_, sequence, check, op.send,
+                 op.send ? algo::sendBufferBytes(args) : 0);
+  const Waiting waiting{stream, sequence, callIndex, check};
   // Every rank waits for every rank's slot, also where it reads none of
   // them (a Broadcast's), which keeps the two-slot rule: a rank publishes
   // its next call only after it finished this one.
   for (int r = 0; r < nranks_; ++r) {
-    const shm::BoardSlot* slot = board_.published(r, sequence);
+    const shm::BoardSlot* slot = board_.published(stream, r, sequence);
     if (!slot) {
       BRAID_ASSIGN_OR_RETURN(slot, await(r, waiting, wait, op.name));
     }
@@ -74,24 +77,25 @@ Status BoardCollectives::run(const Operation& op, uint32_t callIndex, const Boar
                                  " called ", CallSignature::unpack(slot->check).describe(),
                                  ", this rank ", signature.describe(),
                                  " (every rank must make the same calls)"));
-    slots_[r] = slot;
+    lane.slots[static_cast<size_t>(r)] = slot;
   }
   BRAID_RETURN_IF_ERROR(checkStrays(waiting, wait, op.name));
-  takeResult(op);
+  takeResult(op, lane.slots);
   return Status::ok();
 }
 
-void BoardCollectives::reduceSlots(void* dst, size_t offset,
-                                   const algo::CollectiveArgs& args) const {
+void BoardCollectives::reduceSlots(void* dst, size_t offset, const algo::CollectiveArgs& args,
+                                   std::span<const shm::BoardSlot* const> slots) const {
   // In rank order on every rank, so that all compute the same bits.
-  reduceElements(dst, slots_[0]->payload() + offset, slots_[1]->payload() + offset, args.count,
+  reduceElements(dst, slots[0]->payload() + offset, slots[1]->payload() + offset, args.count,
                  args.dtype, args.op);
   for (int r = 2; r < nranks_; ++r)
-    reduceElements(dst, dst, slots_[r]->payload() + offset, args.count, args.dtype, args.op);
+    reduceElements(dst, dst, slots[r]->payload() + offset, args.count, args.dtype, args.op);
   if (args.op == RedOp::kAvg) applyAverage(dst, args.count, args.dtype, nranks_);
 }
 
-void BoardCollectives::takeResult(const Operation& op) const {
+void BoardCollectives::takeResult(const Operation& op,
+                                  std::span<const shm::BoardSlot* const> slots) const {
   using algo::CollectiveKind;
   const algo::CollectiveArgs& args = op.args;
   const size_t bytes = args.bytes();
@@ -99,20 +103,20 @@ void BoardCollectives::takeResult(const Operation& op) const {
   const bool isRoot = rank_ == args.root;
   switch (args.kind) {
     case CollectiveKind::kAllReduce:
-      reduceSlots(recv, 0, args);
+      reduceSlots(recv, 0, args, slots);
       break;
     case CollectiveKind::kReduce:
-      if (isRoot) reduceSlots(recv, 0, args);
+      if (isRoot) reduceSlots(recv, 0, args, slots);
       break;
     case CollectiveKind::kReduceScatter:
-      reduceSlots(recv, static_cast<size_t>(rank_) * bytes, args);
+      reduceSlots(recv, static_cast<size_t>(rank_) * bytes, args, slots);
       break;
     case CollectiveKind::kBroadcast:
-      if (!isRoot || !args.inPlace) std::memcpy(recv, slots_[args.root]->payload(), bytes);
+      if (!isRoot || !args.inPlace) std::memcpy(recv, slots[args.root]->payload(), bytes);
       break;
     case CollectiveKind::kScatter:
       if (!isRoot || !args.inPlace)
-        std::memcpy(recv, slots_[args.root]->payload() + static_cast<size_t>(rank_) * bytes, bytes);
+        std::memcpy(recv, slots[args.root]->payload() + static_cast<size_t>(rank_) * bytes, bytes);
       break;
     case CollectiveKind::kGather:
       if (!isRoot) break;
@@ -120,12 +124,12 @@ void BoardCollectives::takeResult(const Operation& op) const {
     case CollectiveKind::kAllGather:
       for (int r = 0; r < nranks_; ++r)
         if (r != rank_ || !args.inPlace)
-          std::memcpy(recv + static_cast<size_t>(r) * bytes, slots_[r]->payload(), bytes);
+          std::memcpy(recv + static_cast<size_t>(r) * bytes, slots[r]->payload(), bytes);
       break;
     case CollectiveKind::kAllToAll:
       for (int r = 0; r < nranks_; ++r)
         std::memcpy(recv + static_cast<size_t>(r) * bytes,
-                    slots_[r]->payload() + static_cast<size_t>(rank_) * bytes, bytes);
+                    slots[r]->payload() + static_cast<size_t>(rank_) * bytes, bytes);
       break;
     case CollectiveKind::kBarrier:
     case CollectiveKind::kSendRecv:
@@ -143,7 +147,8 @@ Status BoardCollectives::checkConnections(const Waiting& call, const BoardWait& 
     if (Status failed = c->peerFailure(); !failed.isOk()) {
       // A peer that failed a later call did its part of this one, and its
       // connection has nothing more to read.
-      if (failedInLaterCall(c->peerFailedCall(), collectiveTagBound(0, call.callIndex))) continue;
+      if (failedInLaterCall(c->peerFailedCall(), collectiveTagBound(call.stream, call.callIndex)))
+        continue;
       return Status(failed.code(), strCat(name, " on rank ", rank_, ": ", failed.message()));
     }
     if (c->pollFd() < 0) continue;
@@ -171,13 +176,14 @@ Status BoardCollectives::checkConnections(const Waiting& call, const BoardWait& 
 
 Status BoardCollectives::checkStrays(const Waiting& call, const BoardWait& wait,
                                      const std::string& name) const {
-  const uint64_t below = collectiveTagBound(0, call.callIndex);
+  const uint64_t below = collectiveTagBound(call.stream, call.callIndex);
+  const auto channel = static_cast<uint8_t>(collectiveTagBase(call.stream, 0) >> 56);
   for (transport::Connection* c : wait.connections) {
     if (!c->mayHaveUnclaimed()) continue;
     // A peer that closed after its part of this call failed nothing here;
     // the next call hears of it.
     (void)c->progress();
-    if (auto stray = c->unclaimed(0, below))
+    if (auto stray = c->unclaimed(channel, below))
       return invalidUsage(strCat("mismatched calls: rank ", rank_, " called ", name, " ",
                                  CallSignature::unpack(call.check).describe(), " but rank ",
                                  c->peer(), " sent it a message of ",
@@ -211,12 +217,12 @@ Status BoardCollectives::checkAnnouncements(int stream, uint32_t callIndex, uint
 
 Status BoardCollectives::checkAnnouncement(int peer, const Waiting& call,
                                            const std::string& name) const {
-  const shm::Announcement seen = board_.announced(peer, kStream);
+  const shm::Announcement seen = board_.announced(peer, call.stream);
   const uint32_t mine = call.callIndex + 1;
   if (seen.call < mine || (seen.call == mine && seen.check == call.check)) return Status::ok();
   // The peer announces a call only after it finished the one before, which
   // on the board means after it published: look once more.
-  if (board_.published(peer, call.sequence)) return Status::ok();
+  if (board_.published(call.stream, peer, call.sequence)) return Status::ok();
   const std::string ours = strCat(", this rank ", CallSignature::unpack(call.check).describe(),
                                   " (every rank must make the same calls)");
   if (seen.call == mine)
@@ -237,7 +243,7 @@ Result<const shm::BoardSlot*> BoardCollectives::await(int peer, const Waiting& c
     // A few passes between clock reads keep a peer on another core's
     // answer within a few hundred nanoseconds.
     for (int i = 0; i < 64; ++i) {
-      if (const shm::BoardSlot* slot = board_.published(peer, sequence)) return slot;
+      if (const shm::BoardSlot* slot = board_.published(call.stream, peer, sequence)) return slot;
       cpuRelax();
     }
     const double idle = std::chrono::duration<double>(Clock::now() - start).count();
@@ -250,7 +256,7 @@ Result<const shm::BoardSlot*> BoardCollectives::await(int peer, const Waiting& c
       if (s.isOk()) s = checkConnections(call, wait, name);
       if (!s.isOk()) {
         // A peer that published and then left (or failed later) did its part.
-        if (const shm::BoardSlot* slot = board_.published(peer, sequence)) return slot;
+        if (const shm::BoardSlot* slot = board_.published(call.stream, peer, sequence)) return slot;
         return s;
       }
     }
@@ -262,7 +268,7 @@ Result<const shm::BoardSlot*> BoardCollectives::await(int peer, const Waiting& c
     if (idle < wait.spinSeconds)
       sched_yield();
     else
-      board_.sleepUntilPublished(peer, sequence, kSleepMs);
+      board_.sleepUntilPublished(call.stream, peer, sequence, kSleepMs);
   }
 }
 

@@ -39,7 +39,8 @@ class BoardCollectives {
         rank_(rank),
         nranks_(nranks),
         rootedCalls_(rootedCalls),
-        slots_(nranks) {}
+        lanes_(static_cast<size_t>(board_.lanes()),
+               Lane{0, std::vector<const shm::BoardSlot*>(static_cast<size_t>(nranks))}) {}
 
   // Whether a call can run on the board (the caller checks that no
   // algorithm was asked for): a Barrier, or a collective whose send buffer
@@ -52,13 +53,15 @@ class BoardCollectives {
   // 16 KiB a rank (docs/PERFORMANCE.md).
   static constexpr size_t kMaxReducedBytes = 32 << 10;
   size_t payloadBytes() const { return board_.payloadBytes(); }
-  // The stream whose small calls run on the board: stream 0, the caller's
-  // thread. Every stream's calls are announced.
-  static constexpr int kStream = 0;
+  // The streams whose small calls run on the board: 0 (the caller's thread)
+  // to lanes() - 1, each in a lane of its own, so that calls on two streams
+  // may run at once. Every stream's calls are announced.
+  int lanes() const { return board_.lanes(); }
 
-  // Runs `op` as call `callIndex` of the stream the board serves (the
-  // communicator's count of that stream's collectives, board or not).
-  Status run(const Operation& op, uint32_t callIndex, const BoardWait& wait);
+  // Runs `op` as call `callIndex` of `stream` (the communicator's count of
+  // that stream's collectives, board or not); stream < lanes(), one call at
+  // a time per stream.
+  Status run(const Operation& op, int stream, uint32_t callIndex, const BoardWait& wait);
   // Tells the peers that this rank makes call `callIndex` of `stream`, of
   // signature `check`, through the algorithms.
   void announce(int stream, uint32_t callIndex, uint64_t check) {
@@ -72,6 +75,7 @@ class BoardCollectives {
 
  private:
   struct Waiting {
+    int stream;          // and its lane
     uint32_t sequence;   // the board call
     uint32_t callIndex;  // the stream's call
     uint64_t check;
@@ -87,16 +91,22 @@ class BoardCollectives {
   Status checkStrays(const Waiting& call, const BoardWait& wait, const std::string& name) const;
   // Non-ok when `peer`'s announcement shows it made another call than this.
   Status checkAnnouncement(int peer, const Waiting& call, const std::string& name) const;
-  // Once every rank published: this rank's part of the call, from slots_.
-  void takeResult(const Operation& op) const;
+  // Once every rank published: this rank's part of the call, from `slots`
+  // (the call's, by rank).
+  void takeResult(const Operation& op, std::span<const shm::BoardSlot* const> slots) const;
   // dst = the reduction, in rank order, of every slot's payload at `offset`.
-  void reduceSlots(void* dst, size_t offset, const algo::CollectiveArgs& args) const;
+  void reduceSlots(void* dst, size_t offset, const algo::CollectiveArgs& args,
+                   std::span<const shm::BoardSlot* const> slots) const;
 
   shm::Board board_;
   const int rank_, nranks_;
   const bool rootedCalls_;
-  uint32_t sequence_ = 0;                     // board calls so far, the same count on every rank
-  std::vector<const shm::BoardSlot*> slots_;  // the current call's, by rank
+  // Each lane is used by one stream's thread at a time.
+  struct Lane {
+    uint32_t sequence;                         // board calls so far, alike on every rank
+    std::vector<const shm::BoardSlot*> slots;  // the current call's, by rank
+  };
+  std::vector<Lane> lanes_;
 };
 
 }  // namespace braid

@@ -259,9 +259,10 @@ Result<GpuPath*> Communicator::gpuPathFor(int deviceOrdinal) {
 
 Status Communicator::run(std::span<const Operation> ops, int streamIndex) {
   if (ops.size() == 1 && ops[0].gpuOrdinal >= 0) return runPlain(ops, streamIndex);
-  if (board_ && streamIndex == 0 && ops.size() == 1 && !ops[0].algorithm &&
-      board_->serves(ops[0].args) && !selector_.forces(ops[0].args.kind))
-    return runOnBoard(ops[0]);
+  if (board_ && streamIndex < board_->lanes() && !boardBroken_.load(std::memory_order_relaxed) &&
+      ops.size() == 1 && !ops[0].algorithm && board_->serves(ops[0].args) &&
+      !selector_.forces(ops[0].args.kind))
+    return runOnBoard(ops[0], streamIndex);
   if (measureAlgorithms_ && ops.size() == 1 && nranks_ > 1 &&
       ops[0].args.kind != algo::CollectiveKind::kSendRecv && !ops[0].algorithm &&
       !selector_.forces(ops[0].args.kind))

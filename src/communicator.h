@@ -65,6 +65,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   static constexpr int kPairProbeStream = 126;
   // A user's streams are 0 to kMaxStreams.
   static constexpr int kMaxStreams = kPairProbeStream - 1;
+  // Streams 0 to kBoardStreams - 1 have a lane of the shared-memory board:
+  // the caller's thread and the first three streams a program creates (a
+  // framework's collective and point-to-point streams among them).
+  static constexpr int kBoardStreams = 4;
 
   int rank() const { return rank_; }
   // How long a host stream's worker with nothing queued, and a thread that
@@ -155,7 +159,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Sets up board_ when every rank shares this host over shared memory
   // (a few collectives of its own; every rank reaches the same verdict).
   Status setUpBoard();
-  Status runOnBoard(const Operation& op);
+  Status runOnBoard(const Operation& op, int stream);
   // The GPU path for calls on GPU `deviceOrdinal`, made at the first; one
   // GPU per rank.
   Result<GpuPath*> gpuPathFor(int deviceOrdinal);
@@ -190,7 +194,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   Selector selector_;
   // Tiny AllReduce and Barrier on stream 0 when all ranks share a host.
   std::unique_ptr<BoardCollectives> board_;
-  StreamState* boardStream_ = nullptr;  // stream 0, whose order the board keeps
+  // Set when a board call failed: the board serves no more calls (the
+  // communicator is broken on this rank, as after any failed call), while
+  // other streams may still be reading it.
+  std::atomic<bool> boardBroken_{false};
   std::atomic<bool> aborted_{false};
   std::atomic<double> timeoutSeconds_{300};
   int abortFd_ = -1;

@@ -53,7 +53,8 @@ Status Communicator::setUpBoard() {
   std::optional<shm::Board> board;
   BoardCard card;
   if (rank_ == 0) {
-    auto created = shm::Board::create(nranks_, kMaxStreams + 1, config_.shmBoardBytes);
+    auto created =
+        shm::Board::create(nranks_, kMaxStreams + 1, kBoardStreams, config_.shmBoardBytes);
     if (created.isOk()) {
       board = std::move(*created);
       if (board->name().size() < sizeof(card.name))
@@ -74,7 +75,8 @@ Status Communicator::setUpBoard() {
   BRAID_RETURN_IF_ERROR(run({&share, 1}, 0));
   card.name[sizeof(card.name) - 1] = 0;
   if (rank_ != 0 && card.name[0]) {
-    auto opened = shm::Board::open(card.name, nranks_, kMaxStreams + 1, card.payloadBytes);
+    auto opened =
+        shm::Board::open(card.name, nranks_, kMaxStreams + 1, kBoardStreams, card.payloadBytes);
     if (opened.isOk())
       board = std::move(*opened);
     else
@@ -84,7 +86,6 @@ Status Communicator::setUpBoard() {
   if (board) board->unlink();  // every rank mapped it or gave up
   if (!all) return Status::ok();
   board_ = std::make_unique<BoardCollectives>(std::move(*board), rank_, nranks_, terms == 2);
-  boardStream_ = &stream(0);
   BRAID_INFO(
       "rank ", rank_, ": collectives whose send buffer holds up to ", board_->payloadBytes(),
       " bytes, and Barrier, through the shared-memory board",
@@ -92,8 +93,9 @@ Status Communicator::setUpBoard() {
   return Status::ok();
 }
 
-Status Communicator::runOnBoard(const Operation& op) {
-  std::lock_guard lock(boardStream_->order);
+Status Communicator::runOnBoard(const Operation& op, int streamIndex) {
+  StreamState& st = stream(streamIndex);
+  std::lock_guard lock(st.order);
   if (aborted_) return invalidUsage(strCat(op.name, ": communicator aborted"));
   BoardWait wait;
   wait.pureSpinSeconds = pureSpinSeconds_;
@@ -105,15 +107,15 @@ Status Communicator::runOnBoard(const Operation& op) {
                                                           std::memory_order_relaxed);
   BRAID_TRACE("rank ", rank_, ": ", op.name, " count ", op.args.count, " ",
               dataTypeName(op.args.dtype), " on the shared-memory board");
-  const uint32_t sequence = boardStream_->sequence++;
-  Status s = board_->run(op, sequence, wait);
+  const uint32_t sequence = st.sequence++;
+  Status s = board_->run(op, streamIndex, sequence, wait);
   if (s.isOk()) return s;
   if (aborted_) return invalidUsage(strCat(op.name, ": communicator aborted"));
   // As after any failed call, the communicator is broken on this rank, and
   // the peers hear why at once instead of waiting out their timeouts; a
   // peer still in an earlier call finishes it (the engine's checkPeers).
-  for (auto& c : owned_) c->abortInCall(s, collectiveTagBound(0, sequence));
-  board_.reset();
+  for (auto& c : owned_) c->abortInCall(s, collectiveTagBound(streamIndex, sequence));
+  boardBroken_ = true;
   return s;
 }
 

@@ -273,7 +273,7 @@ TEST(Board, NotUsedWhenForcedTurnedOffOrOverTcp) {
   expectAlgorithm(on, "board", true);
 }
 
-TEST(Board, GroupsAndStreamsGoThroughTheAlgorithms) {
+TEST(Board, GroupsGoThroughTheAlgorithms) {
   runRanks(
       2,
       [](RankContext& ctx) {
@@ -285,13 +285,6 @@ TEST(Board, GroupsAndStreamsGoThroughTheAlgorithms) {
         RANK_EXPECT_EQ(x, 2);
         RANK_EXPECT_EQ(y, 4);
         RANK_EXPECT_TRUE(lastAllReduce(ctx.comm) != "board");
-        braidStream_t s = nullptr;
-        RANK_ASSERT_OK(braidStreamCreate(ctx.comm, &s));
-        RANK_ASSERT_OK(braidAllReduce(&x, &x, 1, braidInt32, braidSum, ctx.comm, s));
-        RANK_ASSERT_OK(braidStreamSynchronize(s));
-        RANK_EXPECT_EQ(x, 4);
-        RANK_EXPECT_TRUE(lastAllReduce(ctx.comm) != "board");
-        RANK_ASSERT_OK(braidStreamDestroy(s));
         // Board and algorithm calls interleave on the caller's thread.
         std::vector<double> v(100, 1.0);
         for (int i = 0; i < 50; ++i) {
@@ -299,9 +292,71 @@ TEST(Board, GroupsAndStreamsGoThroughTheAlgorithms) {
           RANK_ASSERT_OK(
               braidAllReduce(v.data(), v.data(), 100, braidFloat64, braidMax, ctx.comm, nullptr));
         }
-        RANK_EXPECT_EQ(y, 8);
+        RANK_EXPECT_EQ(y, 4);
       },
       kTimeout);
+}
+
+// The caller's thread and the first three streams have lanes of the board
+// (Communicator::kBoardStreams); a fourth stream's calls go through the
+// algorithms. Calls on two streams and on the caller's thread run at once,
+// each lane in its own order, and every result is exact.
+TEST(Board, TheFirstStreamsHaveLanesOfTheirOwn) {
+  for (int ranks : {2, 3}) {
+    SCOPED_TRACE("nranks " + std::to_string(ranks));
+    runRanks(
+        ranks,
+        [](RankContext& ctx) {
+          const int n = ctx.nranks;
+          std::vector<braidStream_t> streams(4, nullptr);
+          for (auto& s : streams) RANK_ASSERT_OK(braidStreamCreate(ctx.comm, &s));
+          for (size_t i = 0; i < streams.size(); ++i) {
+            int32_t x = ctx.rank + 1;
+            RANK_ASSERT_OK(braidAllReduce(&x, &x, 1, braidInt32, braidSum, ctx.comm, streams[i]));
+            RANK_ASSERT_OK(braidStreamSynchronize(streams[i]));
+            RANK_EXPECT_EQ(x, n * (n + 1) / 2);
+            RANK_EXPECT_EQ(lastAllReduce(ctx.comm) == "board", i < 3)
+                << "stream " << i + 1 << ": " << lastAllReduce(ctx.comm);
+          }
+          constexpr int kCalls = 300;
+          std::vector<int64_t> sums(kCalls);
+          std::vector<int32_t> gathered(static_cast<size_t>(kCalls) * n);
+          std::vector<int32_t> mine(kCalls);
+          std::thread reducer([&] {
+            for (int i = 0; i < kCalls; ++i) {
+              sums[i] = int64_t{1000} * i + ctx.rank;
+              if (braidAllReduce(&sums[i], &sums[i], 1, braidInt64, braidSum, ctx.comm,
+                                 streams[0]) != braidSuccess)
+                return;
+            }
+          });
+          std::thread gatherer([&] {
+            for (int i = 0; i < kCalls; ++i) {
+              mine[i] = 7 * i + ctx.rank;
+              if (braidAllGather(&mine[i], &gathered[static_cast<size_t>(i) * n], 1, braidInt32,
+                                 ctx.comm, streams[1]) != braidSuccess)
+                return;
+            }
+          });
+          for (int i = 0; i < kCalls; ++i) {
+            int32_t x = i;
+            RANK_ASSERT_OK(braidAllReduce(&x, &x, 1, braidInt32, braidMax, ctx.comm, nullptr));
+            RANK_EXPECT_EQ(x, i);
+          }
+          reducer.join();
+          gatherer.join();
+          RANK_ASSERT_OK(braidStreamSynchronize(streams[0]));
+          RANK_ASSERT_OK(braidStreamSynchronize(streams[1]));
+          for (int i = 0; i < kCalls; ++i) {
+            RANK_ASSERT_EQ(sums[i], int64_t{1000} * i * n + n * (n - 1) / 2) << "call " << i;
+            for (int r = 0; r < n; ++r)
+              RANK_ASSERT_EQ(gathered[static_cast<size_t>(i) * n + r], 7 * i + r)
+                  << "call " << i << ", rank " << r;
+          }
+          for (auto s : streams) RANK_ASSERT_OK(braidStreamDestroy(s));
+        },
+        kTimeout);
+  }
 }
 
 // `call` makes rank 0 and the others call different things; every rank must
@@ -375,6 +430,24 @@ TEST(Board, MismatchedCallsReturnInvalidUsage) {
                    },
                    {"mismatched", "count=1", "count=2"});
   }
+}
+
+// On a stream's lane as on the caller's thread: the ranks' calls compared,
+// the error from braidStreamSynchronize.
+TEST(Board, MismatchedCallsOnAStreamReturnInvalidUsage) {
+  static float a[16], b[16];
+  expectMismatch(2, "count on a stream",
+                 [](RankContext& c, bool z) {
+                   braidStream_t s = nullptr;
+                   braidResult_t r = braidStreamCreate(c.comm, &s);
+                   if (r != braidSuccess) return r;
+                   r = braidAllReduce(a, b, z ? 2 : 3, braidFloat32, braidSum, c.comm, s);
+                   if (r == braidSuccess) r = braidStreamSynchronize(s);
+                   // A success leaves the last error (synchronize's) as it is.
+                   (void)braidStreamDestroy(s);
+                   return r;
+                 },
+                 {"mismatched", "count=2", "count=3"});
 }
 
 TEST(Board, DeadPeerGivesRemoteError) {

@@ -1,6 +1,7 @@
 // The shared-memory board on its own: what a reader sees of a slot, the
-// two slots per rank, announcements per stream, and a sleeping reader woken by the
-// publisher (threads of one process map the board twice, as ranks would).
+// two slots per rank, lanes of slots and announcements per stream, and a
+// sleeping reader woken by the publisher (threads of one process map the
+// board twice, as ranks would).
 #include "transports/shm/shm_board.h"
 
 #include <gtest/gtest.h>
@@ -17,10 +18,10 @@ struct TwoMappings {
   Board creator, opener;
 };
 
-TwoMappings mapTwice(int nranks, int streams = 3, size_t payloadBytes = 48) {
-  auto created = Board::create(nranks, streams, payloadBytes);
+TwoMappings mapTwice(int nranks, int streams = 3, size_t payloadBytes = 48, int lanes = 2) {
+  auto created = Board::create(nranks, streams, lanes, payloadBytes);
   EXPECT_TRUE(created.isOk()) << created.status().message();
-  auto opened = Board::open(created->name(), nranks, streams, payloadBytes);
+  auto opened = Board::open(created->name(), nranks, streams, lanes, payloadBytes);
   EXPECT_TRUE(opened.isOk()) << opened.status().message();
   TwoMappings m{std::move(*created), std::move(*opened)};
   m.creator.unlink();
@@ -29,33 +30,33 @@ TwoMappings mapTwice(int nranks, int streams = 3, size_t payloadBytes = 48) {
 
 TEST(ShmBoard, ASlotShowsOnceItsSequenceIsPublished) {
   TwoMappings m = mapTwice(3);
-  EXPECT_EQ(m.opener.published(2, 1), nullptr);
+  EXPECT_EQ(m.opener.published(0, 2, 1), nullptr);
   const double value = 2.5;
-  m.creator.publish(2, 1, 0xabc, &value, sizeof value);
-  const BoardSlot* slot = m.opener.published(2, 1);
+  m.creator.publish(0, 2, 1, 0xabc, &value, sizeof value);
+  const BoardSlot* slot = m.opener.published(0, 2, 1);
   ASSERT_NE(slot, nullptr);
   EXPECT_EQ(slot->check, 0xabcu);
   double seen = 0;
   std::memcpy(&seen, slot->payload(), sizeof seen);
   EXPECT_EQ(seen, 2.5);
   // Another rank's slots and the next call's are untouched.
-  EXPECT_EQ(m.opener.published(1, 1), nullptr);
-  EXPECT_EQ(m.opener.published(2, 2), nullptr);
+  EXPECT_EQ(m.opener.published(0, 1, 1), nullptr);
+  EXPECT_EQ(m.opener.published(0, 2, 2), nullptr);
 }
 
 TEST(ShmBoard, CallsAlternateBetweenTwoSlotsPerRank) {
   TwoMappings m = mapTwice(2);
   const int32_t a = 1, b = 2, c = 3;
-  m.creator.publish(0, 1, 1, &a, sizeof a);
-  m.creator.publish(0, 2, 2, &b, sizeof b);
+  m.creator.publish(0, 0, 1, 1, &a, sizeof a);
+  m.creator.publish(0, 0, 2, 2, &b, sizeof b);
   // Call 2 left call 1's slot alone; call 3 takes it over.
-  ASSERT_NE(m.opener.published(0, 1), nullptr);
-  ASSERT_NE(m.opener.published(0, 2), nullptr);
-  m.creator.publish(0, 3, 3, &c, sizeof c);
-  EXPECT_EQ(m.opener.published(0, 1), nullptr);
-  ASSERT_NE(m.opener.published(0, 3), nullptr);
-  EXPECT_EQ(m.opener.published(0, 3)->check, 3u);
-  EXPECT_EQ(m.opener.published(0, 2)->check, 2u);
+  ASSERT_NE(m.opener.published(0, 0, 1), nullptr);
+  ASSERT_NE(m.opener.published(0, 0, 2), nullptr);
+  m.creator.publish(0, 0, 3, 3, &c, sizeof c);
+  EXPECT_EQ(m.opener.published(0, 0, 1), nullptr);
+  ASSERT_NE(m.opener.published(0, 0, 3), nullptr);
+  EXPECT_EQ(m.opener.published(0, 0, 3)->check, 3u);
+  EXPECT_EQ(m.opener.published(0, 0, 2)->check, 2u);
 }
 
 TEST(ShmBoard, AnnouncementsCarryTheLatestCall) {
@@ -85,8 +86,8 @@ TEST(ShmBoard, EachStreamHasItsOwnAnnouncements) {
   EXPECT_EQ(m.opener.announced(1, 0).call, 0u);
   EXPECT_EQ(m.opener.announced(0, 3).call, 0u);
   // Slots and announcements do not overlap.
-  EXPECT_EQ(m.opener.published(2, 1), nullptr);
-  EXPECT_EQ(m.opener.published(2, 2), nullptr);
+  EXPECT_EQ(m.opener.published(0, 2, 1), nullptr);
+  EXPECT_EQ(m.opener.published(0, 2, 2), nullptr);
 }
 
 TEST(ShmBoard, AReaderNeverSeesHalfAnAnnouncement) {
@@ -112,37 +113,41 @@ TEST(ShmBoard, ASleepingReaderWakesWhenThePeerPublishes) {
   std::thread publisher([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const uint8_t byte = 9;
-    m.creator.publish(1, 1, 5, &byte, 1);
+    m.creator.publish(0, 1, 1, 5, &byte, 1);
   });
   const auto start = std::chrono::steady_clock::now();
   // One long sleep: it returns well before its timeout only if woken.
-  m.opener.sleepUntilPublished(1, 1, 10000);
+  m.opener.sleepUntilPublished(0, 1, 1, 10000);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   publisher.join();
-  EXPECT_NE(m.opener.published(1, 1), nullptr);
+  EXPECT_NE(m.opener.published(0, 1, 1), nullptr);
   EXPECT_LT(seconds, 5.0);
 }
 
 TEST(ShmBoard, ASleepEndsAtItsTimeoutWhenNothingIsPublished) {
   TwoMappings m = mapTwice(2);
   const auto start = std::chrono::steady_clock::now();
-  m.opener.sleepUntilPublished(0, 1, 20);
+  m.opener.sleepUntilPublished(0, 0, 1, 20);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(m.opener.published(0, 1), nullptr);
+  EXPECT_EQ(m.opener.published(0, 0, 1), nullptr);
   EXPECT_GE(seconds, 0.015);
 }
 
 TEST(ShmBoard, OpeningWithAnotherWorldSizeFails) {
-  auto created = Board::create(2, 1, 48);
+  auto created = Board::create(2, 1, 1, 48);
   ASSERT_TRUE(created.isOk());
-  auto opened = Board::open(created->name(), 200, 1, 48);
+  auto opened = Board::open(created->name(), 200, 1, 1, 48);
   EXPECT_FALSE(opened.isOk());
-  EXPECT_FALSE(Board::open("/braid-no-such-board", 2, 1, 48).isOk());
+  EXPECT_FALSE(Board::open("/braid-no-such-board", 2, 1, 1, 48).isOk());
   // A slot size past the bound (as a corrupt card from rank 0 would say) maps nothing.
-  EXPECT_FALSE(Board::open(created->name(), 2, 1, kMaxBoardPayloadBytes + 1).isOk());
-  EXPECT_FALSE(Board::create(2, 1, uint64_t{1} << 62).isOk());
+  EXPECT_FALSE(Board::open(created->name(), 2, 1, 1, kMaxBoardPayloadBytes + 1).isOk());
+  EXPECT_FALSE(Board::create(2, 1, 1, uint64_t{1} << 62).isOk());
+  // Lanes: at least one, and no more than the streams announced.
+  EXPECT_FALSE(Board::create(2, 2, 0, 48).isOk());
+  EXPECT_FALSE(Board::create(2, 2, 3, 48).isOk());
+  EXPECT_FALSE(Board::open(created->name(), 2, 1, 2, 48).isOk());
 }
 
 TEST(ShmBoard, APayloadFillsTheHeaderLineThenWholeLines) {
@@ -153,30 +158,54 @@ TEST(ShmBoard, APayloadFillsTheHeaderLineThenWholeLines) {
   EXPECT_EQ(boardPayloadBytes(2048), 2096u);
 }
 
-// Wide slots: every byte of every rank's two slots and every announcement
-// line is its own (a slot that ran into the next, or into the
+// Each stream's lane has slots of its own: a call on one lane neither
+// shows nor overwrites the same call on another.
+TEST(ShmBoard, EachLaneHasItsOwnSlots) {
+  TwoMappings m = mapTwice(2, 3, 48, 3);
+  const int32_t a = 10, b = 20;
+  m.creator.publish(1, 1, 1, 100, &a, sizeof a);
+  EXPECT_EQ(m.opener.published(0, 1, 1), nullptr);
+  EXPECT_EQ(m.opener.published(2, 1, 1), nullptr);
+  m.creator.publish(2, 1, 1, 200, &b, sizeof b);
+  ASSERT_NE(m.opener.published(1, 1, 1), nullptr);
+  ASSERT_NE(m.opener.published(2, 1, 1), nullptr);
+  EXPECT_EQ(m.opener.published(1, 1, 1)->check, 100u);
+  EXPECT_EQ(m.opener.published(2, 1, 1)->check, 200u);
+  int32_t seen = 0;
+  std::memcpy(&seen, m.opener.published(1, 1, 1)->payload(), sizeof seen);
+  EXPECT_EQ(seen, 10);
+}
+
+// Wide slots: every byte of every rank's two slots in every lane and every
+// announcement line is its own (a slot that ran into the next, or into the
 // announcements, would show here), and the payload is 16-byte aligned.
 TEST(ShmBoard, WideSlotsKeepToThemselves) {
-  constexpr int kRanks = 3, kStreams = 2;
-  TwoMappings m = mapTwice(kRanks, kStreams, 1000);
+  constexpr int kRanks = 3, kStreams = 3, kLanes = 2;
+  TwoMappings m = mapTwice(kRanks, kStreams, 1000, kLanes);
   const size_t bytes = m.creator.payloadBytes();
   ASSERT_EQ(bytes, boardPayloadBytes(1000));
   for (int r = 0; r < kRanks; ++r)
     for (int stream = 0; stream < kStreams; ++stream) m.creator.announce(r, stream, 40, 4000 + r);
-  for (uint32_t sequence : {1u, 2u})
-    for (int r = 0; r < kRanks; ++r) {
-      std::vector<uint8_t> fill(bytes, static_cast<uint8_t>(16 * r + sequence));
-      m.creator.publish(r, sequence, r, fill.data(), fill.size());
-    }
-  for (uint32_t sequence : {1u, 2u})
-    for (int r = 0; r < kRanks; ++r) {
-      const BoardSlot* slot = m.opener.published(r, sequence);
-      ASSERT_NE(slot, nullptr) << r << " " << sequence;
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(slot->payload()) % 16, 0u);
-      EXPECT_EQ(slot->check, static_cast<uint64_t>(r));
-      const std::vector<uint8_t> want(bytes, static_cast<uint8_t>(16 * r + sequence));
-      EXPECT_EQ(std::memcmp(slot->payload(), want.data(), bytes), 0) << r << " " << sequence;
-    }
+  auto fillOf = [](int lane, int r, uint32_t sequence) {
+    return static_cast<uint8_t>(64 * lane + 16 * r + sequence);
+  };
+  for (int lane = 0; lane < kLanes; ++lane)
+    for (uint32_t sequence : {1u, 2u})
+      for (int r = 0; r < kRanks; ++r) {
+        std::vector<uint8_t> fill(bytes, fillOf(lane, r, sequence));
+        m.creator.publish(lane, r, sequence, r, fill.data(), fill.size());
+      }
+  for (int lane = 0; lane < kLanes; ++lane)
+    for (uint32_t sequence : {1u, 2u})
+      for (int r = 0; r < kRanks; ++r) {
+        const BoardSlot* slot = m.opener.published(lane, r, sequence);
+        ASSERT_NE(slot, nullptr) << lane << " " << r << " " << sequence;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(slot->payload()) % 16, 0u);
+        EXPECT_EQ(slot->check, static_cast<uint64_t>(r));
+        const std::vector<uint8_t> want(bytes, fillOf(lane, r, sequence));
+        EXPECT_EQ(std::memcmp(slot->payload(), want.data(), bytes), 0)
+            << lane << " " << r << " " << sequence;
+      }
   for (int r = 0; r < kRanks; ++r)
     for (int stream = 0; stream < kStreams; ++stream) {
       EXPECT_EQ(m.opener.announced(r, stream).call, 41u);

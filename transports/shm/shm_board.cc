@@ -22,10 +22,10 @@ size_t slotBytes(size_t payloadBytes) {
   return BoardSlot::kHeaderBytes + boardPayloadBytes(payloadBytes);
 }
 
-size_t boardBytes(int nranks, int streams, size_t payloadBytes) {
+size_t boardBytes(int nranks, int streams, int lanes, size_t payloadBytes) {
   const size_t ranks = static_cast<size_t>(nranks);
-  const size_t bytes =
-      2 * ranks * slotBytes(payloadBytes) + static_cast<size_t>(streams) * ranks * kLineBytes;
+  const size_t bytes = 2 * static_cast<size_t>(lanes) * ranks * slotBytes(payloadBytes) +
+                       static_cast<size_t>(streams) * ranks * kLineBytes;
   const size_t page = 4096;
   return (bytes + page - 1) / page * page;
 }
@@ -42,35 +42,49 @@ size_t boardPayloadBytes(size_t wanted) {
   return std::max<size_t>(lines, 1) * kLineBytes - BoardSlot::kHeaderBytes;
 }
 
-void Board::map(int nranks, int streams, size_t payloadBytes) {
+void Board::map(int nranks, int streams, int lanes, size_t payloadBytes) {
   slots_ = static_cast<uint8_t*>(segment_.base());
   slotBytes_ = slotBytes(payloadBytes);
-  announcements_ =
-      reinterpret_cast<AnnouncementLine*>(slots_ + 2 * static_cast<size_t>(nranks) * slotBytes_);
+  announcements_ = reinterpret_cast<AnnouncementLine*>(
+      slots_ + 2 * static_cast<size_t>(lanes) * static_cast<size_t>(nranks) * slotBytes_);
   streams_ = streams;
+  lanes_ = lanes;
+  nranks_ = static_cast<size_t>(nranks);
 }
 
-Result<Board> Board::create(int nranks, int streams, size_t payloadBytes) {
+namespace {
+Status checkShape(int streams, int lanes, size_t payloadBytes) {
   if (payloadBytes > kMaxBoardPayloadBytes)
     return invalidArgument(
         strCat("a board slot of ", payloadBytes, " bytes (at most ", kMaxBoardPayloadBytes, ")"));
+  if (lanes < 1 || lanes > streams)
+    return invalidArgument(strCat("a board of ", lanes, " lanes for ", streams, " streams"));
+  return Status::ok();
+}
+}  // namespace
+
+Result<Board> Board::create(int nranks, int streams, int lanes, size_t payloadBytes) {
+  BRAID_RETURN_IF_ERROR(checkShape(streams, lanes, payloadBytes));
   Board board;
   BRAID_ASSIGN_OR_RETURN(board.segment_,
-                         Segment::create(boardBytes(nranks, streams, payloadBytes)));
-  board.map(nranks, streams, payloadBytes);
+                         Segment::create(boardBytes(nranks, streams, lanes, payloadBytes)));
+  board.map(nranks, streams, lanes, payloadBytes);
   return board;
 }
 
-Result<Board> Board::open(const std::string& name, int nranks, int streams, size_t payloadBytes) {
+Result<Board> Board::open(const std::string& name, int nranks, int streams, int lanes,
+                          size_t payloadBytes) {
+  BRAID_RETURN_IF_ERROR(checkShape(streams, lanes, payloadBytes));
   Board board;
   BRAID_ASSIGN_OR_RETURN(board.segment_,
-                         Segment::open(name, boardBytes(nranks, streams, payloadBytes)));
-  board.map(nranks, streams, payloadBytes);
+                         Segment::open(name, boardBytes(nranks, streams, lanes, payloadBytes)));
+  board.map(nranks, streams, lanes, payloadBytes);
   return board;
 }
 
-void Board::publish(int rank, uint32_t sequence, uint64_t check, const void* data, size_t bytes) {
-  BoardSlot& s = slot(rank, sequence);
+void Board::publish(int lane, int rank, uint32_t sequence, uint64_t check, const void* data,
+                    size_t bytes) {
+  BoardSlot& s = slot(lane, rank, sequence);
   if (bytes) std::memcpy(s.payload(), data, bytes);
   s.check = check;
   // Sequentially consistent with the sleeper's increment of `sleepers`: either
@@ -80,8 +94,8 @@ void Board::publish(int rank, uint32_t sequence, uint64_t check, const void* dat
     futex(&s.sequence, FUTEX_WAKE, INT_MAX, nullptr);
 }
 
-void Board::sleepUntilPublished(int rank, uint32_t sequence, int timeoutMs) {
-  BoardSlot& s = slot(rank, sequence);
+void Board::sleepUntilPublished(int lane, int rank, uint32_t sequence, int timeoutMs) {
+  BoardSlot& s = slot(lane, rank, sequence);
   s.sleepers.fetch_add(1, std::memory_order_seq_cst);
   const uint32_t seen = s.sequence.load(std::memory_order_seq_cst);
   if (seen != sequence) {

@@ -1,5 +1,7 @@
 // A board for the small collectives of ranks that all share one host: one
-// segment mapped by every rank, two slots per rank. A rank publishes its
+// segment mapped by every rank, with a lane for each of the first few
+// streams (each stream's calls run in order on one thread; calls on two
+// streams may run at once), and two slots per rank in each lane. A rank publishes its
 // contribution to a call by writing its slot and then the slot's sequence
 // number; the others read it in place once the number shows. No frames, no
 // rings, no system call while the ranks are awake.
@@ -8,7 +10,7 @@
 // runs on through the slot's further lines: a call of up to 48 bytes
 // touches one cache line per rank.
 //
-// Two slots per rank suffice: a rank writes the slot of call s + 2 only
+// Two slots per rank and lane suffice: a rank writes the slot of call s + 2 only
 // after it saw every rank's slot of call s + 1, which each rank publishes
 // only after it finished reading call s.
 //
@@ -62,25 +64,28 @@ class Board {
   Board() = default;
   // Rank 0 creates the board; the others open it by name, then every rank
   // calls unlink() once all have (so nothing stays in /dev/shm). `streams`
-  // announcement lines per rank: streams 0 to streams - 1. Slots of
-  // boardPayloadBytes(payloadBytes); every rank passes the same value, at
-  // most kMaxBoardPayloadBytes.
-  static Result<Board> create(int nranks, int streams, size_t payloadBytes);
-  static Result<Board> open(const std::string& name, int nranks, int streams, size_t payloadBytes);
+  // announcement lines per rank: streams 0 to streams - 1; `lanes` lanes of
+  // slots (at most `streams`). Slots of boardPayloadBytes(payloadBytes);
+  // every rank passes the same values, at most kMaxBoardPayloadBytes.
+  static Result<Board> create(int nranks, int streams, int lanes, size_t payloadBytes);
+  static Result<Board> open(const std::string& name, int nranks, int streams, int lanes,
+                            size_t payloadBytes);
+  int lanes() const { return lanes_; }
   const std::string& name() const { return segment_.name(); }
   size_t payloadBytes() const { return slotBytes_ - BoardSlot::kHeaderBytes; }
   void unlink() { segment_.unlink(); }
 
-  // Writes `rank`'s contribution to call `sequence` (bytes <= payloadBytes())
-  // and wakes the readers that sleep on it.
-  void publish(int rank, uint32_t sequence, uint64_t check, const void* data, size_t bytes);
-  // `rank`'s slot for call `sequence` once it is published, else null.
-  const BoardSlot* published(int rank, uint32_t sequence) const {
-    const BoardSlot& s = slot(rank, sequence);
+  // Writes `rank`'s contribution to call `sequence` of `lane` (bytes <=
+  // payloadBytes()) and wakes the readers that sleep on it.
+  void publish(int lane, int rank, uint32_t sequence, uint64_t check, const void* data,
+               size_t bytes);
+  // `rank`'s slot for call `sequence` of `lane` once it is published, else null.
+  const BoardSlot* published(int lane, int rank, uint32_t sequence) const {
+    const BoardSlot& s = slot(lane, rank, sequence);
     return s.sequence.load(std::memory_order_acquire) == sequence ? &s : nullptr;
   }
-  // Sleeps until `rank` publishes call `sequence`, at most `timeoutMs`.
-  void sleepUntilPublished(int rank, uint32_t sequence, int timeoutMs);
+  // Sleeps until `rank` publishes call `sequence` of `lane`, at most `timeoutMs`.
+  void sleepUntilPublished(int lane, int rank, uint32_t sequence, int timeoutMs);
 
   // `rank` starts call `callIndex` of `stream`, of signature `check`. One
   // writer per rank and stream.
@@ -95,20 +100,23 @@ class Board {
   };
 
  private:
-  BoardSlot& slot(int rank, uint32_t sequence) const {
-    const size_t index = 2 * static_cast<size_t>(rank) + (sequence & 1);
+  BoardSlot& slot(int lane, int rank, uint32_t sequence) const {
+    const size_t index =
+        2 * (static_cast<size_t>(lane) * nranks_ + static_cast<size_t>(rank)) + (sequence & 1);
     return *reinterpret_cast<BoardSlot*>(slots_ + index * slotBytes_);
   }
   AnnouncementLine& line(int rank, int stream) const {
     return announcements_[static_cast<size_t>(rank) * streams_ + stream];
   }
-  void map(int nranks, int streams, size_t payloadBytes);
+  void map(int nranks, int streams, int lanes, size_t payloadBytes);
 
   Segment segment_;
-  uint8_t* slots_ = nullptr;                   // 2 per rank, of slotBytes_ each
+  uint8_t* slots_ = nullptr;                   // 2 per rank and lane, of slotBytes_ each
   size_t slotBytes_ = 0;                       // a multiple of the cache line
   AnnouncementLine* announcements_ = nullptr;  // `streams_` per rank, after the slots
   int streams_ = 0;
+  int lanes_ = 0;
+  size_t nranks_ = 0;
 };
 
 }  // namespace braid::shm
