@@ -95,7 +95,10 @@ cat > "$root/init" <<EOF
 export PATH=/bin TERM=dumb
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/shm
-mount -t tmpfs -o mode=1777 shm /dev/shm; mount -t tmpfs -o mode=1777 tmp /tmp
+mount -t tmpfs -o mode=1777 shm /dev/shm
+# Not a tmpfs over /tmp: the programs may live under it (a build in /tmp),
+# and the initramfs is writable already.
+chmod 1777 /tmp
 ip link set lo up
 if [ ! -f /proc/sys/kernel/yama/ptrace_scope ]; then
   echo "ptrace-guest: this kernel has no Yama"; echo "PTRACE-GUEST-EXIT 3"; poweroff -f
