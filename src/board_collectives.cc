@@ -177,7 +177,7 @@ Status BoardCollectives::checkConnections(const Waiting& call, const BoardWait& 
 Status BoardCollectives::checkStrays(const Waiting& call, const BoardWait& wait,
                                      const std::string& name) const {
   const uint64_t below = collectiveTagBound(call.stream, call.callIndex);
-  const auto channel = static_cast<uint8_t>(collectiveTagBase(call.stream, 0) >> 56);
+  const auto channel = static_cast<uint8_t>(channelBits(call.stream, false) >> 56);
   for (transport::Connection* c : wait.connections) {
     if (!c->mayHaveUnclaimed()) continue;
     // A peer that closed after its part of this call failed nothing here;

@@ -58,10 +58,14 @@ int readProcess(pid_t pid, void* into, uint64_t address, size_t bytes) {
 }
 
 // Yama's kernel.yama.ptrace_scope, or nothing where the kernel has no Yama.
+// Read once per process: negotiation asks for every pair.
 std::optional<int> yamaPtraceScope() {
-  std::ifstream file("/proc/sys/kernel/yama/ptrace_scope");
-  int scope = 0;
-  if (!(file >> scope)) return std::nullopt;
+  static const std::optional<int> scope = []() -> std::optional<int> {
+    std::ifstream file("/proc/sys/kernel/yama/ptrace_scope");
+    int value = 0;
+    if (!(file >> value)) return std::nullopt;
+    return value;
+  }();
   return scope;
 }
 
