@@ -78,7 +78,13 @@ std::function<Status(const Operation&)> runOn(braid::HostStream* host) {
 // the call is staged through host memory.
 int gpuJobOrdinal(const Operation& o, braidComm_t comm, const braid::BufferMemory& sendMemory,
                   const braid::BufferMemory& recvMemory) {
-  if (o.args.kind == CollectiveKind::kSendRecv || !comm->comm->gpuJobsPossible()) return -1;
+  if (o.args.kind == CollectiveKind::kSendRecv) {
+    // To the own rank (in a group) the bytes stay on the host connection's
+    // loopback, which reads host memory only.
+    if (!comm->comm->gpuSendRecvPossible() || o.peer == comm->comm->rank()) return -1;
+  } else if (!comm->comm->gpuJobsPossible()) {
+    return -1;
+  }
   const GpuPlacement p = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
   auto deviceOf = [](const braid::BufferMemory& m) {
     return m.kind == braid::MemoryKind::kDevice ? m.device : -1;

@@ -127,6 +127,8 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
   StreamState& st = stream(streamIndex);
   size_t hostScratchTaken = 0;
   int gpuScratchTaken = 0;
+  std::vector<std::pair<size_t, const void*>> pointToPointKeys;  // job index, serial key
+  bool pointToPointOnGpu = false;
   for (const Operation& op : ops) {
     std::shared_ptr<const algo::Schedule> schedule;
     Job job;
@@ -142,22 +144,28 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
     job.pureSpinSeconds = pureSpinSeconds_;
     job.aborted = &aborted_;
     job.abortFd = abortFd_;
+    const bool pointToPoint = op.args.kind == algo::CollectiveKind::kSendRecv;
     GpuPath* gpu = nullptr;
     if (op.gpuOrdinal >= 0) {
-      if (op.args.kind == algo::CollectiveKind::kSendRecv)
-        return internalError(strCat(op.name, ": Send/Recv of GPU buffers are staged"));
+      if (pointToPoint && op.peer == rank_)
+        return internalError(
+            strCat(op.name, ": a Send/Recv of GPU buffers to the own rank is staged"));
       BRAID_ASSIGN_OR_RETURN(gpu, gpuPathFor(op.gpuOrdinal));
-      job.connections = gpu->connections();
+      // A Send or Recv reaches every peer, those of its own host too, through
+      // pinned memory: the other end may hold host memory, and cuda_ipc
+      // needs GPU memory on both.
+      job.connections = pointToPoint ? gpu->stagedConnections() : gpu->connections();
       job.gpu = gpu->work();
     }
     CallSignature signature{static_cast<uint8_t>(op.args.kind), op.args.dtype, op.args.op,
                             op.args.root, op.args.count};
     // A GPU job says so in every message and announcement: a peer that runs
     // the call on host memory moves its bytes another way (over cuda_ipc, or
-    // in pieces), and must fail with both calls named rather than wait.
-    signature.gpuMemory = gpu != nullptr;
+    // in pieces), and must fail with both calls named rather than wait. A
+    // Send or Recv crosses alike whatever memory either end holds.
+    signature.gpuMemory = gpu != nullptr && !pointToPoint;
     const uint64_t check = signature.pack();
-    if (op.args.kind == algo::CollectiveKind::kSendRecv) {
+    if (pointToPoint) {
       const algo::Slice data{op.isSend ? algo::BufferId::kSend : algo::BufferId::kRecv, 0,
                              op.args.bytes()};
       auto single = std::make_shared<algo::Schedule>();
@@ -165,10 +173,34 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         single->send(op.peer, data);
       else
         single->recv(op.peer, data);
-      schedule = std::move(single);
-      uint64_t counter = op.isSend ? st.sentTo[op.peer]++ : st.receivedFrom[op.peer]++;
-      const uint64_t value = channelBits(streamIndex, true) | counter;
-      job.tagFor = [value, check](bool, int, uint32_t) { return transport::Tag{value, check}; };
+      // Above BRAID_CHUNK_BYTES a Send/Recv crosses in pieces of that size,
+      // host and GPU memory alike: a GPU end stages each piece through
+      // pinned memory while the wire carries the others, and the other end,
+      // which cannot know what memory the first holds, expects the same
+      // pieces. Both ends cut alike: the rule depends on the size only.
+      if (op.args.bytes() > config_.chunkBytes)
+        schedule = std::make_shared<const algo::Schedule>(
+            algo::splitTransfers(*single, config_.chunkBytes, dataTypeSize(op.args.dtype)));
+      else
+        schedule = std::move(single);
+      const uint64_t pieces = schedule->steps.size();
+      if (pieces >= kMessagesPerCall)
+        return notSupported(strCat(op.name, ": count ", op.args.count,
+                                   " needs too many messages; raise BRAID_CHUNK_BYTES"));
+      // Each piece takes the next number of the pair's counter, so the tags
+      // of the channel keep rising across calls of any size.
+      uint64_t& counter = op.isSend ? st.sentTo[op.peer] : st.receivedFrom[op.peer];
+      const uint64_t first = channelBits(streamIndex, true) | counter;
+      counter += pieces;
+      job.tagFor = [first, check](bool, int, uint32_t k) {
+        return transport::Tag{first + k, check};
+      };
+      // A GPU job's sends reach the host connection only once their copies
+      // ran, so a later call to the same peer must not overtake it: the
+      // point-to-point jobs of a batch with one run one after another per
+      // peer and direction (the counter names the pair).
+      pointToPointKeys.push_back({jobs->size(), &counter});
+      pointToPointOnGpu = pointToPointOnGpu || gpu != nullptr;
       job.callName = strCat(op.name, " (peer ", op.peer, ")");
       BRAID_TRACE("rank ", rank_, ": ", job.callName, " count ", op.args.count, " ",
                   dataTypeName(op.args.dtype), " stream ", streamIndex);
@@ -224,6 +256,8 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
     schedules->push_back(std::move(schedule));
     jobs->push_back(std::move(job));
   }
+  if (pointToPointOnGpu)
+    for (const auto& [index, key] : pointToPointKeys) (*jobs)[index].serialKey = key;
   return Status::ok();
 }
 
@@ -231,6 +265,10 @@ bool Communicator::gpuJobsPossible() const {
   if (!GpuPath::built() || nranks_ < 2) return false;
   // Every rank reaches the same verdict: all on one host or not, alike.
   return config_.gpuStagingPipelined || (config_.cudaIpc && ranksOnHostOf(rank_) == nranks_);
+}
+
+bool Communicator::gpuSendRecvPossible() const {
+  return GpuPath::built() && nranks_ >= 2 && config_.gpuStagingPipelined;
 }
 
 Result<GpuPath*> Communicator::gpuPathFor(int deviceOrdinal) {

@@ -41,7 +41,8 @@ struct Operation {
   // The algorithm to use; null: the selector's choice.
   const algo::Algorithm* algorithm = nullptr;
   // >= 0: send and recv are memory of this GPU, and the call runs as GPU
-  // jobs (src/gpu_path.h); only where gpuJobsPossible().
+  // jobs (src/gpu_path.h); only where gpuJobsPossible() (a collective) or
+  // gpuSendRecvPossible() (a Send or Recv).
   int gpuOrdinal = -1;
 };
 
@@ -114,6 +115,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // or BRAID_CUDA_IPC=1 with every rank on this host. Every rank reaches
   // the same verdict.
   bool gpuJobsPossible() const;
+  // Whether a Send or Recv of GPU device memory runs as a GPU job, its
+  // pieces staged through pinned host memory (gpu_path.h): a CUDA build,
+  // two or more ranks and BRAID_GPU_STAGING=pipelined. Decided by each rank
+  // alone: the wire does not depend on it.
+  bool gpuSendRecvPossible() const;
 
  private:
   Communicator(int rank, int nranks, Config config);

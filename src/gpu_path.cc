@@ -68,19 +68,23 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
   for (size_t p = 0; p < host.size(); ++p) {
     if (static_cast<int>(p) == rank) {
       path->connections_.push_back(host[p]);
+      path->stagedConnections_.push_back(host[p]);
       continue;
     }
-    std::unique_ptr<transport::Connection> connection;
+    auto stagedTo =
+        std::make_unique<transport::gpu_staged::StagedConnection>(*host[p], path->device_, staged);
+    path->stagedConnections_.push_back(stagedTo.get());
     if (ipc[p]) {
-      BRAID_ASSIGN_OR_RETURN(connection, transport::cuda_ipc::CudaIpcConnection::createShared(
-                                             *host[p], kCudaIpcChannel, path->device_, options));
+      BRAID_ASSIGN_OR_RETURN(auto connection,
+                             transport::cuda_ipc::CudaIpcConnection::createShared(
+                                 *host[p], kCudaIpcChannel, path->device_, options));
+      path->connections_.push_back(connection.get());
+      path->owned_.push_back(std::move(connection));
     } else {
-      connection = std::make_unique<transport::gpu_staged::StagedConnection>(*host[p],
-                                                                             path->device_, staged);
+      path->connections_.push_back(stagedTo.get());
       path->hasStagedPeers_ = true;
     }
-    path->connections_.push_back(connection.get());
-    path->owned_.push_back(std::move(connection));
+    path->owned_.push_back(std::move(stagedTo));
   }
   return path;
 }

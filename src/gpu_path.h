@@ -12,7 +12,8 @@
 // One per communicator and GPU, made at the first such call: it opens the
 // GPU's primary context with a stream of its own, and a connection to
 // every peer that shares the host connection to it (cuda_ipc records in
-// channel kCudaIpcChannel; gpu_staged messages under the call's own tags).
+// channel kCudaIpcChannel; gpu_staged messages under the call's own tags),
+// and a gpu_staged one to each peer for Send/Recv.
 // The cuda_ipc handshakes complete as the first call progresses.
 #pragma once
 
@@ -57,6 +58,9 @@ class GpuPath {
   bool hasStagedPeers() const { return hasStagedPeers_; }
   // By rank: cuda_ipc connections, and the own rank's host entry.
   std::span<transport::Connection* const> connections() const { return connections_; }
+  // By rank: gpu_staged connections to every peer, those reached over
+  // cuda_ipc too, for Send/Recv (whose other end may hold host memory).
+  std::span<transport::Connection* const> stagedConnections() const { return stagedConnections_; }
   // The device and its reductions, for a job's gpu field.
   DeviceWork work() const;
   // GPU memory of at least `bytes` for the scratch of the `nth` GPU job of
@@ -72,6 +76,7 @@ class GpuPath {
   std::shared_ptr<transport::cuda_ipc::IpcDevice> device_;
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;
+  std::vector<transport::Connection*> stagedConnections_;
   struct Scratch {
     size_t bytes = 0;
     std::unique_ptr<transport::cuda_ipc::DeviceMemory> memory;
