@@ -28,6 +28,10 @@ static_assert(2 * Communicator::kMaxStreams + 1 < 0xff && 2 * Communicator::kPro
 static_assert(kCudaIpcChannel == 2 * Communicator::kPairProbeStream + 1);
 }  // namespace
 
+size_t sendRecvPieceBytes(size_t bytes, size_t chunkBytes) {
+  return std::max(chunkBytes, (bytes + kMostSendRecvPieces - 1) / kMostSendRecvPieces);
+}
+
 Operation byteTransfer(bool isSend, int peer, void* data, size_t bytes, std::string name) {
   Operation op;
   op.args.kind = algo::CollectiveKind::kSendRecv;
@@ -173,14 +177,15 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         single->send(op.peer, data);
       else
         single->recv(op.peer, data);
-      // Above BRAID_CHUNK_BYTES a Send/Recv crosses in pieces of that size,
-      // host and GPU memory alike: a GPU end stages each piece through
+      // Above BRAID_CHUNK_BYTES a Send/Recv crosses in pieces (of that size,
+      // or in kMostSendRecvPieces), host and GPU memory alike: a GPU end stages each piece through
       // pinned memory while the wire carries the others, and the other end,
       // which cannot know what memory the first holds, expects the same
       // pieces. Both ends cut alike: the rule depends on the size only.
-      if (op.args.bytes() > config_.chunkBytes)
+      if (const size_t piece = sendRecvPieceBytes(op.args.bytes(), config_.chunkBytes);
+          op.args.bytes() > piece)
         schedule = std::make_shared<const algo::Schedule>(
-            algo::splitTransfers(*single, config_.chunkBytes, dataTypeSize(op.args.dtype)));
+            algo::splitTransfers(*single, piece, dataTypeSize(op.args.dtype)));
       else
         schedule = std::move(single);
       const uint64_t pieces = schedule->steps.size();

@@ -46,6 +46,14 @@ struct Operation {
   int gpuOrdinal = -1;
 };
 
+// A Send/Recv above BRAID_CHUNK_BYTES crosses in pieces of this size: the
+// chunk, or larger where the message would make more than
+// kMostSendRecvPieces. Each piece costs a host transport a message (and
+// shm's single copy a handshake) while a few already let a GPU end's
+// copies overlap the wire. Every rank cuts alike: it depends on the sizes.
+inline constexpr size_t kMostSendRecvPieces = 8;
+size_t sendRecvPieceBytes(size_t bytes, size_t chunkBytes);
+
 // A Send or Recv of raw bytes, for braid's own traffic (split, link probe).
 Operation byteTransfer(bool isSend, int peer, void* data, size_t bytes, std::string name);
 

@@ -17,11 +17,17 @@ constexpr int kMaxIov = 64;  // IOV_MAX is 1024; 64 frames per write is plenty
 
 // Where a payload with no receive posted starts, unless it is smaller.
 constexpr size_t kFirstSpillBytes = 64 << 10;
+// Payloads up to this size with no receive posted get their whole size at
+// once (a Send's pieces, which come one after another).
+constexpr size_t kWholeSpillBytes = 8 << 20;
 
 // The size for a buffer of `capacity` bytes that must hold `needed`: at
 // least double, so that a large payload is moved a few times at most, but
 // never beyond `total`, the payload's size.
 size_t grownCapacity(size_t capacity, size_t needed, size_t total) {
+  // Up to kWholeSpillBytes the whole payload at once: growing moves it, and
+  // untouched pages of a fresh allocation cost nothing.
+  if (total <= kWholeSpillBytes) return total;
   return std::min(total, std::max({needed, 2 * capacity, kFirstSpillBytes}));
 }
 }  // namespace
@@ -423,8 +429,13 @@ Result<bool> StreamConnection::recvSome() {
     uint8_t* into = staging_.data();
     size_t room = staging_.size();
     // A payload to be reduced goes through staging, which stays in cache.
-    bool direct = inPayload_ && !(matched_ && matched_->reduces()) &&
-                  header_.bytes - payloadGot_ >= kDirectBytes;
+    const bool reducing = matched_ && matched_->reduces();
+    bool direct = inPayload_ && !reducing && header_.bytes - payloadGot_ >= kDirectBytes;
+    // Up to a header, a read takes a header and a small payload's worth:
+    // the whole of staging would pull in the start of the next large
+    // payload, to be copied out again (half of each 512 KiB piece of a
+    // large Send, once they came one after another).
+    if (!inPayload_ || (!reducing && !direct)) room = kDirectBytes;
     if (direct) {
       room = header_.bytes - payloadGot_;
       if (!matched_) {

@@ -133,7 +133,7 @@ int copyGroupWithSendRecv(Rank& r, bool oneHost) {
   const int from = (me + n - 1) % n;
   RANK_CHECK(16, firstWrong(received, kCount, [&](size_t i) { return value(from, 2, i); }) == -1);
   if (!oneHost) return 0;
-  RANK_CHECK(17, copies.hostDeviceSince() == 2 * kChunksPerBlock);
+  RANK_CHECK(17, copies.hostDeviceSince() == 2 * sendRecvPieces(kCount));
   RANK_CHECK(18, copies.deviceSince() >= 3 * kChunksPerBlock);
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -74,6 +75,15 @@ constexpr size_t kPartBytes = size_t{64} << 20;
 constexpr size_t kChunkBytes = 65536;
 constexpr size_t kCount = 300000;
 constexpr size_t kChunksPerBlock = (kCount * sizeof(float) + kChunkBytes - 1) / kChunkBytes;
+// The pieces a Send/Recv of `count` floats crosses in, as
+// sendRecvPieceBytes (src/communicator.h) cuts it: pieces of a chunk, or of
+// an eighth of the message where that is larger, in whole floats.
+inline size_t sendRecvPieces(size_t count) {
+  const size_t bytes = count * sizeof(float);
+  size_t piece = std::max(kChunkBytes, (bytes + 7) / 8);
+  piece -= piece % sizeof(float);
+  return std::max<size_t>(1, (bytes + piece - 1) / piece);
+}
 // CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS
 constexpr unsigned kInterprocessEvent = 0x6;
 

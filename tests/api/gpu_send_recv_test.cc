@@ -1,11 +1,10 @@
 // Send and Recv of GPU buffers run as GPU jobs: above BRAID_CHUNK_BYTES a
 // message crosses in pieces of that size, each copied through pinned host
-// memory on the GPU's stream while the wire carries the others, and never
-// staged whole. Host memory crosses in the same pieces, so the two ends may
-// hold different kinds of memory. Forked ranks share the stand-in driver's
-// GPU (gpu_ranks.h), whose copy counts show how the bytes went: a piece
-// costs one copy out of the GPU at the sender and one into it at the
-// receiver; staged whole, the recv would also be copied out first.
+// memory on the GPU's stream while the wire carries the others (eight
+// pieces at most), and never staged whole. Host memory crosses in the same pieces, so the two ends
+// may hold different kinds of memory. Forked ranks share the stand-in driver's GPU (gpu_ranks.h),
+// whose copy counts show how the bytes went: a piece costs one copy out of the GPU at the sender
+// and one into it at the receiver; staged whole, the recv would also be copied out first.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -44,17 +43,13 @@ int ring(Rank& r, size_t count, Ends ends, braidStream_t stream = nullptr) {
   return 0;
 }
 
-size_t piecesOf(size_t count) {
-  return (count * sizeof(float) + kChunkBytes - 1) / kChunkBytes;
-}
-
 // A ring of GPU blocks, then the same again with the connections made, then
 // a collective over cuda_ipc on the same GPU path.
 int gpuRing(Rank& r) {
   for (int round = 0; round < 2; ++round) {
     Copies copies;
     if (const int failed = ring(r, kCount, {})) return failed;
-    RANK_CHECK(10, copies.hostDeviceSince() == 2 * kChunksPerBlock);
+    RANK_CHECK(10, copies.hostDeviceSince() == 2 * sendRecvPieces(kCount));
     RANK_CHECK(11, copies.deviceSince() == 0);
   }
   float* send = r.allocate(kCount);
@@ -83,7 +78,7 @@ const char* ownHost(int rank) {
 int gpuRingBetweenHosts(Rank& r) {
   Copies copies;
   if (const int failed = ring(r, kCount, {})) return failed;
-  RANK_CHECK(10, copies.hostDeviceSince() == 2 * kChunksPerBlock);
+  RANK_CHECK(10, copies.hostDeviceSince() == 2 * sendRecvPieces(kCount));
   return 0;
 }
 
@@ -121,7 +116,7 @@ int mixedKinds(Rank& r) {
     RANK_CHECK(14, firstWrong(in, kCount, [&](size_t i) { return value(0, 0, i); }) == -1);
     RANK_CHECK(15, braidSend(out, kCount, braidFloat32, peer, r.comm, nullptr) == braidSuccess);
   }
-  RANK_CHECK(16, copies.hostDeviceSince() == kChunksPerBlock);
+  RANK_CHECK(16, copies.hostDeviceSince() == sendRecvPieces(kCount));
   if (first) RANK_CHECK(17, firstWrong(in, kCount, [&](size_t i) { return value(1, 0, i); }) == -1);
   return 0;
 }
@@ -131,13 +126,13 @@ TEST_F(GpuSendRecv, GpuMemoryAtOneEndAndHostMemoryAtTheOther) {
 }
 
 // The cut depends on the size alone: up to a chunk one piece, a float more
-// two, the last of one float.
+// two (the last of one float), and no more than eight for a larger block.
 int piecesBySize(Rank& r) {
   for (const size_t count :
        {size_t{1}, kChunkBytes / sizeof(float), kChunkBytes / sizeof(float) + 1}) {
     Copies copies;
     if (const int failed = ring(r, count, {})) return failed;
-    RANK_CHECK(10, copies.hostDeviceSince() == 2 * piecesOf(count));
+    RANK_CHECK(10, copies.hostDeviceSince() == 2 * sendRecvPieces(count));
   }
   return 0;
 }
@@ -203,7 +198,7 @@ int gpuRingOnABraidStream(Rank& r) {
   RANK_CHECK(10, braidStreamCreate(r.comm, &stream) == braidSuccess);
   Copies copies;
   if (const int failed = ring(r, kCount, {}, stream)) return failed;
-  RANK_CHECK(11, copies.hostDeviceSince() == 2 * kChunksPerBlock);
+  RANK_CHECK(11, copies.hostDeviceSince() == 2 * sendRecvPieces(kCount));
   RANK_CHECK(12, braidStreamDestroy(stream) == braidSuccess);
   return 0;
 }
@@ -212,15 +207,17 @@ TEST_F(GpuSendRecv, OnABraidStream) {
   expectEveryRankPassed(runRanks(2, gpuRingOnABraidStream));
 }
 
-// A Recv of fewer elements than were sent fails on both ranks, naming the
-// call, rather than leaving either waiting.
+// A Recv of fewer elements than were sent fails, naming the call, and
+// neither rank is left waiting: the Send returns too, done where the
+// transport took its bytes before the receiver said no, else failed.
 int countMismatch(Rank& r) {
   float* block = r.allocate(kCount);
   RANK_CHECK(10, block != nullptr);
   for (size_t i = 0; i < kCount; ++i) block[i] = value(r.rank(), 0, i);
   r.broken = true;
   if (r.rank() == 0) {
-    RANK_CHECK(11, braidSend(block, kCount, braidFloat32, 1, r.comm, nullptr) != braidSuccess);
+    const braidResult_t sent = braidSend(block, kCount, braidFloat32, 1, r.comm, nullptr);
+    RANK_CHECK(11, sent == braidSuccess || sent == braidInvalidUsage || sent == braidRemoteError);
   } else {
     RANK_CHECK(12,
                braidRecv(block, kCount / 2, braidFloat32, 0, r.comm, nullptr) == braidInvalidUsage);
@@ -229,7 +226,7 @@ int countMismatch(Rank& r) {
   return 0;
 }
 
-TEST_F(GpuSendRecv, ARecvOfAnotherCountFailsOnBothRanks) {
+TEST_F(GpuSendRecv, ARecvOfAnotherCountFailsAndNeitherRankHangs) {
   expectEveryRankPassed(runRanks(2, countMismatch));
 }
 
