@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/agreed_settings.h"
 #include "src/common/log.h"
 #include "src/common/secret.h"
 #include "src/common/strcat.h"
@@ -27,7 +28,8 @@ constexpr uint32_t kBootstrapPurpose = 1;
 constexpr char kIdMagic[4] = {'B', 'R', 'D', '1'};
 constexpr uint32_t kMaxAddressBytes = 256;
 // What a rank publishes: its address, a newline and its topology.
-constexpr uint32_t kMaxPublishedBytes = kMaxAddressBytes + 1 + topo::kMaxEncodedBytes;
+constexpr uint32_t kMaxPublishedBytes =
+    kMaxAddressBytes + 1 + kMaxAgreedSettingsBytes + 1 + topo::kMaxEncodedBytes;
 constexpr uint32_t kMaxRefusalBytes = 4096;
 // How long the process's exit waits for its rendezvous servers to end: each
 // notices within some 25 ms, and its greeters' sockets are shut down.
@@ -307,17 +309,21 @@ Result<std::vector<std::string>> readRendezvousAnswer(tcp::Wire& wire, int nrank
   return addresses;
 }
 
-std::string encodePublished(const std::string& address, const topo::RankTopology& topology) {
-  return address + "\n" + topology.encode();
+std::string encodePublished(const std::string& address, const std::string& settings,
+                            const topo::RankTopology& topology) {
+  return address + "\n" + settings + "\n" + topology.encode();
 }
 
 Result<Published> decodePublished(std::string_view text, int rank) {
-  const size_t split = text.find('\n');
-  if (split == std::string_view::npos)
-    return internalError(strCat("rank ", rank, " published no topology at rendezvous"));
+  const size_t afterAddress = text.find('\n');
+  const size_t afterSettings =
+      afterAddress == std::string_view::npos ? afterAddress : text.find('\n', afterAddress + 1);
+  if (afterSettings == std::string_view::npos)
+    return internalError(strCat("rank ", rank, " published no settings or topology at rendezvous"));
   Published out;
-  out.address = std::string(text.substr(0, split));
-  auto decoded = topo::RankTopology::decode(text.substr(split + 1));
+  out.address = std::string(text.substr(0, afterAddress));
+  out.settings = std::string(text.substr(afterAddress + 1, afterSettings - afterAddress - 1));
+  auto decoded = topo::RankTopology::decode(text.substr(afterSettings + 1));
   if (!decoded.isOk())
     return decoded.status().withContext(strCat("the topology rank ", rank, " published"));
   out.topology = std::move(*decoded);

@@ -60,13 +60,16 @@ Result<JoinRequest> greetJoiner(tcp::Wire& wire, const Secret& secret);
 // A rank's side: the table of `nranks` addresses, or why it was refused.
 Result<std::vector<std::string>> readRendezvousAnswer(tcp::Wire& wire, int nranks);
 
-// What each rank publishes through the rendezvous: the address its data
-// connections listen on, then its topology (RankTopology::encode), one line.
+// What each rank publishes through the rendezvous, a line each: the address
+// its data connections listen on, the settings every rank must share
+// (src/agreed_settings.h), then its topology (RankTopology::encode).
 struct Published {
   std::string address;
+  std::string settings;
   topo::RankTopology topology;
 };
-std::string encodePublished(const std::string& address, const topo::RankTopology& topology);
+std::string encodePublished(const std::string& address, const std::string& settings,
+                            const topo::RankTopology& topology);
 // `rank` is the publisher, for messages.
 Result<Published> decodePublished(std::string_view text, int rank);
 

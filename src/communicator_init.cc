@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "src/agreed_settings.h"
 #include "src/board_collectives.h"
 #include "src/common/log.h"
 #include "src/common/phase_times.h"
@@ -87,15 +88,19 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   times.end("topology");
   BRAID_ASSIGN_OR_RETURN(
       std::vector<std::string> published,
-      client.exchange(nranks, encodePublished(comm->tcp_->localAddress(), local), deadline));
+      client.exchange(
+          nranks, encodePublished(comm->tcp_->localAddress(), agreedSettings(comm->config_), local),
+          deadline));
   times.end("all ranks joined");
-  std::vector<std::string> addresses(nranks);
+  std::vector<std::string> addresses(nranks), settings(nranks);
   std::vector<topo::RankTopology> topology(nranks);
   for (int p = 0; p < nranks; ++p) {
     BRAID_ASSIGN_OR_RETURN(Published card, decodePublished(published[p], p));
     addresses[p] = std::move(card.address);
+    settings[p] = std::move(card.settings);
     topology[p] = std::move(card.topology);
   }
+  BRAID_RETURN_IF_ERROR(checkAgreedSettings(settings));
   comm->hostShares_ = topo::hostShares(topology);
   for (int p = 0; p < nranks; ++p)
     comm->sameHost_.push_back(topology[p].hostId == topology[rank].hostId);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <set>
 
+#include "src/agreed_settings.h"
 #include "src/bootstrap.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -27,7 +28,8 @@ namespace {
 
 constexpr uint32_t kBootstrapPurpose = 1;
 // An address, a newline and an encoded topology.
-constexpr size_t kMaxPublishedBytes = 256 + 1 + braid::topo::kMaxEncodedBytes;
+constexpr size_t kMaxPublishedBytes =
+    256 + 1 + braid::kMaxAgreedSettingsBytes + 1 + braid::topo::kMaxEncodedBytes;
 
 void admit(const uint8_t* data, size_t size) {
   braid::RendezvousRoster roster;

@@ -17,6 +17,8 @@ SECRET = bytes(range(16))
 TOPOLOGY = ("T2 node-a node-a/5f1c2e 4242 0 0-3,8 7 2 "
             "g,0000:3b:00.0,10de,2330,0,~,~,GPU-5f1c2e00-aaaa-bbbb-cccc-0123456789ab "
             "i,0000:5e:00.0,15b3,1017,0,ib0,mlx5_0,~")
+# The settings line of a card (src/agreed_settings.h): entries apart by 0x1f.
+SETTINGS = "\x1f".join(["BRAID_CHUNK_BYTES=524288", "BRAID_ALGO=(unset)", "BRAID_TUNE=model"])
 
 
 def write(target, name, data):
@@ -62,18 +64,18 @@ proof = struct.pack("<IIi", 0x62726169, 1, 2) + bytes(16) + bytes(32)
 write("rendezvous", "greet_wrong_mac", b"\x00" + proof + u32(4) + string("127.0.0.1:4000"))
 write("rendezvous", "greet_wrong_purpose", b"\x00" + proof[:4] + u32(2) + proof[8:])
 write("rendezvous", "greet_truncated", b"\x00" + proof[:30])
-published = "127.0.0.1:4000\n" + TOPOLOGY
+published = "127.0.0.1:4000\n" + SETTINGS + "\n" + TOPOLOGY
 write("rendezvous", "join", b"\x01" + u32(4) + string(published))
-write("rendezvous", "join_long", b"\x01" + u32(2) + string("127.0.0.1:4000\nT2 " + "h" * 1000 +
+write("rendezvous", "join_long", b"\x01" + u32(2) + string("127.0.0.1:4000\n" + SETTINGS + "\nT2 " + "h" * 1000 +
                                                               " h 1 0 ~ 7 0"))
 write("rendezvous", "join_length_too_large", b"\x01" + u32(2) + u32(0xFFFFFFF0) + b"x" * 8)
 write("rendezvous", "join_truncated", b"\x01" + u32(2) + u32(100) + b"127.0")
 write("rendezvous", "connect_side", b"\x02" + bytes(16) + bytes(32))
-cards = [f"127.0.0.{r + 1}:400{r}\n" + TOPOLOGY.replace("4242", str(4242 + r)) for r in range(3)]
+cards = [f"127.0.0.{r + 1}:400{r}\n" + SETTINGS + "\n" + TOPOLOGY.replace("4242", str(4242 + r)) for r in range(3)]
 write("rendezvous", "answer_table", b"\x03\x02" + u32(0) + b"".join(string(c) for c in cards))
 write("rendezvous", "answer_bad_card", b"\x03\x01" + u32(0) + string("127.0.0.1:4000") +
       string("no topology"))
-write("rendezvous", "answer_host_name", b"\x03\x00" + u32(0) + string("localhost:4000\n" + TOPOLOGY))
+write("rendezvous", "answer_host_name", b"\x03\x00" + u32(0) + string("localhost:4000\n" + SETTINGS + "\n" + TOPOLOGY))
 write("rendezvous", "answer_refused", b"\x03\x03" + u32(4) + string("rank 1 joined twice"))
 write("rendezvous", "answer_unknown_code", b"\x03\x03" + u32(256) + string("?"))
 write("rendezvous", "answer_truncated", b"\x03\x03" + u32(0) + string(cards[0]) + u32(50))

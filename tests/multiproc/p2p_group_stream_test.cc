@@ -387,6 +387,27 @@ TEST(Failures, MismatchedCallsReturnInvalidUsage) {
   });
 }
 
+// Ranks that set BRAID_CHUNK_BYTES differently would cut their messages
+// into different pieces: init fails on every rank, naming the setting, the
+// rank and both values, rather than a call failing or waiting later.
+TEST(Failures, RanksThatSetAnotherChunkSizeFailAtInitNamingIt) {
+  RunOptions options;
+  options.initComm = false;
+  runRanks(
+      3,
+      [](RankContext& ctx) {
+        ::setenv("BRAID_CHUNK_BYTES", ctx.rank == 2 ? "65536" : "524288", 1);
+        braidComm_t comm = nullptr;
+        const braidResult_t r = braidCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank);
+        RANK_EXPECT_EQ(r, braidInvalidUsage);
+        const std::string msg = braidGetLastError(nullptr);
+        RANK_EXPECT_TRUE(mentions(msg, "BRAID_CHUNK_BYTES is 65536 on rank 2 but 524288 on rank 0"))
+            << msg;
+        if (r == braidSuccess) braidCommDestroy(comm);
+      },
+      kTimeout, options);
+}
+
 TEST(Failures, MismatchOnAStreamIsReportedBySynchronize) {
   runRanks(
       2,

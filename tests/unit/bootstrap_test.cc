@@ -47,7 +47,8 @@ topo::RankTopology someTopology(std::string hostId) {
 }
 
 TEST(Rendezvous, JoinRequestAndTableRoundTrip) {
-  const std::string card = encodePublished("127.0.0.1:4000", someTopology("node-a/1"));
+  const std::string card =
+      encodePublished("127.0.0.1:4000", "BRAID_CHUNK_BYTES=4096", someTopology("node-a/1"));
   tcp::BufferWire sent({});
   ASSERT_TRUE(sendJoinRequest(sent, 3, card).isOk());
   tcp::BufferWire rank0(sent.sent());
@@ -64,6 +65,7 @@ TEST(Rendezvous, JoinRequestAndTableRoundTrip) {
   auto published = decodePublished((*table)[2], 2);
   ASSERT_TRUE(published.isOk()) << published.status().message();
   EXPECT_EQ(published->address, "127.0.0.1:4000");
+  EXPECT_EQ(published->settings, "BRAID_CHUNK_BYTES=4096");
   EXPECT_EQ(published->topology, someTopology("node-a/1"));
 }
 
@@ -78,7 +80,8 @@ TEST(Rendezvous, JoinRequestCarriesALongTopology) {
     gpu.vendor = topo::kNvidiaVendor;
     topology.devices.push_back(gpu);
   }
-  const std::string card = encodePublished("[fd00::1234:5678:9abc]:65000", topology);
+  const std::string card =
+      encodePublished("[fd00::1234:5678:9abc]:65000", "BRAID_CHUNK_BYTES=4096", topology);
   ASSERT_GT(card.size(), 800u);
   tcp::BufferWire sent({});
   ASSERT_TRUE(sendJoinRequest(sent, 2, card).isOk());

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "src/agreed_settings.h"
 #include "src/bootstrap.h"
 #include "src/common/byte_size.h"
 #include "src/common/env.h"
@@ -33,6 +34,52 @@ TEST(Config, DefaultsWithoutVariables) {
   ASSERT_TRUE(c.isOk()) << c.status().message();
   EXPECT_EQ(c->timeoutSeconds, 300);
   EXPECT_TRUE(c->algo.empty());
+}
+
+// The settings every rank must share: equal lines pass; a difference names
+// the setting, both values and the rank, whichever rank checks.
+TEST(AgreedSettings, ADifferenceNamesTheSettingTheRankAndBothValues) {
+  Config config;
+  const std::string usual = agreedSettings(config);
+  EXPECT_NE(usual.find("BRAID_CHUNK_BYTES=524288"), std::string::npos) << usual;
+  EXPECT_TRUE(checkAgreedSettings(std::vector<std::string>{usual, usual, usual}).isOk());
+  for (auto change : std::vector<std::pair<std::string, void (*)(Config&)>>{
+           {"BRAID_CHUNK_BYTES is 65536 on rank 2 but 524288 on rank 0",
+            [](Config& c) { c.chunkBytes = 65536; }},
+           {"BRAID_ALGO is allreduce=ring on rank 2 but (unset) on rank 0",
+            [](Config& c) { c.algo["allreduce"] = "ring"; }},
+           {"BRAID_TUNE is measure on rank 2", [](Config& c) { c.tune = Config::Tune::kMeasure; }},
+           {"BRAID_GPU_STAGING is whole on rank 2",
+            [](Config& c) { c.gpuStagingPipelined = false; }},
+           {"BRAID_LINK_GBPS is 12.5 on rank 2 but measured on rank 0",
+            [](Config& c) { c.linkGigabytesPerSecond = 12.5; }},
+       }) {
+    Config other;
+    change.second(other);
+    const Status s =
+        checkAgreedSettings(std::vector<std::string>{usual, usual, agreedSettings(other)});
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidUsage);
+    EXPECT_NE(s.message().find(change.first), std::string::npos) << s.message();
+  }
+  // A line that does not even list the same settings: another build.
+  const Status s = checkAgreedSettings(std::vector<std::string>{usual, "BRAID_CHUNK_BYTES=4096"});
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidUsage);
+  EXPECT_NE(s.message().find("different builds"), std::string::npos) << s.message();
+}
+
+// A rank's card at rendezvous carries its settings between its address and
+// its topology; a value cannot break the line.
+TEST(AgreedSettings, TravelOnTheRanksCard) {
+  Config config;
+  config.algo["allreduce"] = "ring\nBRAID_CHUNK_BYTES=1";
+  topo::RankTopology topology;
+  topology.hostId = "node-a/1";
+  auto card =
+      decodePublished(encodePublished("10.0.0.1:4000", agreedSettings(config), topology), 1);
+  ASSERT_TRUE(card.isOk()) << card.status().message();
+  EXPECT_EQ(card->address, "10.0.0.1:4000");
+  EXPECT_EQ(card->settings, agreedSettings(config));
+  EXPECT_EQ(card->topology.hostId, "node-a/1");
 }
 
 TEST(Config, UnknownVariableIsAnError) {
