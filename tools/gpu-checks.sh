@@ -74,6 +74,8 @@ run() {
     -b 8 -e 256M -f 2 -c 1
   BRAID_CUDA_IPC=0 step all_reduce-pinned 180 "$braidrun" -n 2 "$b/perf/all_reduce_perf" \
     -M cuda -b 8 -e 256M -f 4 -c 1
+  # Send/Recv of GPU memory: pieces through pinned memory, checked (-c 1).
+  step sendrecv-pieces 120 "$braidrun" -n 2 "$b/perf/sendrecv_perf" -M cuda -b 8 -e 256M -f 4 -c 1
   local bound busbw
   bound=$(awk '/busbw bound/{print $(NF-1)}' "$out/gpu-checks.log" | tail -1)
   # Rank 0's row of 256 MiB: "[0] size count type redop root time algbw busbw
