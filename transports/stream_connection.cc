@@ -431,11 +431,15 @@ Result<bool> StreamConnection::recvSome() {
     // A payload to be reduced goes through staging, which stays in cache.
     const bool reducing = matched_ && matched_->reduces();
     bool direct = inPayload_ && !reducing && header_.bytes - payloadGot_ >= kDirectBytes;
-    // Up to a header, a read takes a header and a small payload's worth:
-    // the whole of staging would pull in the start of the next large
+    // Up to a header, a read takes the rest of a small payload, a header
+    // and a small payload's worth, so a small message still comes in one
+    // read: the whole of staging would pull in the start of the next large
     // payload, to be copied out again (half of each 512 KiB piece of a
     // large Send, once they came one after another).
-    if (!inPayload_ || (!reducing && !direct)) room = kDirectBytes;
+    if (!inPayload_ || (!reducing && !direct)) {
+      const size_t rest = inPayload_ ? header_.bytes - payloadGot_ : 0;
+      room = std::min(room, rest + sizeof(FrameHeader) + kDirectBytes);
+    }
     if (direct) {
       room = header_.bytes - payloadGot_;
       if (!matched_) {
