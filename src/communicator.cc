@@ -177,11 +177,12 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         single->send(op.peer, data);
       else
         single->recv(op.peer, data);
-      // Above BRAID_CHUNK_BYTES a Send/Recv crosses in pieces (of that size,
-      // or in kMostSendRecvPieces), host and GPU memory alike: a GPU end stages each piece through
-      // pinned memory while the wire carries the others, and the other end,
-      // which cannot know what memory the first holds, expects the same
-      // pieces. Both ends cut alike: the rule depends on the size only.
+      // Above BRAID_CHUNK_BYTES a Send/Recv crosses in pieces
+      // (sendRecvPieceBytes), host and GPU memory alike: a GPU end stages
+      // each piece through pinned memory while the wire carries the others,
+      // and the other end, which cannot know what memory the first holds,
+      // expects the same pieces. Both ends cut alike: the rule depends on
+      // the sizes only.
       if (const size_t piece = sendRecvPieceBytes(op.args.bytes(), config_.chunkBytes);
           op.args.bytes() > piece)
         schedule = std::make_shared<const algo::Schedule>(
