@@ -242,6 +242,18 @@ TEST_P(PointToPoint, RingInGroups) {
 }
 INSTANTIATE_TEST_SUITE_P(WorldSize, PointToPoint, ::testing::Values(1, 2, 3, 5, 8), sizeName);
 
+// With a 4 KiB chunk the large messages of the ring cross in eight pieces of
+// whole elements and a ninth of the rest (65537 elements of 8 bytes: eight
+// of 65536 bytes and one of 8), several to one peer in a group: every byte
+// must land where a whole message would have put it.
+class PointToPointInPieces : public ::testing::TestWithParam<int> {};
+TEST_P(PointToPointInPieces, RingInGroups) {
+  RunOptions options;
+  options.env = {{"BRAID_CHUNK_BYTES", "4096"}};
+  runRanks(GetParam(), ringBody, kTimeout, options);
+}
+INSTANTIATE_TEST_SUITE_P(WorldSize, PointToPointInPieces, ::testing::Values(2, 3, 5), sizeName);
+
 class Streams : public ::testing::TestWithParam<int> {};
 TEST_P(Streams, OrderedAndConcurrent) {
   runRanks(GetParam(), streamBody, kTimeout);
