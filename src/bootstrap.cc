@@ -27,7 +27,8 @@ namespace {
 constexpr uint32_t kBootstrapPurpose = 1;
 constexpr char kIdMagic[4] = {'B', 'R', 'D', '1'};
 constexpr uint32_t kMaxAddressBytes = 256;
-// What a rank publishes: its address, a newline and its topology.
+// What a rank publishes: its address, its shared settings and its topology,
+// a line each.
 constexpr uint32_t kMaxPublishedBytes =
     kMaxAddressBytes + 1 + kMaxAgreedSettingsBytes + 1 + topo::kMaxEncodedBytes;
 constexpr uint32_t kMaxRefusalBytes = 4096;

@@ -131,7 +131,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
   StreamState& st = stream(streamIndex);
   size_t hostScratchTaken = 0;
   int gpuScratchTaken = 0;
-  std::vector<std::pair<size_t, const void*>> pointToPointKeys;  // job index, serial key
+  const size_t firstJob = jobs->size();  // ops[i] becomes (*jobs)[firstJob + i]
   bool pointToPointOnGpu = false;
   for (const Operation& op : ops) {
     std::shared_ptr<const algo::Schedule> schedule;
@@ -201,11 +201,6 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       job.tagFor = [first, check](bool, int, uint32_t k) {
         return transport::Tag{first + k, check};
       };
-      // A GPU job's sends reach the host connection only once their copies
-      // ran, so a later call to the same peer must not overtake it: the
-      // point-to-point jobs of a batch with one run one after another per
-      // peer and direction (the counter names the pair).
-      pointToPointKeys.push_back({jobs->size(), &counter});
       pointToPointOnGpu = pointToPointOnGpu || gpu != nullptr;
       job.callName = strCat(op.name, " (peer ", op.peer, ")");
       BRAID_TRACE("rank ", rank_, ": ", job.callName, " count ", op.args.count, " ",
@@ -262,8 +257,15 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
     schedules->push_back(std::move(schedule));
     jobs->push_back(std::move(job));
   }
+  // A GPU job's sends reach the host connection only once their copies
+  // ran, so a later call to the same peer must not overtake it: the
+  // point-to-point jobs of a batch with one run one after another per peer
+  // and direction (the pair's counter names it).
   if (pointToPointOnGpu)
-    for (const auto& [index, key] : pointToPointKeys) (*jobs)[index].serialKey = key;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (const Operation& op = ops[i]; op.args.kind == algo::CollectiveKind::kSendRecv)
+        (*jobs)[firstJob + i].serialKey =
+            op.isSend ? &st.sentTo[op.peer] : &st.receivedFrom[op.peer];
   return Status::ok();
 }
 
