@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -87,16 +88,18 @@ Arrival greet(tcp::Fd fd, const Secret& secret, Deadline step) {
 // The rendezvous servers still running in this process.
 class LiveServers {
  public:
-  void started() {
+  void started(const std::string& address) {
     std::lock_guard lock(mutex_);
     ++running_;
+    addresses_.insert(address);
     owner_.store(::getpid());
   }
   // The server thread's last act: everything it did, its greeters' work
   // included (it joined them), happens before awaitAll's return.
-  void ended() {
+  void ended(const std::string& address) {
     std::lock_guard lock(mutex_);
     --running_;
+    addresses_.erase(addresses_.find(address));
     changed_.notify_all();
   }
   // Tells every server to end now (at the process's exit: they would
@@ -111,18 +114,28 @@ class LiveServers {
   }
   bool stopping() const { return stopping_.load(std::memory_order_relaxed); }
   bool awaitAll(Deadline deadline) {
+    return awaitWhile(deadline, [this] { return running_ > 0; });
+  }
+  bool awaitOne(const std::string& address, Deadline deadline) {
+    if (owner_.load() != ::getpid()) return true;
+    return awaitWhile(deadline, [&] { return addresses_.count(address) > 0; });
+  }
+
+ private:
+  template <typename Running>
+  bool awaitWhile(Deadline deadline, Running running) {
     std::unique_lock lock(mutex_);
-    while (running_ > 0) {
+    while (running()) {
       if (deadline.expired()) return false;
       changed_.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(50)));
     }
     return true;
   }
 
- private:
   std::mutex mutex_;
   std::condition_variable changed_;
   int running_ = 0;
+  std::multiset<std::string> addresses_;  // where each running server listens
   std::atomic<bool> stopping_{false};
   std::atomic<pid_t> owner_{0};  // the process whose threads these are
 };
@@ -419,16 +432,21 @@ Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& liste
   static const Status hooked =
       beforeCryptoCleanup([] { (void)liveServers().stopAll(Deadline::after(kStopAtExitSeconds)); });
   BRAID_RETURN_IF_ERROR(hooked);
-  liveServers().started();
-  std::thread([listener = std::move(listener), secret, timeoutSeconds]() mutable {
+  liveServers().started(bound.toString());
+  std::thread([listener = std::move(listener), secret, timeoutSeconds,
+               address = bound.toString()]() mutable {
     serveRendezvous(std::move(listener), secret, timeoutSeconds);
-    liveServers().ended();
+    liveServers().ended(address);
   }).detach();
   return bound;
 }
 
 bool awaitRendezvousServers(Deadline deadline) {
   return liveServers().awaitAll(deadline);
+}
+
+bool awaitRendezvousServer(const tcp::SocketAddress& at, Deadline deadline) {
+  return liveServers().awaitOne(at.toString(), deadline);
 }
 
 Result<RendezvousClient> RendezvousClient::connect(const RendezvousInfo& info, int rank,

@@ -42,6 +42,9 @@ Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& liste
 // uniqueId's server outlives the call that made it), so this is the one way
 // to know it is done and to order its work before what follows.
 bool awaitRendezvousServers(Deadline deadline);
+// The same for the one server listening at `at`; true at once where this
+// process runs none there.
+bool awaitRendezvousServer(const tcp::SocketAddress& at, Deadline deadline);
 
 // The rendezvous protocol after the handshake, over any tcp::Wire (a socket,
 // or bytes in tests and fuzzers). A rank sends its join request: nranks and

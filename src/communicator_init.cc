@@ -86,11 +86,15 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
   // that the ranks of a host see about the same figure.
   Result<size_t> shmFreeBytes = shm::Segment::freeBytes();
   times.end("topology");
-  BRAID_ASSIGN_OR_RETURN(
-      std::vector<std::string> published,
-      client.exchange(
-          nranks, encodePublished(comm->tcp_->localAddress(), agreedSettings(comm->config_), local),
-          deadline));
+  auto exchanged = client.exchange(
+      nranks, encodePublished(comm->tcp_->localAddress(), agreedSettings(comm->config_), local),
+      deadline);
+  // Where this process serves the rendezvous, its server may still be
+  // answering the other ranks: were init to fail (the settings below) and the
+  // process end at once, they would learn only that the connection closed,
+  // not why. Once this rank has its answer the rest follow within moments.
+  (void)awaitRendezvousServer(rendezvous.root, deadline);
+  BRAID_ASSIGN_OR_RETURN(std::vector<std::string> published, std::move(exchanged));
   times.end("all ranks joined");
   std::vector<std::string> addresses(nranks), settings(nranks);
   std::vector<topo::RankTopology> topology(nranks);

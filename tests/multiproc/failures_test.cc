@@ -146,9 +146,30 @@ TEST(Failures, RanksThatSetAnotherChunkSizeFailAtInitNamingIt) {
         RANK_EXPECT_TRUE(mentions(msg, "BRAID_CHUNK_BYTES is 65536 on rank 2 but 524288 on rank 0"))
             << msg;
         if (r == braidSuccess) braidCommDestroy(comm);
-        // Rank 0's process made the unique id and so serves the rendezvous:
-        // it stays until every rank has read the table.
-        if (ctx.rank == 0) ::usleep(500000);
+      },
+      kTimeout, options);
+}
+
+// The process that made the unique id serves the rendezvous. When its rank
+// fails init and the process ends at once (_exit, as a forked worker of a
+// pool does), every other rank must still get the table and so the reason,
+// not "connection closed by the peer": init returns only once the server
+// it hosts has answered every rank.
+TEST(Failures, TheRankThatServesTheRendezvousMayExitAtOnceAfterAFailedInit) {
+  RunOptions options;
+  options.initComm = false;
+  constexpr int kRanks = 8;
+  runRanks(
+      kRanks,
+      [](RankContext& ctx) {
+        ::setenv("BRAID_CHUNK_BYTES", ctx.rank == kRanks - 1 ? "65536" : "524288", 1);
+        braidComm_t comm = nullptr;
+        const braidResult_t r = braidCommInitRank(&comm, ctx.nranks, ctx.id, ctx.rank);
+        if (ctx.rank == 0) ::_exit(r == braidInvalidUsage ? 0 : 1);
+        RANK_EXPECT_EQ(r, braidInvalidUsage);
+        const std::string msg = braidGetLastError(nullptr);
+        RANK_EXPECT_TRUE(mentions(msg, "BRAID_CHUNK_BYTES is 65536 on rank 7")) << msg;
+        if (r == braidSuccess) braidCommDestroy(comm);
       },
       kTimeout, options);
 }

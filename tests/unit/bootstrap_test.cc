@@ -252,6 +252,34 @@ TEST(RendezvousServer, AForkedChildExitsWithoutWaitingForItsParentsServer) {
   EXPECT_TRUE(awaitRendezvousServers(Deadline::after(5)));
 }
 
+// Init waits for the server it was answered by, where its process runs it,
+// and for no other: a unique id made for a later communicator keeps its
+// server waiting for ranks, and must not hold up this one's init.
+TEST(RendezvousServer, AwaitingOneServerIgnoresAnotherThatStillWaits) {
+  auto waiting = startOnLoopback(0x21);
+  auto answering = startOnLoopback(0x22);
+  ASSERT_TRUE(waiting.isOk()) << waiting.status().message();
+  ASSERT_TRUE(answering.isOk()) << answering.status().message();
+  EXPECT_FALSE(awaitRendezvousServer(answering->root, Deadline::after(0.05)))
+      << "no rank joined yet, so the server cannot have ended";
+
+  auto client = RendezvousClient::connect(*answering, 0, Deadline::after(10));
+  ASSERT_TRUE(client.isOk()) << client.status().message();
+  auto table = client->exchange(1, "rank-0", Deadline::after(10));
+  ASSERT_TRUE(table.isOk()) << table.status().message();
+  EXPECT_TRUE(awaitRendezvousServer(answering->root, Deadline::after(5)));
+  EXPECT_FALSE(awaitRendezvousServer(waiting->root, Deadline::after(0.05)));
+  auto nowhere = tcp::SocketAddress::parse("127.0.0.1:1");
+  ASSERT_TRUE(nowhere.isOk());
+  EXPECT_TRUE(awaitRendezvousServer(*nowhere, Deadline::after(0)))
+      << "no server of this process listens there";
+
+  auto last = RendezvousClient::connect(*waiting, 0, Deadline::after(10));
+  ASSERT_TRUE(last.isOk()) << last.status().message();
+  ASSERT_TRUE(last->exchange(1, "rank-0", Deadline::after(10)).isOk());
+  EXPECT_TRUE(awaitRendezvousServers(Deadline::after(5)));
+}
+
 TEST(RendezvousRoster, AdmitsEachRankOnceWithOneSize) {
   RendezvousRoster roster;
   EXPECT_EQ(roster.admit(-1, 2).code(), ErrorCode::kInvalidArgument);
