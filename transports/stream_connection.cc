@@ -421,7 +421,11 @@ Result<bool> StreamConnection::recvSome() {
         }
         payloadGot_ += take;
         stagingBegin_ += take;
-        if (payloadGot_ == header_.bytes) finishFrame();
+        if (payloadGot_ == header_.bytes) {
+          const bool answered = matched_ != nullptr;
+          finishFrame();
+          if (answered && nothingAwaited()) return true;
+        }
       }
     }
     if (!dead_.isOk()) return dead_;
@@ -457,11 +461,20 @@ Result<bool> StreamConnection::recvSome() {
     moved = true;
     if (direct) {
       payloadGot_ += *got;
-      if (payloadGot_ == header_.bytes) finishFrame();
+      if (payloadGot_ == header_.bytes) {
+        const bool answered = matched_ != nullptr;
+        finishFrame();
+        if (answered && nothingAwaited()) return true;
+      }
     } else {
       stagingEnd_ = *got;
     }
   }
+}
+
+bool StreamConnection::nothingAwaited() const {
+  return posted_.empty() && sends_.empty() && awaitingAck_.empty() && pulls_.empty() &&
+         pushes_.empty() && stagingBegin_ == stagingEnd_;
 }
 
 void StreamConnection::failAll(const Status& reason) {

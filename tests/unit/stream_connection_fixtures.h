@@ -107,7 +107,8 @@ inline StreamConnection::Options patient() {
 struct Pair {
   std::unique_ptr<StreamConnection> a, b;
   TestStream *as = nullptr, *bs = nullptr;
-  explicit Pair(const std::string& kind, StreamConnection::Options options = {}) {
+  explicit Pair(const std::string& kind, StreamConnection::Options options = {},
+                size_t ringBytes = kRingBytes) {
     int fds[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
     if (kind == "tcp") {
@@ -117,16 +118,16 @@ struct Pair {
           std::make_unique<tcp::SocketStream>(tcp::Fd(fds[1]), 0), 0, options);
       return;
     }
-    auto created = shm::Segment::create(shm::segmentBytes(kRingBytes));
+    auto created = shm::Segment::create(shm::segmentBytes(ringBytes));
     EXPECT_TRUE(created.isOk()) << created.status().message();
-    shm::ShmStream::initialize(*created, kRingBytes);
-    auto opened = shm::Segment::open(created->name(), shm::segmentBytes(kRingBytes));
+    shm::ShmStream::initialize(*created, ringBytes);
+    auto opened = shm::Segment::open(created->name(), shm::segmentBytes(ringBytes));
     EXPECT_TRUE(opened.isOk()) << opened.status().message();
     created->unlink();
     auto sa =
-        std::make_unique<shm::ShmStream>(std::move(*created), kRingBytes, true, tcp::Fd(fds[0]), 1);
+        std::make_unique<shm::ShmStream>(std::move(*created), ringBytes, true, tcp::Fd(fds[0]), 1);
     auto sb =
-        std::make_unique<shm::ShmStream>(std::move(*opened), kRingBytes, false, tcp::Fd(fds[1]), 0);
+        std::make_unique<shm::ShmStream>(std::move(*opened), ringBytes, false, tcp::Fd(fds[1]), 0);
     if (kind == "shm_cma") {
       sa->enableReadPeer(::getpid());
       sb->enableReadPeer(::getpid());

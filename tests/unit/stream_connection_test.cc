@@ -254,6 +254,35 @@ TEST_P(Connection, ReceivePostedWhileItsMessageArrivesTakesItAtOnce) {
   }
 }
 
+// The read that completes the last receive posted stops there, when this
+// end waits for nothing else on the connection: the next message stays in
+// the stream until its receive is posted, and then goes straight where it
+// belongs. Read on, it arrived unmatched and was copied a second time (in a
+// loop of large Send/Recv, whole messages of the next call did).
+TEST_P(Connection, TheNextMessageWaitsInTheStreamOnceTheLastReceiveIsDone) {
+  StreamConnection::Options streamed;
+  streamed.readPeerBytes = SIZE_MAX;      // shm_cma too sends the payload through the stream
+  Pair p(GetParam(), streamed, 1 << 20);  // rings that hold both messages
+  std::vector<uint8_t> first(64 << 10), second(64 << 10), got(first.size()), got2(second.size());
+  std::iota(first.begin(), first.end(), 1);
+  std::iota(second.begin(), second.end(), 3);
+  RequestPtr s1 = p.a->postSend(first.data(), first.size(), tag(1));
+  RequestPtr s2 = p.a->postSend(second.data(), second.size(), tag(2));
+  for (int i = 0; i < 1000 && s2->state() == Request::State::kPending; ++i) (void)p.a->progress();
+  ASSERT_EQ(s2->state(), Request::State::kDone) << "both messages fit in the stream";
+  RequestPtr r1 = p.b->postRecv(got.data(), got.size(), tag(1));
+  p.drive({r1});
+  ASSERT_EQ(r1->state(), Request::State::kDone);
+  EXPECT_FALSE(p.b->mayHaveUnclaimed() && p.b->unclaimed(tag(2).channel(), UINT64_MAX))
+      << "the second message was read with no receive posted";
+  RequestPtr r2 = p.b->postRecv(got2.data(), got2.size(), tag(2));
+  EXPECT_EQ(r2->state(), Request::State::kPending) << "delivered from a copy of its own";
+  p.drive({r2});
+  ASSERT_EQ(r2->state(), Request::State::kDone);
+  EXPECT_TRUE(got == first);
+  EXPECT_TRUE(got2 == second);
+}
+
 INSTANTIATE_TEST_SUITE_P(Streams, Connection, ::testing::Values("tcp", "shm", "shm_cma"),
                          [](const auto& test) { return test.param; });
 
