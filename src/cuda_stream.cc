@@ -13,10 +13,16 @@ using cudadriver::DevicePtr;
 using CuResult = cudadriver::Result;
 using cudadriver::kSuccess;
 
-constexpr unsigned kStreamNonBlocking = 0x1;      // CU_STREAM_NON_BLOCKING
-constexpr unsigned kHostAllocPortable = 0x1;      // CU_MEMHOSTALLOC_PORTABLE
-constexpr unsigned kHostAllocDeviceMap = 0x2;     // CU_MEMHOSTALLOC_DEVICEMAP
-constexpr unsigned kWaitValueGreaterEqual = 0x1;  // CU_STREAM_WAIT_VALUE_GEQ
+constexpr unsigned kStreamNonBlocking = 0x1;   // CU_STREAM_NON_BLOCKING
+constexpr unsigned kHostAllocPortable = 0x1;   // CU_MEMHOSTALLOC_PORTABLE
+constexpr unsigned kHostAllocDeviceMap = 0x2;  // CU_MEMHOSTALLOC_DEVICEMAP
+// Not CU_STREAM_WAIT_VALUE_EQ (0x1): after a failure the calls queued behind
+// it release at once, so the word may pass a wait's value before the stream
+// reaches that wait, which must then still pass.
+constexpr unsigned kWaitValueGreaterEqual = 0x0;  // CU_STREAM_WAIT_VALUE_GEQ
+// The per-thread default stream (cudaStreamPerThread) is the calling
+// thread's: from braid's thread the same handle names another stream.
+void* const kPerThreadStream = reinterpret_cast<void*>(0x2);  // CU_STREAM_PER_THREAD
 
 struct StreamDriver {
   CuResult (*streamGetCtx)(void*, void**) = nullptr;
@@ -87,10 +93,21 @@ void markReached(void* data) {
 Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStream) {
   const StreamDriver& d = driver();
   if (!d.missing.empty()) return notSupported(d.missing);
+  if (cudaStream == kPerThreadStream)
+    return invalidArgument(
+        "cudaStreamPerThread names a different stream on each thread, and braid waits for the "
+        "stream on a thread of its own: pass a stream made by cudaStreamCreate, or the legacy "
+        "default stream (0)");
   std::shared_ptr<CudaStreamBridge> bridge(new CudaStreamBridge);
   bridge->stream_ = cudaStream;
+  // The legacy default stream (0 or cudaStreamLegacy) is that of the
+  // context current on the calling thread; braid then enters that context
+  // wherever it names the stream.
   if (CuResult r = d.streamGetCtx(cudaStream, &bridge->context_); r != kSuccess)
-    return cudaDriverError(r, "the CUDA stream's context");
+    return cudaDriverError(r, cudaStream == nullptr || cudaStream == reinterpret_cast<void*>(0x1)
+                                  ? "the default stream's context (none is current on this "
+                                    "thread: call cudaSetDevice first)"
+                                  : "the CUDA stream's context");
   BRAID_RETURN_IF_ERROR(bridge->inContext("making braid's copy stream", [&] {
     return d.streamCreate(&bridge->copyStream_, kStreamNonBlocking);
   }));
@@ -131,16 +148,17 @@ Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
   // The host function owns a reference; on a stream that faults before it,
   // it never runs and that small object is lost.
   auto signal = std::make_unique<std::shared_ptr<Gate::Reached>>(gate.reached);
-  if (CuResult r = d.launchHostFunc(stream_, markReached, signal.get()); r != kSuccess)
-    return cudaDriverError(r, "queueing the call on the CUDA stream");
+  BRAID_RETURN_IF_ERROR(inContext("queueing the call on the CUDA stream", [&] {
+    return d.launchHostFunc(stream_, markReached, signal.get());
+  }));
   signal.release();
-  if (CuResult r =
-          d.streamWaitValue32(stream_, releasedOnGpu_, gate.release, kWaitValueGreaterEqual);
-      r != kSuccess) {
-    // The signal stays queued alone, which holds nothing. Releasing this
-    // value instead would let the waits of earlier calls still running pass.
-    return cudaDriverError(r, "making the CUDA stream wait for the call (cuStreamWaitValue32)");
-  }
+  // If this fails, the signal stays queued alone, which holds nothing.
+  // Releasing this value instead would let the waits of earlier calls still
+  // running pass.
+  BRAID_RETURN_IF_ERROR(
+      inContext("making the CUDA stream wait for the call (cuStreamWaitValue32)", [&] {
+        return d.streamWaitValue32(stream_, releasedOnGpu_, gate.release, kWaitValueGreaterEqual);
+      }));
   held_ = gate.release;
   return gate;
 }
@@ -155,7 +173,14 @@ Status CudaStreamBridge::awaitReached(const Gate& gate, double timeoutSeconds) {
     // A faulted kernel stops the stream for good, and its host functions
     // never run: the stream's sticky error says so.
     lock.unlock();
-    const CuResult state = d.streamQuery(stream_);
+    // In the stream's context: the legacy default stream is the current
+    // context's, and this thread is braid's.
+    CuResult state = d.ctxPushCurrent(context_);
+    if (state == kSuccess) {
+      state = d.streamQuery(stream_);
+      void* popped = nullptr;
+      (void)d.ctxPopCurrent(&popped);
+    }
     lock.lock();
     if (gate.reached->reached) break;
     if (state != kSuccess && state != cudadriver::kNotReady)
@@ -170,7 +195,13 @@ Status CudaStreamBridge::awaitReached(const Gate& gate, double timeoutSeconds) {
 }
 
 void CudaStreamBridge::release(const Gate& gate) {
-  __atomic_store_n(released_, gate.release, __ATOMIC_RELEASE);
+  // Never backwards: a wait the stream has not reached yet would see a value
+  // below its own after it had passed, and hold the stream.
+  uint32_t seen = __atomic_load_n(released_, __ATOMIC_ACQUIRE);
+  while (static_cast<int32_t>(gate.release - seen) > 0 &&
+         !__atomic_compare_exchange_n(released_, &seen, gate.release, false, __ATOMIC_RELEASE,
+                                      __ATOMIC_ACQUIRE)) {
+  }
 }
 
 Status CudaStreamBridge::toHost(void* host, const void* gpu, size_t bytes, const char* what) {

@@ -34,6 +34,7 @@ struct FakeDriver {
   int (*streamCreate)(void**, unsigned);
   int (*streamDestroy)(void*);
   int (*streamSynchronize)(void*);
+  int (*streamQuery)(void*);
   int (*launchKernel)(void*, void (*)(void*), void*);
   void (*failStream)(void*);
   void (*setDeviceRange)(void*, size_t, int, int);
@@ -48,7 +49,7 @@ struct FakeDriver {
     return find(init, "cuInit") && find(primaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
            find(ctxSetCurrent, "cuCtxSetCurrent") && find(streamCreate, "cuStreamCreate") &&
            find(streamDestroy, "cuStreamDestroy_v2") &&
-           find(streamSynchronize, "cuStreamSynchronize") &&
+           find(streamSynchronize, "cuStreamSynchronize") && find(streamQuery, "cuStreamQuery") &&
            find(launchKernel, "fakeCudaLaunchKernel") && find(failStream, "fakeCudaFailStream") &&
            find(setDeviceRange, "fakeCudaSetDeviceRange") && find(copyCount, "fakeCudaCopyCount");
   }
@@ -268,18 +269,25 @@ class OneRankOnACudaStream : public CudaStream {
   bool aborted_ = false;  // the communicator failed: abort it rather than destroy it
 };
 
-TEST_F(OneRankOnACudaStream, HostBuffersAreOrderedToo) {
+// An AllReduce of host buffers on `stream`, made from `cudaStream`, runs
+// after a slow write of its input queued before it, and a read queued after
+// it sees the result.
+void expectAnAllReduceInOrder(braidComm_t comm, braidStream_t stream, void* cudaStream) {
   float in[16], out[16] = {}, seen[16] = {};
   for (float& x : in) x = -1.0f;
   SlowFill fill{in, 16, 7.0f};
-  ASSERT_EQ(fake.launchKernel(cudaStream_, SlowFill::run, &fill), 0);
-  EXPECT_BRAID_OK(braidAllReduce(in, out, 16, braidFloat32, braidSum, comm_, stream_));
+  ASSERT_EQ(fake.launchKernel(cudaStream, SlowFill::run, &fill), 0);
+  EXPECT_BRAID_OK(braidAllReduce(in, out, 16, braidFloat32, braidSum, comm, stream));
   Snapshot snapshot{out, seen, 16};
-  ASSERT_EQ(fake.launchKernel(cudaStream_, Snapshot::run, &snapshot), 0);
-  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
-  EXPECT_BRAID_OK(braidStreamSynchronize(stream_));
+  ASSERT_EQ(fake.launchKernel(cudaStream, Snapshot::run, &snapshot), 0);
+  ASSERT_EQ(fake.streamSynchronize(cudaStream), 0);
+  EXPECT_BRAID_OK(braidStreamSynchronize(stream));
   EXPECT_EQ(seen[0], 7.0f);
   EXPECT_EQ(seen[15], 22.0f);
+}
+
+TEST_F(OneRankOnACudaStream, HostBuffersAreOrderedToo) {
+  expectAnAllReduceInOrder(comm_, stream_, cudaStream_);
 }
 
 TEST_F(OneRankOnACudaStream, AFaultedStreamFailsTheCallWithCudasMessageAndDoesNotHang) {
@@ -292,6 +300,59 @@ TEST_F(OneRankOnACudaStream, AFaultedStreamFailsTheCallWithCudasMessageAndDoesNo
   EXPECT_BRAID_OK(braidCommGetAsyncError(comm_, &async));
   EXPECT_EQ(async, braidUnhandledCudaError);
   EXPECT_EQ(y, 0.0f);  // the call did not run
+  aborted_ = true;
+}
+
+// The legacy default stream (0), which the driver resolves against the
+// context current on the calling thread, orders calls as a stream of
+// cudaStreamCreate does: braid enters that context on its own thread, where
+// none is current.
+TEST_F(CudaStream, TheLegacyDefaultStreamOrdersCallsToo) {
+  braidComm_t comm = oneRank();
+  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
+  void* created = fake.makeStream();  // and a context current on this thread
+  ASSERT_NE(created, nullptr);
+  braidStream_t stream = nullptr;
+  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, nullptr, &stream));
+  expectAnAllReduceInOrder(comm, stream, nullptr);
+  EXPECT_BRAID_OK(braidStreamDestroy(stream));
+  EXPECT_BRAID_OK(braidCommDestroy(comm));
+  EXPECT_EQ(fake.streamDestroy(created), 0);
+}
+
+// cudaStreamPerThread names another stream on every thread, braid's among
+// them: refused at once, naming what to pass instead.
+TEST_F(CudaStream, ThePerThreadDefaultStreamIsRefused) {
+  braidComm_t comm = oneRank();
+  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
+  braidStream_t stream = nullptr;
+  EXPECT_BRAID_ERROR(braidStreamCreateFromCuda(comm, reinterpret_cast<void*>(0x2), &stream),
+                     braidInvalidArgument, "cudaStreamPerThread", "cudaStreamCreate");
+  EXPECT_EQ(stream, nullptr);
+  EXPECT_BRAID_OK(braidCommDestroy(comm));
+}
+
+// A call that fails while the CUDA stream is still busy (here: its wait for
+// the work before it times out) lets the calls queued behind it go at once,
+// so the release word jumps past the value the stream's first wait is for.
+// The waits pass at "at least their value", never "equal": the CUDA stream
+// finishes rather than hanging at the first wait, whose value it never sees.
+TEST_F(OneRankOnACudaStream, CallsReleasedAtOnceAfterAFailureNeverHoldTheCudaStream) {
+  float data[8] = {}, out[8] = {};
+  SlowFill fill{data, 8, 1.0f};
+  ASSERT_EQ(fake.launchKernel(cudaStream_, SlowFill::run, &fill), 0);
+  EXPECT_BRAID_OK(braidCommSetTimeout(comm_, 0.02));
+  for (int call = 0; call < 3; ++call)
+    EXPECT_BRAID_OK(braidAllReduce(data, out, 8, braidFloat32, braidSum, comm_, stream_));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int state = fake.streamQuery(cudaStream_);
+  while (state != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    state = fake.streamQuery(cudaStream_);
+  }
+  EXPECT_EQ(state, 0) << "the CUDA stream still waits 5 s after the calls were released";
+  EXPECT_TRUE(fill.done.load());
+  EXPECT_BRAID_ERROR(braidStreamSynchronize(stream_), braidTimeout, "did not reach the call");
   aborted_ = true;
 }
 

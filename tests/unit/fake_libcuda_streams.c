@@ -26,11 +26,20 @@ typedef struct Work {
   void* argument;
   const volatile uint32_t* address;
   uint32_t value;
+  unsigned waitFlags; /* CU_STREAM_WAIT_VALUE_GEQ or _EQ */
   void* destination;
   const void* source;
   size_t bytes;
   struct Work* next;
 } Work;
+
+/* cuda.h's CUstreamWaitValue_flags: GEQ passes once (int32_t)(*address -
+ * value) >= 0, EQ only while *address == value. */
+static int waitPasses(const Work* w) {
+  const uint32_t seen = __atomic_load_n(w->address, __ATOMIC_ACQUIRE);
+  if (w->waitFlags == FAKE_CU_STREAM_WAIT_VALUE_EQ) return seen == w->value;
+  return (int32_t)(seen - w->value) >= 0;
+}
 
 typedef struct FakeStream {
   unsigned flags;
@@ -66,8 +75,7 @@ static void* runStream(void* argument) {
       if (w->kind == WORK_FUNCTION) {
         w->function(w->argument);
       } else if (w->kind == WORK_WAIT_VALUE) {
-        /* CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*address - value) >= 0. */
-        while ((int32_t)(__atomic_load_n(w->address, __ATOMIC_ACQUIRE) - w->value) < 0) pause50us();
+        while (!waitPasses(w)) pause50us();
       } else {
         memcpy(w->destination, w->source, w->bytes);
       }
@@ -83,11 +91,39 @@ static void* runStream(void* argument) {
   return NULL;
 }
 
+/* The legacy default stream (NULL, or CU_STREAM_LEGACY): the context's,
+ * so only a thread with a context current may name it. Made at first use. */
+#define FAKE_CU_STREAM_LEGACY ((void*)0x1)
+static FakeStream* legacyStream;
+
+/* The stream `stream` names on the calling thread, or NULL with *error set. */
+static FakeStream* resolve(void* stream, int* error) {
+  if (stream != NULL && stream != FAKE_CU_STREAM_LEGACY) return stream;
+  if (!fakeHasContext()) {
+    *error = FAKE_CUDA_ERROR_INVALID_CONTEXT;
+    return NULL;
+  }
+  pthread_mutex_lock(&lock);
+  if (legacyStream == NULL) {
+    legacyStream = calloc(1, sizeof(FakeStream));
+    if (legacyStream != NULL) {
+      legacyStream->nextStream = streams;
+      streams = legacyStream;
+      pthread_create(&legacyStream->thread, NULL, runStream, legacyStream);
+    }
+  }
+  FakeStream* s = legacyStream;
+  pthread_mutex_unlock(&lock);
+  if (s == NULL) *error = FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  return s;
+}
+
 static int queueWork(void* stream, Work* w) {
-  FakeStream* s = stream;
+  int error = FAKE_CUDA_SUCCESS;
+  FakeStream* s = resolve(stream, &error);
   if (s == NULL) {
     free(w);
-    return FAKE_CUDA_ERROR_INVALID_HANDLE; /* the stand-in has no legacy stream to queue on */
+    return error;
   }
   w->next = NULL;
   pthread_mutex_lock(&lock);
@@ -125,7 +161,7 @@ int cuStreamCreate(void** stream, unsigned flags) {
  * returns at once but frees the stream only when its work is done). */
 int cuStreamDestroy_v2(void* stream) {
   FakeStream* s = stream;
-  if (s == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
+  if (s == NULL || stream == FAKE_CU_STREAM_LEGACY) return FAKE_CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&lock);
   s->stop = 1;
   pthread_cond_broadcast(&changed);
@@ -143,14 +179,17 @@ int cuStreamDestroy_v2(void* stream) {
 }
 
 int cuStreamGetCtx(void* stream, void** context) {
-  if (stream == NULL || context == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
+  if (context == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  int error = FAKE_CUDA_SUCCESS;
+  if (resolve(stream, &error) == NULL) return error;
   *context = fakeContext();
   return FAKE_CUDA_SUCCESS;
 }
 
 int cuStreamSynchronize(void* stream) {
-  FakeStream* s = stream;
-  if (s == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
+  int error = FAKE_CUDA_SUCCESS;
+  FakeStream* s = resolve(stream, &error);
+  if (s == NULL) return error;
   pthread_mutex_lock(&lock);
   while (s->head != NULL) pthread_cond_wait(&changed, &lock);
   int failed = s->failed;
@@ -159,8 +198,9 @@ int cuStreamSynchronize(void* stream) {
 }
 
 int cuStreamQuery(void* stream) {
-  FakeStream* s = stream;
-  if (s == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
+  int error = FAKE_CUDA_SUCCESS;
+  FakeStream* s = resolve(stream, &error);
+  if (s == NULL) return error;
   pthread_mutex_lock(&lock);
   int result = s->failed ? s->failed : s->head ? FAKE_CUDA_ERROR_NOT_READY : FAKE_CUDA_SUCCESS;
   pthread_mutex_unlock(&lock);
@@ -178,11 +218,14 @@ int cuLaunchHostFunc(void* stream, void (*function)(void*), void* argument) {
 
 int cuStreamWaitValue32_v2(void* stream, unsigned long long address, uint32_t value,
                            unsigned flags) {
-  if (address == 0 || flags != FAKE_CU_STREAM_WAIT_VALUE_GEQ) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (address == 0 ||
+      (flags != FAKE_CU_STREAM_WAIT_VALUE_GEQ && flags != FAKE_CU_STREAM_WAIT_VALUE_EQ))
+    return FAKE_CUDA_ERROR_INVALID_VALUE;
   Work* w = newWork(WORK_WAIT_VALUE);
   if (w == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
   w->address = (const volatile uint32_t*)(uintptr_t)address;
   w->value = value;
+  w->waitFlags = flags;
   return queueWork(stream, w);
 }
 
@@ -232,9 +275,7 @@ int fakeStreamsWaitingOnValue(int blockingOnly) {
   for (FakeStream* s = streams; s; s = s->nextStream) {
     if (blockingOnly && (s->flags & FAKE_CU_STREAM_NON_BLOCKING)) continue;
     for (Work* w = s->head; w; w = w->next)
-      if (w->kind == WORK_WAIT_VALUE &&
-          (int32_t)(__atomic_load_n(w->address, __ATOMIC_ACQUIRE) - w->value) < 0)
-        found = 1;
+      if (w->kind == WORK_WAIT_VALUE && !waitPasses(w)) found = 1;
   }
   pthread_mutex_unlock(&lock);
   return found;
