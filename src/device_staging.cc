@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "braid_config.h"
@@ -15,7 +17,8 @@ using CuResult = cudadriver::Result;
 using CuDevicePtr = cudadriver::DevicePtr;
 using CuContext = cudadriver::Context;
 constexpr CuResult kCudaSuccess = cudadriver::kSuccess;
-constexpr int kAttributeContext = 1;  // CU_POINTER_ATTRIBUTE_CONTEXT
+constexpr int kAttributeContext = 1;        // CU_POINTER_ATTRIBUTE_CONTEXT
+constexpr int kAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 
 // The entry points used here, from the driver the process loaded.
 struct Driver {
@@ -26,6 +29,8 @@ struct Driver {
   CuResult (*memcpyDtoH)(void*, CuDevicePtr, size_t) = nullptr;
   CuResult (*memcpyHtoD)(CuDevicePtr, const void*, size_t) = nullptr;
   CuResult (*getErrorString)(CuResult, const char**) = nullptr;
+  CuResult (*deviceGet)(int*, int) = nullptr;
+  CuResult (*primaryCtxRetain)(CuContext*, int) = nullptr;
   std::string missing;  // why the driver cannot be used; empty when it can
 };
 
@@ -44,6 +49,8 @@ const Driver& driver() {
     find(d.memcpyDtoH, "cuMemcpyDtoH_v2");
     find(d.memcpyHtoD, "cuMemcpyHtoD_v2");
     find(d.getErrorString, "cuGetErrorString");
+    find(d.deviceGet, "cuDeviceGet");
+    find(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
     d.missing = finder.missing;
     return d;
   }();
@@ -74,15 +81,46 @@ CuDevicePtr devicePointer(const void* p) {
 // host memory may return before its DMA has ended).
 enum class Wait { kBefore, kAfter };
 
+// The primary context of GPU `ordinal`, retained once for the life of the
+// process (as the CUDA runtime does).
+Result<CuContext> primaryContext(const Driver& d, int ordinal, const char* what) {
+  static std::mutex mutex;
+  static std::map<int, CuContext> retained;
+  std::lock_guard lock(mutex);
+  if (auto it = retained.find(ordinal); it != retained.end()) return it->second;
+  int device = 0;
+  CuContext context = nullptr;
+  if (CuResult r = d.deviceGet(&device, ordinal); r != kCudaSuccess)
+    return cudaDriverError(r, strCat(what, ": GPU ", ordinal));
+  if (CuResult r = d.primaryCtxRetain(&context, device); r != kCudaSuccess)
+    return cudaDriverError(r, strCat(what, ": the primary context of GPU ", ordinal));
+  retained[ordinal] = context;
+  return context;
+}
+
+// The context that owns `gpu`. Memory of the virtual memory API (cuMemCreate,
+// as PyTorch's expandable segments allocate) and of memory pools
+// (cudaMallocAsync) belongs to none: the driver says NULL, and the primary
+// context of its GPU, the one the runtime uses, reaches it.
+Result<CuContext> contextOf(const Driver& d, const void* gpu, const char* what) {
+  CuContext context = nullptr;
+  if (CuResult r = d.pointerGetAttribute(&context, kAttributeContext, devicePointer(gpu));
+      r != kCudaSuccess)
+    return cudaDriverError(r, strCat(what, ": the buffer's context"));
+  if (context != nullptr) return context;
+  int ordinal = -1;
+  if (CuResult r = d.pointerGetAttribute(&ordinal, kAttributeDeviceOrdinal, devicePointer(gpu));
+      r != kCudaSuccess)
+    return cudaDriverError(r, strCat(what, ": the buffer's GPU"));
+  return primaryContext(d, ordinal, what);
+}
+
 // Runs `work` with the context that owns `gpu` current on this thread.
 template <typename Work>
 Status inContextOf(const void* gpu, const char* what, Wait wait, Work&& work) {
   const Driver& d = driver();
   if (!d.missing.empty()) return notSupported(strCat(what, ": ", d.missing));
-  CuContext context = nullptr;
-  if (CuResult r = d.pointerGetAttribute(&context, kAttributeContext, devicePointer(gpu));
-      r != kCudaSuccess)
-    return cudaDriverError(r, strCat(what, ": the buffer's context"));
+  BRAID_ASSIGN_OR_RETURN(CuContext context, contextOf(d, gpu, what));
   if (CuResult r = d.ctxPushCurrent(context); r != kCudaSuccess)
     return cudaDriverError(r, strCat(what, ": entering the buffer's context"));
   Status status = Status::ok();

@@ -26,6 +26,7 @@ using SetDeviceRange = void (*)(void*, size_t, int, int);
 using Counter = unsigned long (*)();
 using Depth = int (*)();
 using SetFlag = void (*)(int);
+using Init = int (*)(unsigned);
 
 template <typename F>
 F driverEntry(void* driver, const char* name) {
@@ -55,7 +56,11 @@ class GpuBuffers : public ::testing::Test {
     copies_ = driverEntry<Counter>(fake, "fakeCudaCopyCount");
     contextDepth_ = driverEntry<Depth>(fake, "fakeCudaContextDepth");
     failCopies_ = driverEntry<SetFlag>(fake, "fakeCudaFailCopies");
-    ASSERT_TRUE(setDeviceRange_ && copies_ && contextDepth_ && failCopies_) << dlerror();
+    withoutContext_ = driverEntry<SetFlag>(fake, "fakeCudaRangeWithoutContext");
+    init_ = driverEntry<Init>(fake, "cuInit");
+    ASSERT_TRUE(setDeviceRange_ && copies_ && contextDepth_ && failCopies_ && withoutContext_ &&
+                init_)
+        << dlerror();
     // braid looks for a newly loaded driver at most once a millisecond.
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
@@ -71,6 +76,7 @@ class GpuBuffers : public ::testing::Test {
   }
   void TearDown() override {
     failCopies_(0);
+    withoutContext_(0);
     setDeviceRange_(nullptr, 0, 0, 0);
     EXPECT_EQ(contextDepth_(), 0) << "a context was left pushed";
   }
@@ -80,6 +86,8 @@ class GpuBuffers : public ::testing::Test {
   static Counter copies_;
   static Depth contextDepth_;
   static SetFlag failCopies_;
+  static SetFlag withoutContext_;
+  static Init init_;
   float gpu_[64] = {};  // "device memory of GPU 3" for the driver
   float host_[64] = {};
 };
@@ -88,6 +96,8 @@ SetDeviceRange GpuBuffers::setDeviceRange_ = nullptr;
 Counter GpuBuffers::copies_ = nullptr;
 Depth GpuBuffers::contextDepth_ = nullptr;
 SetFlag GpuBuffers::failCopies_ = nullptr;
+SetFlag GpuBuffers::withoutContext_ = nullptr;
+Init GpuBuffers::init_ = nullptr;
 
 void fill(float* data, int n, float first) {
   for (int i = 0; i < n; ++i) data[i] = first + static_cast<float>(i);
@@ -119,6 +129,21 @@ TEST_F(GpuBuffers, AllReduceStagesEitherBuffer) {
   EXPECT_EQ(gpu_[31], 131.0f);
   EXPECT_EQ(gpu_[32], 132.0f);
   EXPECT_EQ(gpu_[48], 148.0f);
+}
+
+// Memory of cuMemCreate (PyTorch's expandable segments) or of a memory pool
+// (cudaMallocAsync) belongs to no context: it is staged in the primary
+// context of its GPU. Before, entering the NULL context failed every call.
+TEST_F(GpuBuffers, MemoryOfNoContextIsStagedInThePrimaryContextOfItsGpu) {
+  ASSERT_EQ(init_(0), 0);  // the program initialized CUDA to allocate it
+  setDeviceRange_(gpu_, sizeof(gpu_), 0, 0);
+  withoutContext_(1);
+  fill(gpu_, 64, 1);
+  const unsigned long before = copies_();
+  EXPECT_BRAID_OK(braidAllReduce(gpu_, gpu_, 64, braidFloat32, braidSum, comm_, nullptr));
+  EXPECT_EQ(copies_() - before, 2u);  // over and back
+  EXPECT_EQ(gpu_[0], 1.0f);
+  EXPECT_EQ(gpu_[63], 64.0f);
 }
 
 TEST_F(GpuBuffers, ManagedMemoryIsStagedToo) {

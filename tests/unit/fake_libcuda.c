@@ -34,6 +34,7 @@
  * they are not set as one. */
 static uintptr_t rangeBegin, rangeEnd;
 static int rangeDevice, rangeManaged;
+static int rangeWithoutContext; /* the driver names no context for the range */
 /* Counters: updated from braid's threads and the streams' too. copies
  * counts every copy; hostDeviceCopies those between host and GPU memory
  * (staging), deviceCopies those from GPU to GPU memory. */
@@ -69,6 +70,13 @@ void fakeCudaSetDeviceRange(void* begin, size_t bytes, int device, int managed) 
   WRITE(rangeEnd, (uintptr_t)begin + bytes);
   WRITE(rangeDevice, device);
   WRITE(rangeManaged, managed);
+}
+
+/* Nonzero: the range is memory of no context, as the driver says of memory
+ * from cuMemCreate or from a memory pool (CU_POINTER_ATTRIBUTE_CONTEXT is
+ * NULL). */
+void fakeCudaRangeWithoutContext(int without) {
+  WRITE(rangeWithoutContext, without);
 }
 
 /* Whether [address, address + bytes) lies in the range of GPU memory. */
@@ -116,7 +124,7 @@ int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
   if (!inRange(ptr, 1)) return FAKE_CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
     case FAKE_CU_POINTER_ATTRIBUTE_CONTEXT:
-      *(void**)data = &theContext;
+      *(void**)data = READ(rangeWithoutContext) ? NULL : &theContext;
       return FAKE_CUDA_SUCCESS;
     case FAKE_CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       /* The driver reports managed memory as device memory too. */
