@@ -5,19 +5,25 @@
 #   tools/gpu-checks.sh bundle DIR      (on the build machine, after a CUDA
 #       build in ./build) copies the CUDA tests, the perf binaries, braidrun,
 #       libbraid and the shared libraries they need (not glibc) into DIR;
-#   tools/gpu-checks.sh run DIR OUT     (on the GPU machine) runs, each under
-#       a time limit, and logs to OUT/gpu-checks.log:
+#   tools/gpu-checks.sh run DIR OUT [core|more|all]   (on the GPU machine)
+#       runs, each step under a time limit and all within GPU_CHECKS_SECONDS
+#       (default 500: one command of the device's), and logs to
+#       OUT/gpu-checks.log and OUT/STEP.log. First it checks that the
+#       driver can run the bundle's CUDA version and prints the compute
+#       mode. Phase core (the default):
 #       1. the kernels against the host reference (cuda_device_reduce);
 #       2. every collective among 2, 3 and 4 processes on GPU 0, on stream
 #          NULL and on a CUDA stream, each way of exporting memory
 #          (cuda_gpu_collectives);
-#       3. compute-sanitizer memcheck and racecheck on the kernels and on
-#          AllReduce, AllGather and ReduceScatter among 2 processes;
+#       3. compute-sanitizer memcheck on the kernels of every float type;
 #       4. the GPU's copy bandwidth and AllReduce among 2 processes on the
-#          one GPU (8 B to 256 MiB) over cuda_ipc, then with
-#          BRAID_CUDA_IPC=0 (pinned host memory), and the busbw at 256 MiB
+#          one GPU (8 B to 256 MiB) over cuda_ipc, and the busbw at 256 MiB
 #          against the bound (copy bandwidth / 4).
-#       The last line says how many steps failed.
+#       Phase more: memcheck on AllReduce, AllGather and ReduceScatter among
+#       2 processes; AllReduce with BRAID_CUDA_IPC=0 (pinned host memory);
+#       Send/Recv of GPU memory in pieces. (The kernels use no shared
+#       memory, so racecheck has nothing to check.)
+#       The last line says how many steps failed or did not run.
 set -u
 
 bundle() {
@@ -30,6 +36,9 @@ bundle() {
   cp build/tests/cuda/cuda_device_reduce build/tests/cuda/cuda_gpu_collectives "$dir/build/tests/cuda/"
   cp build/perf/*_perf build/perf/gpu_copy_bandwidth "$dir/build/perf/"
   cp build/tools/braidrun "$dir/build/tools/"
+  # The CUDA version the runtime inside libbraid was built with: the driver
+  # on the GPU machine must be at least as new.
+  nvcc --version | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\).*/\1 \2/p' > "$dir/cuda-version"
   # Every shared library they need but glibc's own and the CUDA driver.
   find "$dir/build" -type f -perm -u+x -exec ldd {} \; 2>/dev/null | awk '/=> \//{print $3}' |
     sort -u | grep -v "^$dir/" |
@@ -39,49 +48,58 @@ bundle() {
 }
 
 failures=0
+budget=${GPU_CHECKS_SECONDS:-500}
+out_dir=.
 step() {  # step NAME SECONDS COMMAND...: runs and logs COMMAND, counting a failure
   local name=$1 seconds=$2
   shift 2
+  local left=$((budget - SECONDS))
+  if [ "$left" -lt 20 ]; then
+    echo "=== $name: not run, $left s of the budget left"
+    failures=$((failures + 1))
+    return
+  fi
+  [ "$seconds" -le "$left" ] || seconds=$left
   echo "=== $name: $*"
   local start=$SECONDS
-  timeout --kill-after=10 "$seconds" "$@"
-  local rc=$?
+  timeout --kill-after=10 "$seconds" "$@" 2>&1 | tee "$out_dir/$name.log"
+  local rc=${PIPESTATUS[0]}
   echo "=== $name: exit $rc after $((SECONDS - start)) s"
   [ "$rc" -eq 0 ] || failures=$((failures + 1))
 }
 
-run() {
-  local dir=$1 out=$2
-  mkdir -p "$out"
-  exec > >(tee "$out/gpu-checks.log") 2>&1
-  export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  local b=$dir/build braidrun=$dir/build/tools/braidrun
-  nvidia-smi -L
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  step kernels 120 "$b/tests/cuda/cuda_device_reduce"
-  step collectives 300 "$b/tests/cuda/cuda_gpu_collectives"
-  local sanitizer="compute-sanitizer --error-exitcode 9 --target-processes all"
-  step memcheck-kernels 240 $sanitizer --tool memcheck "$b/tests/cuda/cuda_device_reduce" \
-    --gtest_filter='*Float*:*Half*:*BFloat*'
-  for perf in all_reduce_perf all_gather_perf reduce_scatter_perf; do
-    step "memcheck-$perf" 120 $sanitizer --tool memcheck \
-      "$braidrun" -n 2 "$b/perf/$perf" -M cuda -b 8 -e 4M -f 8 -n 2 -w 1 -c 1
-  done
-  step racecheck-all_reduce 180 $sanitizer --tool racecheck \
-    "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 1K -e 1M -f 32 -n 1 -w 1 -c 1
+# The driver must support the bundle's CUDA version (CUDA 12.x: driver 525
+# or newer, 13.x: 580), or every GPU call fails with "insufficient driver".
+check_driver() {
+  local dir=$1 major minor driver need
+  read -r major minor < "$dir/cuda-version" || { echo "no $dir/cuda-version"; return 1; }
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
+  case "$major" in 12) need=525 ;; 13) need=580 ;; *) need=0 ;; esac
+  echo "bundle built with CUDA $major.$minor; driver $driver (needs $need or newer)"
+  nvidia-smi --query-gpu=name,compute_mode,memory.total --format=csv
+  if [ "${driver%%.*}" -lt "$need" ]; then
+    echo "the driver is too old for this build: rebuild with a CUDA the driver supports"
+    return 1
+  fi
+  if nvidia-smi --query-gpu=compute_mode --format=csv,noheader | grep -qi exclusive; then
+    echo "warning: the GPU is in an exclusive compute mode: several processes cannot share it"
+  fi
+}
+
+core_steps() {
+  local b=$1 braidrun=$1/tools/braidrun
+  step kernels 90 "$b/tests/cuda/cuda_device_reduce"
+  step collectives 240 "$b/tests/cuda/cuda_gpu_collectives"
+  step memcheck-kernels 150 compute-sanitizer --error-exitcode 9 --tool memcheck \
+    "$b/tests/cuda/cuda_device_reduce" --gtest_filter='*float*'
   step copy-bandwidth 60 "$b/perf/gpu_copy_bandwidth"
-  step all_reduce-cuda_ipc 180 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda \
+  step all_reduce-cuda_ipc 150 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda \
     -b 8 -e 256M -f 2 -c 1
-  BRAID_CUDA_IPC=0 step all_reduce-pinned 180 "$braidrun" -n 2 "$b/perf/all_reduce_perf" \
-    -M cuda -b 8 -e 256M -f 4 -c 1
-  # Send/Recv of GPU memory: pieces through pinned memory, checked (-c 1).
-  step sendrecv-pieces 120 "$braidrun" -n 2 "$b/perf/sendrecv_perf" -M cuda -b 8 -e 256M -f 4 -c 1
   local bound busbw
-  bound=$(awk '/busbw bound/{print $(NF-1)}' "$out/gpu-checks.log" | tail -1)
+  bound=$(awk '/busbw bound/{print $(NF-1)}' "$out_dir/copy-bandwidth.log" | tail -1)
   # Rank 0's row of 256 MiB: "[0] size count type redop root time algbw busbw
   # #wrong time algbw busbw #wrong", out of place then in place.
-  busbw=$(awk '/^=== all_reduce-cuda_ipc: /{on=1} on && $1 == "[0]" && $2 == 268435456 {print $9; exit}' \
-    "$out/gpu-checks.log")
+  busbw=$(awk '$1 == "[0]" && $2 == 268435456 {print $9; exit}' "$out_dir/all_reduce-cuda_ipc.log")
   echo "AllReduce 256 MiB busbw (out of place) over cuda_ipc: ${busbw:-?} GB/s; bound: ${bound:-?} GB/s"
   if [ -n "$bound" ] && [ -n "$busbw" ]; then
     awk -v b="$busbw" -v l="$bound" 'BEGIN{r=b/l; printf "ratio %.2f (at least 0.70 wanted): %s\n", r, r >= 0.7 ? "met" : "NOT met"; exit !(r >= 0.7)}' ||
@@ -89,12 +107,50 @@ run() {
   else
     failures=$((failures + 1))
   fi
+}
+
+more_steps() {
+  local b=$1 braidrun=$1/tools/braidrun
+  for perf in all_reduce_perf all_gather_perf reduce_scatter_perf; do
+    step "memcheck-$perf" 100 compute-sanitizer --error-exitcode 9 --target-processes all \
+      --tool memcheck "$braidrun" -n 2 "$b/perf/$perf" -M cuda -b 8 -e 4M -f 8 -n 2 -w 1 -c 1
+  done
+  BRAID_CUDA_IPC=0 step all_reduce-pinned 120 "$braidrun" -n 2 "$b/perf/all_reduce_perf" \
+    -M cuda -b 8 -e 256M -f 4 -c 1
+  # Send/Recv of GPU memory: pieces through pinned memory, checked (-c 1).
+  step sendrecv-pieces 100 "$braidrun" -n 2 "$b/perf/sendrecv_perf" -M cuda -b 8 -e 256M -f 4 -c 1
+}
+
+run_steps() {
+  local dir=$1 phase=$2
+  export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  nvidia-smi -L
+  if ! check_driver "$dir"; then
+    echo "1 steps failed"
+    return 1
+  fi
+  case "$phase" in
+    core) core_steps "$dir/build" ;;
+    more) more_steps "$dir/build" ;;
+    all) core_steps "$dir/build" && more_steps "$dir/build" ;;
+    *) echo "unknown phase $phase"; return 2 ;;
+  esac
   echo "$failures steps failed"
   [ "$failures" -eq 0 ]
 }
 
+run() {
+  local dir=$1
+  out_dir=$2
+  mkdir -p "$out_dir"
+  # A pipeline, not a redirection to a process substitution: the log is
+  # complete when this returns.
+  run_steps "$dir" "${3:-core}" 2>&1 | tee "$out_dir/gpu-checks.log"
+  return "${PIPESTATUS[0]}"
+}
+
 case "${1:-}" in
   bundle) bundle "${2:?bundle DIR}" ;;
-  run) run "${2:?run DIR OUT}" "${3:?run DIR OUT}" ;;
-  *) echo "usage: $0 bundle DIR | run DIR OUT" >&2; exit 2 ;;
+  run) run "${2:?run DIR OUT}" "${3:?run DIR OUT}" "${4:-core}" ;;
+  *) echo "usage: $0 bundle DIR | run DIR OUT [core|more|all]" >&2; exit 2 ;;
 esac
