@@ -50,7 +50,8 @@ bool GpuPath::built() {
 Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
                                                  const std::vector<bool>& ipc, size_t chunkBytes,
-                                                 Config::CudaIpcHandles handles) {
+                                                 Config::CudaIpcHandles handles,
+                                                 double timeoutSeconds) {
   if (!built()) return notSupported("this build of braid moves host memory only");
   std::unique_ptr<GpuPath> path(new GpuPath);
   path->deviceOrdinal_ = deviceOrdinal;
@@ -60,6 +61,9 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
                                                                         : Handles::kAuto;
   BRAID_ASSIGN_OR_RETURN(auto device,
                          transport::cuda_ipc::DriverIpcDevice::create(deviceOrdinal, exports));
+  // A wait for the GPU that never ends (a peer gone mid-call) fails the
+  // call, as any other wait does, rather than hang it.
+  device->setSynchronizeLimit(timeoutSeconds);
   path->device_ = std::move(device);
   transport::cuda_ipc::CudaIpcConnection::Options options;
   options.slotBytes = std::max<size_t>(4096, (chunkBytes + 15) / 16 * 16);

@@ -100,13 +100,16 @@ class DriverIpcDeviceTest : public ::testing::Test {
   void TearDown() override {
     if (fake.contextDepth == nullptr) return;
     EXPECT_EQ(fake.contextDepth(), 0);
-    EXPECT_EQ(fake.liveEvents(), eventsBefore_) << "events left";
+    EXPECT_EQ(fake.liveEvents(), eventsBefore_ + eventsLeftOnPurpose_) << "events left";
     EXPECT_EQ(fake.liveIpcMappings(), mappingsBefore_) << "mappings left";
     EXPECT_EQ(fake.liveVmmMaps(), 0u) << "cuMem mappings left";
     EXPECT_EQ(fake.liveVmmAllocations(), 0u) << "cuMem allocations not released";
   }
 
   static std::unique_ptr<DriverIpcDevice> makeDevice() { return take(DriverIpcDevice::create(0)); }
+
+ protected:
+  unsigned long eventsLeftOnPurpose_ = 0;
 
  private:
   unsigned long eventsBefore_ = 0;
@@ -191,6 +194,38 @@ TEST_F(DriverIpcDeviceTest, AWaitHoldsLaterWorkUntilTheRecordedWorkRan) {
   for (int i = 0; i < kCount; ++i)
     ASSERT_EQ(floats(*received)[i], 3.0f + static_cast<float>(i)) << "element " << i;
   ASSERT_OK(producer->synchronize());
+}
+
+// A wait for a record that the peer's GPU never runs (its process ended
+// after it queued the record, before its GPU got there) fails synchronize
+// after the limit, where cuStreamSynchronize waited for ever; what that
+// GPU context may still use is then left unfreed.
+TEST_F(DriverIpcDeviceTest, AWaitForARecordThatNeverRunsFailsSynchronizeInTime) {
+  auto producer = makeDevice();
+  auto consumer = makeDevice();
+  ASSERT_TRUE(producer && consumer);
+  consumer->setSynchronizeLimit(0.2);
+  auto filled = take(producer->createEvent());
+  ASSERT_TRUE(filled);
+  auto peerFilled = take(consumer->openEvent(filled->handle()));
+  ASSERT_TRUE(peerFilled);
+  Gate gate;  // the producer's GPU, stopped short of the record
+  ASSERT_EQ(fake.launchKernel(producer->stream(), Gate::run, &gate), 0);
+  ASSERT_OK(producer->enqueueRecord(*filled));
+  ASSERT_OK(consumer->enqueueWait(*peerFilled));
+  const auto start = std::chrono::steady_clock::now();
+  const Status waited = consumer->synchronize();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(waited.code(), ErrorCode::kTimeout) << waited.message();
+  EXPECT_NE(waited.message().find("did not finish in 0.2 s"), std::string::npos)
+      << waited.message();
+  EXPECT_LT(seconds, 2.0);
+  gate.open.store(true);
+  ASSERT_OK(producer->synchronize());
+  ASSERT_OK(consumer->synchronize());  // the record ran after all
+  peerFilled.reset();
+  eventsLeftOnPurpose_ = 1;  // the consumer's opened event, never destroyed
 }
 
 // Pinned host memory (cuMemHostAlloc) takes copies both ways on the

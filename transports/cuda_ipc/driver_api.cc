@@ -24,6 +24,7 @@ const Driver* loadDriver(std::string& why) {
   finder.find(d.streamCreate, "cuStreamCreate");
   finder.find(d.streamDestroy, "cuStreamDestroy_v2");
   finder.find(d.streamSynchronize, "cuStreamSynchronize");
+  finder.find(d.streamQuery, "cuStreamQuery");
   finder.find(d.streamWaitEvent, "cuStreamWaitEvent");
   finder.find(d.memAlloc, "cuMemAlloc_v2");
   finder.find(d.memFree, "cuMemFree_v2");

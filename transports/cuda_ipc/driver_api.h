@@ -5,6 +5,7 @@
 // context that every call runs in (driver_ipc_device.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -115,6 +116,7 @@ struct Driver {
   CuResult (*streamCreate)(CuStream*, unsigned) = nullptr;
   CuResult (*streamDestroy)(CuStream) = nullptr;
   CuResult (*streamSynchronize)(CuStream) = nullptr;
+  CuResult (*streamQuery)(CuStream) = nullptr;
   CuResult (*streamWaitEvent)(CuStream, CuEvent, unsigned) = nullptr;
   CuResult (*memAlloc)(DevicePtr*, size_t) = nullptr;
   CuResult (*memFree)(DevicePtr) = nullptr;
@@ -177,12 +179,21 @@ class PrimaryContext {
     return std::shared_ptr<const PrimaryContext>(new PrimaryContext(d, device, context));
   }
 
-  ~PrimaryContext() { (void)driver_.primaryCtxRelease(device_); }
+  ~PrimaryContext() {
+    if (!wedged()) (void)driver_.primaryCtxRelease(device_);
+  }
   PrimaryContext(const PrimaryContext&) = delete;
   PrimaryContext& operator=(const PrimaryContext&) = delete;
 
   const Driver& driver() const { return driver_; }
   CuDevice device() const { return device_; }
+
+  // Work queued in this context did not finish in time (a peer's process
+  // may have ended before its GPU ran a record that this stream waits for):
+  // what the GPU may still read or write is never freed, and the context is
+  // never released, since either could wait for that work forever.
+  void markWedged() const { wedged_.store(true, std::memory_order_relaxed); }
+  bool wedged() const { return wedged_.load(std::memory_order_relaxed); }
 
   // Runs `work` (returning a Status) with the context current on this
   // thread, then restores the thread's own.
@@ -212,6 +223,7 @@ class PrimaryContext {
   const Driver& driver_;
   CuDevice device_;
   CuContext context_;
+  mutable std::atomic<bool> wedged_{false};
 };
 
 }  // namespace braid::transport::cuda_ipc::driver_ipc

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
@@ -32,6 +34,7 @@ class DriverMemory final : public DeviceMemory {
   ~DriverMemory() override {
     // Peers that have not fetched the descriptor yet get a refusal from now on.
     if (server_) server_->withdraw(offer_);
+    if (context_->wedged()) return;  // the GPU may still use it: left as it is
     const Driver& d = context_->driver();
     (void)context_->call("", [&] {
       switch (origin_) {
@@ -92,6 +95,7 @@ class DriverHostMemory final : public HostMemory {
   DriverHostMemory(std::shared_ptr<const PrimaryContext> context, void* data)
       : context_(std::move(context)), data_(data) {}
   ~DriverHostMemory() override {
+    if (context_->wedged()) return;  // the GPU may still copy to or from it
     const Driver& d = context_->driver();
     (void)context_->call("", [&] { return d.memFreeHost(data_); });
   }
@@ -110,6 +114,7 @@ class DriverEvent final : public DeviceEvent {
   DriverEvent(std::shared_ptr<const PrimaryContext> context, CuEvent event)
       : context_(std::move(context)), event_(event) {}
   ~DriverEvent() override {
+    if (context_->wedged()) return;
     const Driver& d = context_->driver();
     (void)context_->call("", [&] { return d.eventDestroy(event_); });
   }
@@ -189,7 +194,8 @@ bool DriverIpcDevice::exportsFds() const {
 
 DriverIpcDevice::~DriverIpcDevice() {
   // The driver lets the stream's queued work finish before it frees it.
-  if (stream_ != nullptr) (void)context_->call("", [&] { return driver_.streamDestroy(stream_); });
+  if (stream_ != nullptr && !context_->wedged())
+    (void)context_->call("", [&] { return driver_.streamDestroy(stream_); });
 }
 
 Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocate(size_t bytes) {
@@ -416,9 +422,40 @@ Result<bool> DriverIpcDevice::hasRun(DeviceEvent& event) {
   return done;
 }
 
+void DriverIpcDevice::setSynchronizeLimit(double seconds) {
+  synchronizeLimitSeconds_ = seconds;
+}
+
+// Polled rather than cuStreamSynchronize: the stream may wait for an event
+// of a peer's process that ended before its GPU ran the record, and then
+// it never finishes. The first 2 ms yield between queries, as the driver's
+// own wait would spin; after that, 100 us sleeps.
 Status DriverIpcDevice::synchronize() {
-  return context_->call("cuda_ipc: the GPU work of the transport",
-                        [&] { return driver_.streamSynchronize(stream_); });
+  constexpr std::string_view kWhat = "cuda_ipc: the GPU work of the transport";
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto limit = std::chrono::duration<double>(synchronizeLimitSeconds_);
+  while (true) {
+    bool done = false;
+    BRAID_RETURN_IF_ERROR(context_->call(kWhat, [&] {
+      const driver_ipc::CuResult r = driver_.streamQuery(stream_);
+      done = r == driver_ipc::kSuccess;
+      return r == driver_ipc::kNotReady ? driver_ipc::kSuccess : r;
+    }));
+    if (done) return Status::ok();
+    const auto waited = Clock::now() - start;
+    if (waited >= limit) {
+      context_->markWedged();
+      return Status(ErrorCode::kTimeout,
+                    strCat(kWhat, " did not finish in ", synchronizeLimitSeconds_,
+                           " s (BRAID_TIMEOUT): a peer's process may have ended before its GPU "
+                           "ran what this GPU waits for; its memory is no longer freed"));
+    }
+    if (waited < std::chrono::milliseconds(2))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 }  // namespace braid::transport::cuda_ipc

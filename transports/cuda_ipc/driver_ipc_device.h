@@ -59,7 +59,11 @@ class DriverIpcDevice final : public IpcDevice {
   Status enqueueRecord(DeviceEvent& event) override;
   Status enqueueWait(DeviceEvent& event) override;
   Result<bool> hasRun(DeviceEvent& event) override;
+  // Fails with kTimeout once the stream's work has taken `seconds` (300
+  // unless set), and then leaves this device's memory, events and context
+  // unfreed (PrimaryContext::markWedged).
   Status synchronize() override;
+  void setSynchronizeLimit(double seconds);
 
   // The CUstream all work is queued on.
   void* stream() const { return stream_; }
@@ -77,6 +81,7 @@ class DriverIpcDevice final : public IpcDevice {
   const Handles handles_;
   void* stream_ = nullptr;
   mutable std::mutex mutex_;
+  double synchronizeLimitSeconds_ = 300;
   bool fdExports_ = false;              // what kAuto settled on, or kPosixFd
   std::shared_ptr<FdServer> fdServer_;  // started at the first such export
 };
