@@ -126,7 +126,11 @@ Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStr
 CudaStreamBridge::~CudaStreamBridge() {
   const StreamDriver& d = driver();
   if (copyStream_ != nullptr) (void)inContext("", [&] { return d.streamDestroy(copyStream_); });
-  if (released_ != nullptr) (void)inContext("", [&] { return d.memFreeHost(released_); });
+  // The CUDA stream reads the word in its waits, which it may not have run
+  // yet (held by work queued before a call that gave up waiting for it):
+  // freed only once the stream has run everything; else its 4 bytes stay.
+  if (released_ != nullptr && inContext("", [&] { return d.streamQuery(stream_); }).isOk())
+    (void)inContext("", [&] { return d.memFreeHost(released_); });
 }
 
 Status CudaStreamBridge::inContext(const char* what, const std::function<int()>& work) {

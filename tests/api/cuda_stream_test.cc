@@ -39,6 +39,7 @@ struct FakeDriver {
   void (*failStream)(void*);
   void (*setDeviceRange)(void*, size_t, int, int);
   unsigned long (*copyCount)();
+  unsigned long (*freedWhileWaited)();
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -51,7 +52,8 @@ struct FakeDriver {
            find(streamDestroy, "cuStreamDestroy_v2") &&
            find(streamSynchronize, "cuStreamSynchronize") && find(streamQuery, "cuStreamQuery") &&
            find(launchKernel, "fakeCudaLaunchKernel") && find(failStream, "fakeCudaFailStream") &&
-           find(setDeviceRange, "fakeCudaSetDeviceRange") && find(copyCount, "fakeCudaCopyCount");
+           find(setDeviceRange, "fakeCudaSetDeviceRange") && find(copyCount, "fakeCudaCopyCount") &&
+           find(freedWhileWaited, "fakeCudaHostFreedWhileWaited");
   }
 
   // A context current on this thread and a blocking stream (flags 0), as
@@ -353,6 +355,27 @@ TEST_F(OneRankOnACudaStream, CallsReleasedAtOnceAfterAFailureNeverHoldTheCudaStr
   EXPECT_EQ(state, 0) << "the CUDA stream still waits 5 s after the calls were released";
   EXPECT_TRUE(fill.done.load());
   EXPECT_BRAID_ERROR(braidStreamSynchronize(stream_), braidTimeout, "did not reach the call");
+  aborted_ = true;
+}
+
+// A braid stream destroyed while its CUDA stream has not yet run the wait
+// of its last call (here held by earlier work; the call gave up waiting)
+// leaves the word that wait reads allocated, rather than free it under the
+// GPU.
+TEST_F(OneRankOnACudaStream, DestroyingAStreamNeverFreesTheWordAWaitStillReads) {
+  braidStream_t second = nullptr;
+  ASSERT_EQ(braidStreamCreateFromCuda(comm_, cudaStream_, &second), braidSuccess)
+      << braidGetLastError(nullptr);
+  braid::testing::Gate gate;
+  ASSERT_EQ(fake.launchKernel(cudaStream_, braid::testing::Gate::run, &gate), 0);
+  EXPECT_BRAID_OK(braidCommSetTimeout(comm_, 0.02));
+  float x = 1.0f, y = 0.0f;
+  EXPECT_BRAID_OK(braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm_, second));
+  const unsigned long before = fake.freedWhileWaited();
+  EXPECT_BRAID_OK(braidStreamDestroy(second));
+  EXPECT_EQ(fake.freedWhileWaited(), before) << "the wait's word was freed while it was queued";
+  gate.open.store(true);
+  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
   aborted_ = true;
 }
 

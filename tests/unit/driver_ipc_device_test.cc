@@ -74,14 +74,7 @@ float* floats(DeviceMemory& memory) {
 
 using braid::testing::SlowFill;
 
-// "GPU work" that holds its stream until the test opens it.
-struct Gate {
-  std::atomic<bool> open{false};
-  static void run(void* self) {
-    auto* g = static_cast<Gate*>(self);
-    while (!g->open.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-};
+using braid::testing::Gate;
 
 class DriverIpcDeviceTest : public ::testing::Test {
  protected:

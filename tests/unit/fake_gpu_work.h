@@ -24,4 +24,13 @@ struct SlowFill {
   }
 };
 
+// Holds its stream until the test opens it.
+struct Gate {
+  std::atomic<bool> open{false};
+  static void run(void* self) {
+    auto* g = static_cast<Gate*>(self);
+    while (!g->open.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+};
+
 }  // namespace braid::testing

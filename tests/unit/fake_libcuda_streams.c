@@ -262,9 +262,28 @@ int cuMemHostGetDevicePointer_v2(unsigned long long* device, void* host, unsigne
   return FAKE_CUDA_SUCCESS;
 }
 
+static unsigned long freedWhileWaited;
+
+/* Host memory that a queued value wait still reads is counted and left
+ * allocated, where the driver would free it under the GPU. */
 int cuMemFreeHost(void* memory) {
-  free(memory);
+  int waited = 0;
+  pthread_mutex_lock(&lock);
+  for (FakeStream* s = streams; s; s = s->nextStream)
+    for (Work* w = s->head; w; w = w->next)
+      if (w->kind == WORK_WAIT_VALUE && (const void*)w->address == memory) waited = 1;
+  if (waited) ++freedWhileWaited;
+  pthread_mutex_unlock(&lock);
+  if (!waited) free(memory);
   return FAKE_CUDA_SUCCESS;
+}
+
+/* How many times host memory was freed while a value wait still read it. */
+unsigned long fakeCudaHostFreedWhileWaited(void) {
+  pthread_mutex_lock(&lock);
+  const unsigned long n = freedWhileWaited;
+  pthread_mutex_unlock(&lock);
+  return n;
 }
 
 /* A stream is held when it has a value wait queued or running whose value
