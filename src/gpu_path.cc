@@ -50,7 +50,7 @@ bool GpuPath::built() {
 Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
                                                  const std::vector<bool>& ipc, size_t chunkBytes,
-                                                 Config::CudaIpcHandles handles,
+                                                 Config::CudaIpcHandles handles, size_t slotBytes,
                                                  double timeoutSeconds) {
   if (!built()) return notSupported("this build of braid moves host memory only");
   std::unique_ptr<GpuPath> path(new GpuPath);
@@ -66,7 +66,8 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
   device->setSynchronizeLimit(timeoutSeconds);
   path->device_ = std::move(device);
   transport::cuda_ipc::CudaIpcConnection::Options options;
-  options.slotBytes = std::max<size_t>(4096, (chunkBytes + 15) / 16 * 16);
+  options.slotBytes =
+      slotBytes > 0 ? slotBytes : std::max<size_t>(4096, (chunkBytes + 15) / 16 * 16);
   transport::gpu_staged::StagedConnection::Options staged;
   staged.minBounceBytes = chunkBytes;
   for (size_t p = 0; p < host.size(); ++p) {

@@ -49,7 +49,7 @@ class GpuPath {
   static Result<std::unique_ptr<GpuPath>> create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
                                                  const std::vector<bool>& ipc, size_t chunkBytes,
-                                                 Config::CudaIpcHandles handles,
+                                                 Config::CudaIpcHandles handles, size_t slotBytes,
                                                  double timeoutSeconds);
   ~GpuPath();
 

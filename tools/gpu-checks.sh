@@ -17,7 +17,8 @@
 #          (cuda_gpu_collectives);
 #       3. compute-sanitizer memcheck on the kernels of every float type;
 #       4. the GPU's copy bandwidth and AllReduce among 2 processes on the
-#          one GPU (8 B to 256 MiB) over cuda_ipc, and the busbw at 256 MiB
+#          one GPU (8 B to 256 MiB) over cuda_ipc, then 256 MiB with 4 and
+#          16 MiB slots (BRAID_CUDA_IPC_SLOT_BYTES), and the busbw at 256 MiB
 #          against the bound (copy bandwidth / 4).
 #       Phase more: memcheck on AllReduce, AllGather and ReduceScatter among
 #       2 processes; AllReduce with BRAID_CUDA_IPC=0 (pinned host memory);
@@ -95,6 +96,13 @@ core_steps() {
   step copy-bandwidth 60 "$b/perf/gpu_copy_bandwidth"
   step all_reduce-cuda_ipc 150 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda \
     -b 8 -e 256M -f 2 -c 1
+  # The same 256 MiB with larger cuda_ipc slots (each slot costs a copy, an
+  # event record and a host message): which size the default should be.
+  local slot
+  for slot in 4M 16M; do
+    BRAID_CUDA_IPC_SLOT_BYTES=$slot step "all_reduce-slot-$slot" 60 "$braidrun" -n 2 \
+      "$b/perf/all_reduce_perf" -M cuda -b 256M -e 256M -n 20 -w 5 -c 1
+  done
   local bound busbw
   bound=$(awk '/busbw bound/{print $(NF-1)}' "$out_dir/copy-bandwidth.log" | tail -1)
   # Rank 0's row of 256 MiB: "[0] size count type redop root time algbw busbw

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
+#include "src/common/byte_size.h"
 #include "src/common/log.h"
 #include "src/common/strcat.h"
 
@@ -61,6 +63,9 @@ constexpr EnvParam kParams[] = {
      "How cuda_ipc exports its GPU memory to the ranks of its host. fd: cuMem memory exported as "
      "a POSIX file descriptor, handed over a Unix socket; legacy: cudaMalloc memory and a legacy "
      "CUDA IPC handle; auto: fd where the driver and GPU support it, else legacy."},
+    {"BRAID_CUDA_IPC_SLOT_BYTES", "auto",
+     "Bytes of each of the 8 slots of GPU memory cuda_ipc keeps per peer, the unit a message "
+     "crosses GPU to GPU in (4096 .. 1 GiB, a multiple of 16); auto: BRAID_CHUNK_BYTES."},
     {"BRAID_IB_HCA", "",
      "RDMA devices and ports to use: mlx5_0:1,mlx5_1 (names are prefixes unless they start with "
      "=), or ^mlx5_2 to leave some out; default: the first active port."},
@@ -294,6 +299,13 @@ Result<Config> loadConfig() {
     else
       return invalidArgument(
           strCat("BRAID_CUDA_IPC_HANDLES='", v, "' is none of auto, legacy and fd"));
+  }
+  if (std::string v = envString("BRAID_CUDA_IPC_SLOT_BYTES"); !v.empty() && v != "auto") {
+    const std::optional<size_t> bytes = parseByteSize(v);
+    if (!bytes || *bytes < 4096 || *bytes > (size_t{1} << 30) || *bytes % 16 != 0)
+      return invalidArgument(strCat("BRAID_CUDA_IPC_SLOT_BYTES='", v,
+                                    "' is not auto or a size from 4096 to 1G, a multiple of 16"));
+    config.cudaIpcSlotBytes = *bytes;
   }
   if (std::string v = envString("BRAID_LINK_ALPHA_US"); !v.empty())
     BRAID_RETURN_IF_ERROR(

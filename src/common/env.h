@@ -71,6 +71,9 @@ struct Config {
   // BRAID_CUDA_IPC_HANDLES: how cuda_ipc exports its GPU memory to peers.
   enum class CudaIpcHandles { kAuto, kLegacy, kPosixFd };
   CudaIpcHandles cudaIpcHandles = CudaIpcHandles::kAuto;
+  // BRAID_CUDA_IPC_SLOT_BYTES: each cuda_ipc slot; 0 = chunkBytes. Peers
+  // say theirs in the handshake, so it need not be alike on every rank.
+  size_t cudaIpcSlotBytes = 0;
   // Cost model figures; 0 = measured at init.
   double linkAlphaMicroseconds = 0;     // BRAID_LINK_ALPHA_US
   double linkGigabytesPerSecond = 0;    // BRAID_LINK_GBPS

@@ -113,6 +113,27 @@ TEST_F(GpuJobs, WithWholeStagingBroadcastIsStagedWhole) {
   expectEveryRankPassed(runRanks(2, stagedWholeBroadcast, setup));
 }
 
+// BRAID_CUDA_IPC_SLOT_BYTES sets the unit a message crosses GPU to GPU in:
+// with a chunk of 4 MiB a Broadcast of 1.2 MB is one message, 19 copies on
+// each rank in 64 KiB slots, where slots of the chunk (the default) make one
+// and the root's own.
+int broadcastInSmallSlots(Rank& r) {
+  float* send = r.allocate(kCount);
+  float* recv = r.allocate(kCount);
+  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  Copies copies;
+  if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
+  RANK_CHECK(13, copies.hostDeviceSince() == 0);
+  RANK_CHECK(14, copies.deviceSince() >= (kCount * sizeof(float) + 65535) / 65536);
+  return 0;
+}
+
+TEST_F(GpuJobs, TheSlotSizeSetsTheUnitAMessageCrossesIn) {
+  RankSetup setup;
+  setup.environment = {"BRAID_CHUNK_BYTES=4194304", "BRAID_CUDA_IPC_SLOT_BYTES=64K"};
+  expectEveryRankPassed(runRanks(2, broadcastInSmallSlots, setup));
+}
+
 // Between hosts (each rank its own BRAID_HOSTID) the copy collectives are
 // GPU jobs over the host transport: every message goes through pinned host
 // memory in pieces of a chunk, so many more copies than whole staging's 2

@@ -179,6 +179,26 @@ TEST(Config, CudaIpcHandlesAreAutoUnlessSet) {
       << refused.status().message();
 }
 
+TEST(Config, CudaIpcSlotsFollowTheChunkUnlessSet) {
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->cudaIpcSlotBytes, 0u);
+  {
+    ScopedEnv slot("BRAID_CUDA_IPC_SLOT_BYTES", "4M");
+    auto parsed = loadConfig();
+    ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+    EXPECT_EQ(parsed->cudaIpcSlotBytes, size_t{4} << 20);
+  }
+  for (const char* bad : {"4100", "1K", "2G", "many"}) {
+    ScopedEnv slot("BRAID_CUDA_IPC_SLOT_BYTES", bad);
+    auto refused = loadConfig();
+    EXPECT_FALSE(refused.isOk()) << bad;
+    if (!refused.isOk())
+      EXPECT_NE(refused.status().message().find("BRAID_CUDA_IPC_SLOT_BYTES"), std::string::npos)
+          << refused.status().message();
+  }
+}
+
 TEST(Config, SingleCopyThresholdIs64KiBOrWhatDoesNotFitASmallerRing) {
   auto c = loadConfig();
   ASSERT_TRUE(c.isOk()) << c.status().message();
