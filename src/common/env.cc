@@ -48,7 +48,7 @@ constexpr EnvParam kParams[] = {
      "1: when every rank shares one host, small collectives (send buffer up to "
      "BRAID_SHM_BOARD_BYTES) and Barrier run through one shared board that every rank maps "
      "(unless BRAID_ALGO forces their algorithm); 0: through the algorithms like any call."},
-    {"BRAID_SHM_BOARD_BYTES", "4096",
+    {"BRAID_SHM_BOARD_BYTES", "8192",
      "The largest send buffer, in bytes, of a collective that runs on the board (1 .. 65536); "
      "each rank has two slots of this size. Rank 0's value holds for the communicator."},
     {"BRAID_CUDA_IPC", "1",

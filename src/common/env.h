@@ -62,7 +62,7 @@ struct Config {
   int ibTimeout = 18;           // BRAID_IB_TIMEOUT: 4.096 us * 2^value per attempt
   int ibRetryCount = 7;         // BRAID_IB_RETRY_CNT
   bool shmBoard = true;         // BRAID_SHM_BOARD: small collectives and Barrier through one board
-  size_t shmBoardBytes = 4096;  // BRAID_SHM_BOARD_BYTES: the largest send buffer on the board
+  size_t shmBoardBytes = 8192;  // BRAID_SHM_BOARD_BYTES: the largest send buffer on the board
   bool cudaIpc = true;  // BRAID_CUDA_IPC: GPU buffers GPU to GPU among the ranks of one host
   // BRAID_GPU_STAGING=pipelined: GPU buffers reach peers without cuda_ipc
   // message by message through pinned host memory (whole: a call's buffers

@@ -19,11 +19,11 @@ namespace braidtest {
 namespace {
 
 constexpr std::chrono::seconds kTimeout{120};
-// An AllReduce of this many floats (8 KiB) is past the shared-memory board's
+// An AllReduce of this many floats (16 KiB) is past the shared-memory board's
 // slot (BRAID_SHM_BOARD_BYTES), so it runs as messages through the engine,
 // whose failures and diagnostics these tests look at; the board's own are
 // in board_test.cc.
-constexpr size_t kEngineFloats = 2048;
+constexpr size_t kEngineFloats = 4096;
 
 // Rank 0 calls call(ctx, true), the others call(ctx, false). Every rank
 // must see braidInvalidUsage, with a message that mentions every one of
