@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
@@ -18,6 +19,16 @@
 namespace braid::transport::cuda_ipc {
 namespace driver_ipc {
 namespace {
+
+// What a wedged context's GPU may still use (PrimaryContext::markWedged):
+// never freed, but kept here, so that it stays reachable and a leak checker
+// sees it held on purpose.
+void abandon(const void* handle) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<const void*>;
+  std::lock_guard lock(mutex);
+  kept->push_back(handle);
+}
 
 class DriverMemory final : public DeviceMemory {
  public:
@@ -34,7 +45,10 @@ class DriverMemory final : public DeviceMemory {
   ~DriverMemory() override {
     // Peers that have not fetched the descriptor yet get a refusal from now on.
     if (server_) server_->withdraw(offer_);
-    if (context_->wedged()) return;  // the GPU may still use it: left as it is
+    if (context_->wedged()) {  // the GPU may still use it: left as it is
+      abandon(reinterpret_cast<const void*>(static_cast<uintptr_t>(pointer_)));
+      return;
+    }
     const Driver& d = context_->driver();
     (void)context_->call("", [&] {
       switch (origin_) {
@@ -95,7 +109,10 @@ class DriverHostMemory final : public HostMemory {
   DriverHostMemory(std::shared_ptr<const PrimaryContext> context, void* data)
       : context_(std::move(context)), data_(data) {}
   ~DriverHostMemory() override {
-    if (context_->wedged()) return;  // the GPU may still copy to or from it
+    if (context_->wedged()) {  // the GPU may still copy to or from it
+      abandon(data_);
+      return;
+    }
     const Driver& d = context_->driver();
     (void)context_->call("", [&] { return d.memFreeHost(data_); });
   }
@@ -114,7 +131,10 @@ class DriverEvent final : public DeviceEvent {
   DriverEvent(std::shared_ptr<const PrimaryContext> context, CuEvent event)
       : context_(std::move(context)), event_(event) {}
   ~DriverEvent() override {
-    if (context_->wedged()) return;
+    if (context_->wedged()) {
+      abandon(event_);
+      return;
+    }
     const Driver& d = context_->driver();
     (void)context_->call("", [&] { return d.eventDestroy(event_); });
   }
