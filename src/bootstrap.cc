@@ -90,7 +90,6 @@ class LiveServers {
  public:
   void started(const std::string& address) {
     std::lock_guard lock(mutex_);
-    ++running_;
     addresses_.insert(address);
     owner_.store(::getpid());
   }
@@ -98,7 +97,6 @@ class LiveServers {
   // included (it joined them), happens before awaitAll's return.
   void ended(const std::string& address) {
     std::lock_guard lock(mutex_);
-    --running_;
     addresses_.erase(addresses_.find(address));
     changed_.notify_all();
   }
@@ -114,7 +112,7 @@ class LiveServers {
   }
   bool stopping() const { return stopping_.load(std::memory_order_relaxed); }
   bool awaitAll(Deadline deadline) {
-    return awaitWhile(deadline, [this] { return running_ > 0; });
+    return awaitWhile(deadline, [this] { return !addresses_.empty(); });
   }
   bool awaitOne(const std::string& address, Deadline deadline) {
     if (owner_.load() != ::getpid()) return true;
@@ -134,7 +132,6 @@ class LiveServers {
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  int running_ = 0;
   std::multiset<std::string> addresses_;  // where each running server listens
   std::atomic<bool> stopping_{false};
   std::atomic<pid_t> owner_{0};  // the process whose threads these are

@@ -23,6 +23,7 @@ constexpr unsigned kWaitValueGreaterEqual = 0x0;  // CU_STREAM_WAIT_VALUE_GEQ
 // The per-thread default stream (cudaStreamPerThread) is the calling
 // thread's: from braid's thread the same handle names another stream.
 void* const kPerThreadStream = reinterpret_cast<void*>(0x2);  // CU_STREAM_PER_THREAD
+void* const kLegacyStream = reinterpret_cast<void*>(0x1);     // CU_STREAM_LEGACY
 
 struct StreamDriver {
   CuResult (*streamGetCtx)(void*, void**) = nullptr;
@@ -104,7 +105,7 @@ Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStr
   // context current on the calling thread; braid then enters that context
   // wherever it names the stream.
   if (CuResult r = d.streamGetCtx(cudaStream, &bridge->context_); r != kSuccess)
-    return cudaDriverError(r, cudaStream == nullptr || cudaStream == reinterpret_cast<void*>(0x1)
+    return cudaDriverError(r, cudaStream == nullptr || cudaStream == kLegacyStream
                                   ? "the default stream's context (none is current on this "
                                     "thread: call cudaSetDevice first)"
                                   : "the CUDA stream's context");
@@ -179,16 +180,13 @@ Status CudaStreamBridge::awaitReached(const Gate& gate, double timeoutSeconds) {
     lock.unlock();
     // In the stream's context: the legacy default stream is the current
     // context's, and this thread is braid's.
-    CuResult state = d.ctxPushCurrent(context_);
-    if (state == kSuccess) {
-      state = d.streamQuery(stream_);
-      void* popped = nullptr;
-      (void)d.ctxPopCurrent(&popped);
-    }
+    const Status queried = inContext("the CUDA stream failed before the call", [&] {
+      const CuResult r = d.streamQuery(stream_);
+      return r == cudadriver::kNotReady ? kSuccess : r;
+    });
     lock.lock();
     if (gate.reached->reached) break;
-    if (state != kSuccess && state != cudadriver::kNotReady)
-      return cudaDriverError(state, "the CUDA stream failed before the call");
+    if (!queried.isOk()) return queried;
     if (std::chrono::steady_clock::now() >= deadline)
       return Status(ErrorCode::kTimeout,
                     strCat("the CUDA stream did not reach the call in ", timeoutSeconds,

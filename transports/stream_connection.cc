@@ -421,11 +421,7 @@ Result<bool> StreamConnection::recvSome() {
         }
         payloadGot_ += take;
         stagingBegin_ += take;
-        if (payloadGot_ == header_.bytes) {
-          const bool answered = matched_ != nullptr;
-          finishFrame();
-          if (answered && nothingAwaited()) return true;
-        }
+        if (payloadGot_ == header_.bytes && finishFrameAndStop()) return true;
       }
     }
     if (!dead_.isOk()) return dead_;
@@ -461,19 +457,17 @@ Result<bool> StreamConnection::recvSome() {
     moved = true;
     if (direct) {
       payloadGot_ += *got;
-      if (payloadGot_ == header_.bytes) {
-        const bool answered = matched_ != nullptr;
-        finishFrame();
-        if (answered && nothingAwaited()) return true;
-      }
+      if (payloadGot_ == header_.bytes && finishFrameAndStop()) return true;
     } else {
       stagingEnd_ = *got;
     }
   }
 }
 
-bool StreamConnection::nothingAwaited() const {
-  return posted_.empty() && sends_.empty() && awaitingAck_.empty() && pulls_.empty() &&
+bool StreamConnection::finishFrameAndStop() {
+  const bool answered = matched_ != nullptr;
+  finishFrame();
+  return answered && posted_.empty() && sends_.empty() && awaitingAck_.empty() && pulls_.empty() &&
          pushes_.empty() && stagingBegin_ == stagingEnd_;
 }
 
