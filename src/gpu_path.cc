@@ -7,6 +7,7 @@
 #include "src/common/strcat.h"
 #include "transports/cuda_ipc/cuda_ipc_connection.h"
 #include "transports/cuda_ipc/driver_ipc_device.h"
+#include "transports/cuda_ipc/ipc_or_fallback.h"
 #include "transports/gpu_staged/staged_connection.h"
 #ifdef BRAID_HAVE_CUDA
 #include "src/cuda/device_reduce.h"
@@ -83,8 +84,13 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
       BRAID_ASSIGN_OR_RETURN(auto connection,
                              transport::cuda_ipc::CudaIpcConnection::createShared(
                                  *host[p], kCudaIpcChannel, path->device_, options));
-      path->connections_.push_back(connection.get());
-      path->owned_.push_back(std::move(connection));
+      // Where the two cannot map each other's memory, this pair's messages
+      // go through pinned memory instead; whole, as the plans of the other
+      // pairs (the same on every rank) do not cut them into pieces.
+      auto chosen =
+          std::make_unique<transport::cuda_ipc::IpcOrFallback>(std::move(connection), *stagedTo);
+      path->connections_.push_back(chosen.get());
+      path->owned_.push_back(std::move(chosen));
     } else {
       path->connections_.push_back(stagedTo.get());
       path->hasStagedPeers_ = true;

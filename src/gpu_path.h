@@ -3,7 +3,10 @@
 // Peers of the same host are reached over cuda_ipc connections, so the
 // bytes go from GPU to GPU, never through host memory; two or more
 // processes on one GPU work alike (each maps the others' slots; no kernel
-// waits for another process). Other peers (other hosts, or where cuda_ipc
+// waits for another process). A pair whose ends cannot map each other's
+// memory (GPUs without peer access, processes the driver keeps apart)
+// learns so in the cuda_ipc handshake and falls back to gpu_staged, both
+// ends alike (transports/cuda_ipc/ipc_or_fallback.h). Other peers (other hosts, or where cuda_ipc
 // is off) are reached over gpu_staged connections: each message copied
 // through pinned host memory on the GPU's stream and carried by the host
 // connection, the copies of one message overlapping the wire time of the
@@ -54,8 +57,9 @@ class GpuPath {
   ~GpuPath();
 
   int deviceOrdinal() const { return deviceOrdinal_; }
-  // Whether some peer is reached over gpu_staged (the same on every rank:
-  // all share one host with cuda_ipc on, or not).
+  // Whether some peer is reached over gpu_staged by configuration (the same
+  // on every rank: all share one host with cuda_ipc on, or not), not
+  // counting pairs that fell back from cuda_ipc, which only they know of.
   bool hasStagedPeers() const { return hasStagedPeers_; }
   // By rank: cuda_ipc connections, and the own rank's host entry.
   std::span<transport::Connection* const> connections() const { return connections_; }

@@ -197,6 +197,32 @@ TEST_F(GpuJobs, RanksOfOneHostUseCudaIpcAndReachTheOtherHostThroughPinnedMemory)
   expectEveryRankPassed(runRanks(3, copyCollectivesOnTwoHosts, setup));
 }
 
+// Where rank 1's GPU cannot map its peers' memory (as between GPUs without
+// peer access), its pairs decline cuda_ipc in the handshake and carry their
+// messages through pinned host memory, while ranks 0 and 2 still go GPU to
+// GPU. The fd-handle run of this file refuses the other way of opening.
+int copyCollectivesWhereRankOneCannotMap(Rank& r) {
+  if (r.rank() == 1) fake.refuseIpcOpens(1);
+  const int n = r.nranks(), me = r.rank();
+  float* send = r.allocate(n * kCount);
+  float* recv = r.allocate(n * kCount);
+  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  Copies copies;
+  if (const int failed = allToAllChecked(r, send, recv)) return failed;
+  // Every rank exchanges a block with rank 1, staged.
+  RANK_CHECK(32, copies.hostDeviceSince() >= 1);
+  if (me == 1)
+    RANK_CHECK(33, copies.deviceSince() < kChunksPerBlock);  // its own block only
+  else
+    RANK_CHECK(34, copies.deviceSince() >= kChunksPerBlock);  // 0 and 2 over cuda_ipc
+  if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
+  return allGatherChecked(r, send, recv);
+}
+
+TEST_F(GpuJobs, APairThatCannotMapEachOthersMemoryFallsBackToPinnedMemory) {
+  expectEveryRankPassed(runRanks(3, copyCollectivesWhereRankOneCannotMap));
+}
+
 // AllReduce on GPU memory reduces with braid's CUDA kernels (src/cuda),
 // launched through the CUDA runtime linked into libbraid. That runtime
 // looks the driver up in the loaded libcuda.so.1, the stand-in, and asks it

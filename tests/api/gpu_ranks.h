@@ -44,6 +44,7 @@ struct FakeDriver {
   void (*setWaitLimit)(unsigned);
   unsigned long (*hostDeviceCopies)();
   unsigned long (*deviceCopies)();
+  void (*refuseIpcOpens)(int);
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -59,7 +60,8 @@ struct FakeDriver {
            find(launchKernel, "fakeCudaLaunchKernel") && find(shareArena, "fakeCudaShareArena") &&
            find(setWaitLimit, "fakeCudaSetWaitLimit") &&
            find(hostDeviceCopies, "fakeCudaHostDeviceCopyCount") &&
-           find(deviceCopies, "fakeCudaDeviceToDeviceCopyCount");
+           find(deviceCopies, "fakeCudaDeviceToDeviceCopyCount") &&
+           find(refuseIpcOpens, "fakeCudaRefuseIpcOpens");
   }
 };
 

@@ -364,6 +364,9 @@ int cuGetErrorString(int error, const char** text) {
     case FAKE_CUDA_ERROR_ILLEGAL_ADDRESS:
       *text = "an illegal memory access was encountered";
       return FAKE_CUDA_SUCCESS;
+    case FAKE_CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
+      *text = "peer access is not supported between these two devices";
+      return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_INVALID_HANDLE:
       *text = "invalid resource handle";
       return FAKE_CUDA_SUCCESS;

@@ -13,6 +13,7 @@ enum {
   FAKE_CUDA_ERROR_OUT_OF_MEMORY = 2,
   FAKE_CUDA_ERROR_NOT_INITIALIZED = 3,
   FAKE_CUDA_ERROR_INVALID_CONTEXT = 201,
+  FAKE_CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
   FAKE_CUDA_ERROR_INVALID_HANDLE = 400,
   FAKE_CUDA_ERROR_NOT_SUPPORTED = 801,
   FAKE_CUDA_ERROR_NOT_READY = 600,
@@ -53,6 +54,9 @@ void* fakeCarveDeviceMemory(size_t bytes, size_t alignment);
  * or NULL; `shared` says whether an arena is shared (NULL then: it is
  * full). */
 void* fakeSharedCarve(size_t bytes, int* shared);
+/* Whether this process refuses to open other processes' memory, as a GPU
+ * without peer access to the exporter's does (fakeCudaRefuseIpcOpens). */
+int fakeRefusesIpcOpens(void);
 /* Puts a stream in a kernel's sticky error (fake_libcuda_streams.c). */
 void fakeCudaFailStream(void* stream);
 /* Whether some stream (only blocking ones, if blockingOnly) is held by a

@@ -82,6 +82,18 @@ void fakeCudaSetWaitLimit(unsigned milliseconds) {
   __atomic_store_n(&waitLimitMs, milliseconds, __ATOMIC_RELAXED);
 }
 
+/* From now on (refuse != 0) this process's opens of interprocess memory
+ * (cuIpcOpenMemHandle, cuMemImportFromShareableHandle) fail with
+ * CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, as where the exporter's GPU and this
+ * one have no peer access. */
+static int refuseIpcOpens;
+void fakeCudaRefuseIpcOpens(int refuse) {
+  __atomic_store_n(&refuseIpcOpens, refuse, __ATOMIC_RELAXED);
+}
+int fakeRefusesIpcOpens(void) {
+  return __atomic_load_n(&refuseIpcOpens, __ATOMIC_RELAXED);
+}
+
 /* How many times a memory handle was opened; the mappings and events not
  * yet closed or destroyed: 0 once everything is released. */
 unsigned long fakeCudaIpcOpenCount(void) {
@@ -138,6 +150,7 @@ int cuIpcGetMemHandle(FakeIpcHandle* handle, unsigned long long device) {
 int cuIpcOpenMemHandle_v2(unsigned long long* device, FakeIpcHandle handle, unsigned flags) {
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (device == NULL || (flags & ~1u) != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (fakeRefusesIpcOpens()) return FAKE_CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
   uint64_t address = readHandle(&handle, HANDLE_MEMORY);
   if (address == 0) return FAKE_CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&lock);

@@ -192,6 +192,7 @@ int cuMemImportFromShareableHandle(unsigned long long* handle, void* osHandle, i
   const int given = (int)(intptr_t)osHandle;
   if (handle == NULL || type != HANDLE_TYPE_POSIX_FD || fstat(given, &st) != 0 || st.st_size <= 0)
     return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (fakeRefusesIpcOpens()) return FAKE_CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
   const int fd = fcntl(given, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
   *handle = newAllocation(fd, (size_t)st.st_size, 1);

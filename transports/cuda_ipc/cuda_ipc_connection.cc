@@ -10,6 +10,8 @@ namespace {
 
 constexpr uint64_t kHelloMagic = 0x6272616964495043;  // "braidIPC"
 constexpr uint64_t kHelloTag = 0;
+constexpr uint64_t kVerdictTag = 1;
+constexpr uint64_t kVerdictMagic = 0x6970635f76657264;
 constexpr uint64_t kRecordCheck = 0x6970635f72656364;
 // Record receives kept posted ahead, so a burst of records is read in one
 // progress() rather than one per call.
@@ -85,6 +87,8 @@ Status CudaIpcConnection::startHandshake() {
   }
   helloReceived_ = control_->postRecv(&peerHello_, sizeof(peerHello_),
                                       Tag{channelBits_ | kHelloTag, kHelloMagic});
+  verdictReceived_ = control_->postRecv(&peerVerdict_, sizeof(peerVerdict_),
+                                        Tag{channelBits_ | kVerdictTag, kVerdictMagic});
   helloSent_ =
       control_->postSend(&hello_, sizeof(hello_), Tag{channelBits_ | kHelloTag, kHelloMagic});
   return Status::ok();
@@ -95,18 +99,73 @@ Status CudaIpcConnection::finishHandshake() {
   if (h.magic != kHelloMagic || h.slots < 1 || h.slots > kMaxSlots || h.slotBytes == 0 ||
       h.slotBytes % 16 != 0)
     return remoteError(strCat("cuda_ipc: rank ", peer(), " sent a malformed handshake"));
+  const Status mapped = mapPeer();
+  if (!mapped.isOk()) {
+    // A peer that is gone is no reason to carry the pair another way.
+    BRAID_RETURN_IF_ERROR(peerReasonOr(Status::ok()));
+  }
+  verdictGiven_ = true;
+  return sendVerdict(mapped);
+}
+
+Status CudaIpcConnection::mapPeer() {
+  const Hello& h = peerHello_;
   BRAID_ASSIGN_OR_RETURN(peerPool_, device_->openMemory(h.pool));
   for (uint32_t k = 0; k < h.slots; ++k) {
     BRAID_ASSIGN_OR_RETURN(auto filled, device_->openEvent(h.filled[k]));
     BRAID_ASSIGN_OR_RETURN(auto drained, device_->openEvent(h.drained[k]));
     peerFilled_.push_back(std::move(filled));
     peerDrained_.push_back(std::move(drained));
-    freePeerSlots_.push_back(k);
   }
-  peerSlotWritten_.assign(h.slots, false);
-  ready_ = true;
-  postRecordReceives();
   return Status::ok();
+}
+
+Status CudaIpcConnection::sendVerdict(const Status& mapped) {
+  verdict_.magic = kVerdictMagic;
+  verdict_.mapped = mapped.isOk() ? 1 : 0;
+  const std::string& why = mapped.message();
+  const size_t length = std::min(why.size(), sizeof(verdict_.reason) - 1);
+  std::memcpy(verdict_.reason, why.data(), length);
+  verdict_.reason[length] = '\0';
+  verdictSent_ = control_->postSend(&verdict_, sizeof(verdict_),
+                                    Tag{channelBits_ | kVerdictTag, kVerdictMagic});
+  return Status::ok();
+}
+
+Status CudaIpcConnection::settleMapping() {
+  Verdict& theirs = peerVerdict_;
+  if (theirs.magic != kVerdictMagic || theirs.mapped > 1)
+    return remoteError(strCat("cuda_ipc: rank ", peer(), " sent a malformed verdict"));
+  theirs.reason[sizeof(theirs.reason) - 1] = '\0';
+  if (verdict_.mapped == 1 && theirs.mapped == 1) {
+    for (uint32_t k = 0; k < peerHello_.slots; ++k) freePeerSlots_.push_back(k);
+    peerSlotWritten_.assign(peerHello_.slots, false);
+    ready_ = true;
+    postRecordReceives();
+    return Status::ok();
+  }
+  declined_ = verdict_.mapped == 0
+                  ? notSupported(strCat("cuda_ipc: this rank cannot map the GPU memory of rank ",
+                                        peer(), ": ", verdict_.reason))
+                  : notSupported(strCat("cuda_ipc: rank ", peer(),
+                                        " cannot map this rank's GPU memory: ", theirs.reason));
+  // Declined is not broken: the host connection goes on carrying the rest.
+  dead_ = declined_;
+  for (auto& send : sends_) send.request->fail(declined_);
+  sends_.clear();
+  for (auto& [tag, p] : posted_) p.request->fail(declined_);
+  posted_.clear();
+  return Status::ok();
+}
+
+CudaIpcConnection::Mapping CudaIpcConnection::mapping() const {
+  std::lock_guard lock(mutex_);
+  return ready_ ? Mapping::kMapped : !declined_.isOk() ? Mapping::kDeclined : Mapping::kPending;
+}
+
+Status CudaIpcConnection::declinedBecause() const {
+  std::lock_guard lock(mutex_);
+  return declined_;
 }
 
 // Opening what the peer exported fails when the peer is gone (a file
@@ -390,7 +449,11 @@ Status CudaIpcConnection::completeWrittenSends(bool& moved) {
 
 Result<bool> CudaIpcConnection::progress() {
   std::lock_guard lock(mutex_);
-  if (!dead_.isOk()) return dead_;
+  if (!dead_.isOk()) {
+    // The verdict that declined may still be on its way out.
+    if (!declined_.isOk()) (void)control_->progress();
+    return dead_;
+  }
   // A host connection that just failed (the peer left) may still hold
   // records that arrived before: they are handled first, so what the peer
   // sent before it left is received.
@@ -402,10 +465,19 @@ Result<bool> CudaIpcConnection::progress() {
       status = helloSent_->error();
     else if (helloReceived_->state() == Request::State::kFailed)
       status = helloReceived_->error();
-    else if (helloReceived_->state() == Request::State::kDone) {
+    else if (verdictReceived_->state() == Request::State::kFailed)
+      status = verdictReceived_->error();
+    else if (verdictSent_ && verdictSent_->state() == Request::State::kFailed)
+      status = verdictSent_->error();
+    if (status.isOk() && !verdictGiven_ && helloReceived_->state() == Request::State::kDone) {
       status = finishHandshake();
       if (!status.isOk()) status = peerReasonOr(status);
       moved = true;
+    }
+    if (status.isOk() && verdictGiven_ && verdictReceived_->state() == Request::State::kDone) {
+      status = settleMapping();
+      moved = true;
+      if (!declined_.isOk()) return declined_;
     }
   }
   while (status.isOk() && ready_ && !recordsIn_.empty() &&

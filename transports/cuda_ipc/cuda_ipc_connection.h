@@ -27,6 +27,13 @@
 // the host must first synchronize the device. A send's buffer must not be
 // changed other than by work queued later on that device.
 //
+// Mapping. After the hello each end opens what the peer exported and tells
+// it whether that worked (the verdict). Only when both did does anything
+// move; when either could not (GPUs without peer access, processes that may
+// not share memory), the connection is declined: it moves nothing, and
+// mapping() and declinedBecause() say so, on both ends alike, so that a
+// caller can carry the pair's messages another way (IpcOrFallback).
+//
 // A message that arrives before its receive holds its slots. When every
 // slot of this end is held so, the held chunks are copied out into GPU
 // memory of this end (allocated then: rare and slow), so the sender can go
@@ -86,6 +93,14 @@ class CudaIpcConnection final : public Connection {
   // Chunks copied out of held slots so far (see above): for tests.
   size_t spilledChunks() const;
 
+  // Whether the two ends mapped each other's memory (see above): kPending
+  // until both verdicts are known.
+  enum class Mapping { kPending, kMapped, kDeclined };
+  Mapping mapping() const;
+  // Why, once mapping() is kDeclined: which end could not map what, and the
+  // driver's error.
+  Status declinedBecause() const;
+
   // The records on the control connection, in host byte order.
   struct Record {
     uint32_t kind;  // Kind
@@ -100,6 +115,12 @@ class CudaIpcConnection final : public Connection {
     uint64_t slotBytes;
     IpcHandle pool;
     std::array<IpcHandle, kMaxSlots> filled, drained;
+  };
+  struct Verdict {
+    uint64_t magic;
+    uint32_t mapped;  // 1: this end opened all the peer exported
+    uint32_t reserved;
+    char reason[240];  // why not, NUL-terminated
   };
 
  private:
@@ -139,6 +160,11 @@ class CudaIpcConnection final : public Connection {
                     std::shared_ptr<IpcDevice> device, Options options);
   Status startHandshake();
   Status finishHandshake();
+  // Opens what the peer's hello names; an error is why it could not.
+  Status mapPeer();
+  Status sendVerdict(const Status& opened);
+  // Once both verdicts are known: ready_, or declined_.
+  Status settleMapping();
   Status peerReasonOr(Status mine);
   Status sendRecord(const Record& record);
   void postRecordReceives();
@@ -169,13 +195,17 @@ class CudaIpcConnection final : public Connection {
   std::vector<std::unique_ptr<DeviceEvent>> filled_, drained_;
   Hello hello_{}, peerHello_{};
   RequestPtr helloSent_, helloReceived_;
-  bool ready_ = false;
+  Verdict verdict_{}, peerVerdict_{};
+  RequestPtr verdictSent_, verdictReceived_;
+  bool verdictGiven_ = false;  // this end tried the peer's handles and said how it went
+  bool ready_ = false;         // both ends mapped: chunks and credits move
+  Status declined_;            // non-ok once either end could not map
   std::unique_ptr<DeviceMemory> peerPool_;
   std::vector<std::unique_ptr<DeviceEvent>> peerFilled_, peerDrained_;
 
-  // Records: tags 1, 2, ... in each direction after the hello (tag 0), in
-  // channel channelBits_.
-  uint64_t nextRecordOut_ = 1, nextRecordIn_ = 1;
+  // Records: tags 2, 3, ... in each direction after the hello (tag 0) and
+  // the verdict (tag 1), in channel channelBits_.
+  uint64_t nextRecordOut_ = 2, nextRecordIn_ = 2;
   std::deque<OutRecord> recordsOut_;
   struct InRecord {
     Record record{};
