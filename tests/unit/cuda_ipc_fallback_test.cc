@@ -6,18 +6,17 @@
 // (fake_ipc_device.h), whose memory is host memory: so the host connection
 // itself can stand in for the fallback, as gpu_staged shares it in braid.
 #include <gtest/gtest.h>
-#include <sys/socket.h>
 
 #include <chrono>
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fake_ipc_device.h"
+#include "host_pair.h"
 #include "transports/cuda_ipc/ipc_or_fallback.h"
-#include "transports/stream_connection.h"
-#include "transports/tcp/socket_stream.h"
 
 namespace braid::transport::cuda_ipc {
 namespace {
@@ -48,12 +47,8 @@ void addInts(void* dst, const void* local, const void* incoming, size_t units, c
 class DeclinedPair : public ::testing::Test {
  protected:
   void SetUp() override {
-    int fds[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-    hostA = std::make_unique<StreamConnection>(
-        std::make_unique<tcp::SocketStream>(tcp::Fd(fds[0]), 1), 1);
-    hostB = std::make_unique<StreamConnection>(
-        std::make_unique<tcp::SocketStream>(tcp::Fd(fds[1]), 0), 0);
+    std::tie(hostA, hostB) = transport::testing::hostPair();
+    ASSERT_TRUE(hostA && hostB);
     devA = std::make_shared<FakeIpcDevice>();
     devB = std::make_shared<FakeIpcDevice>();
   }

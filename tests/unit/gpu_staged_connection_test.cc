@@ -3,17 +3,16 @@
 // (fake_ipc_device.h), whose stream is slowed where a missing wait would
 // show up as wrong bytes.
 #include <gtest/gtest.h>
-#include <sys/socket.h>
 
 #include <chrono>
 #include <cstring>
 #include <initializer_list>
+#include <tuple>
 #include <vector>
 
 #include "fake_ipc_device.h"
+#include "host_pair.h"
 #include "transports/gpu_staged/staged_connection.h"
-#include "transports/stream_connection.h"
-#include "transports/tcp/socket_stream.h"
 
 namespace braid::transport::gpu_staged {
 namespace {
@@ -25,12 +24,8 @@ using State = Request::State;
 class StagedPair : public ::testing::Test {
  protected:
   void SetUp() override {
-    int fds[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
-    hostA = std::make_unique<StreamConnection>(
-        std::make_unique<tcp::SocketStream>(tcp::Fd(fds[0]), 1), 1);
-    hostB = std::make_unique<StreamConnection>(
-        std::make_unique<tcp::SocketStream>(tcp::Fd(fds[1]), 0), 0);
+    std::tie(hostA, hostB) = transport::testing::hostPair();
+    ASSERT_TRUE(hostA && hostB);
     devA = std::make_shared<FakeIpcDevice>();
     devB = std::make_shared<FakeIpcDevice>();
     StagedConnection::Options options;
@@ -56,7 +51,7 @@ class StagedPair : public ::testing::Test {
     EXPECT_TRUE(devB->synchronize().isOk()) << devB->synchronize().message();
   }
 
-  std::unique_ptr<StreamConnection> hostA, hostB;
+  std::unique_ptr<Connection> hostA, hostB;
   std::shared_ptr<FakeIpcDevice> devA, devB;
   std::unique_ptr<StagedConnection> A, B;
 };
