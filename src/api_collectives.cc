@@ -156,6 +156,8 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   const braid::BufferMemory recvMemory =
       o.recv ? braid::memoryKindOf(o.recv) : braid::BufferMemory{};
   const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
+  if (placement.sendOnGpu || placement.recvOnGpu)
+    BRAID_RETURN_IF_ERROR(stream->cuda->gpuBuffersAllowed());
   // Inside a group: run when the CUDA stream reaches braidGroupEnd, all the
   // group's calls on this stream together, as GPU jobs or staged around the
   // batch.

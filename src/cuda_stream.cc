@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 
 #include "src/common/cuda_driver.h"
 #include "src/common/strcat.h"
@@ -24,6 +25,7 @@ constexpr unsigned kWaitValueGreaterEqual = 0x0;  // CU_STREAM_WAIT_VALUE_GEQ
 // thread's: from braid's thread the same handle names another stream.
 void* const kPerThreadStream = reinterpret_cast<void*>(0x2);  // CU_STREAM_PER_THREAD
 void* const kLegacyStream = reinterpret_cast<void*>(0x1);     // CU_STREAM_LEGACY
+constexpr int kCaptureStatusNone = 0;                         // CU_STREAM_CAPTURE_STATUS_NONE
 
 struct StreamDriver {
   CuResult (*streamGetCtx)(void*, void**) = nullptr;
@@ -31,6 +33,7 @@ struct StreamDriver {
   CuResult (*streamDestroy)(void*) = nullptr;
   CuResult (*streamSynchronize)(void*) = nullptr;
   CuResult (*streamQuery)(void*) = nullptr;
+  CuResult (*streamIsCapturing)(void*, int*) = nullptr;
   CuResult (*launchHostFunc)(void*, void (*)(void*), void*) = nullptr;
   CuResult (*streamWaitValue32)(void*, DevicePtr, uint32_t, unsigned) = nullptr;
   CuResult (*memHostAlloc)(void**, size_t, unsigned) = nullptr;
@@ -52,6 +55,7 @@ const StreamDriver& driver() {
     finder.find(d.streamDestroy, "cuStreamDestroy_v2");
     finder.find(d.streamSynchronize, "cuStreamSynchronize");
     finder.find(d.streamQuery, "cuStreamQuery");
+    finder.find(d.streamIsCapturing, "cuStreamIsCapturing");
     finder.find(d.launchHostFunc, "cuLaunchHostFunc");
     // CUDA 11.7 named the stream memory operations that every CUDA 12
     // device supports *_v2; the first names remain for older drivers.
@@ -101,6 +105,9 @@ Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStr
         "default stream (0)");
   std::shared_ptr<CudaStreamBridge> bridge(new CudaStreamBridge);
   bridge->stream_ = cudaStream;
+  // The driver reads it once, when it makes the context; so does braid.
+  if (const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
+    bridge->oneWorkQueue_ = std::strtol(connections, nullptr, 10) == 1;
   // The legacy default stream (0 or cudaStreamLegacy) is that of the
   // context current on the calling thread; braid then enters that context
   // wherever it names the stream.
@@ -144,9 +151,30 @@ Status CudaStreamBridge::inContext(const char* what, const std::function<int()>&
   return r == kSuccess ? Status::ok() : cudaDriverError(r, what);
 }
 
+Status CudaStreamBridge::gpuBuffersAllowed() const {
+  if (!oneWorkQueue_) return Status::ok();
+  return notSupported(
+      "GPU buffers on a CUDA stream with CUDA_DEVICE_MAX_CONNECTIONS=1: every CUDA stream of the "
+      "process then shares one hardware queue, in which the CUDA stream's wait for the call "
+      "would hold braid's own GPU copies queued behind it for good. Set it above 1 (the "
+      "driver's default is 8), or pass the buffers on a stream of braidStreamCreate after "
+      "synchronizing the CUDA stream");
+}
+
 Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
   const StreamDriver& d = driver();
   std::lock_guard lock(holdMutex_);
+  // A stream that captures a graph records the host function and the wait
+  // rather than running them: the call would never learn that the stream
+  // got there, and each replay would pass the wait without it.
+  int capture = kCaptureStatusNone;
+  BRAID_RETURN_IF_ERROR(inContext("asking whether the CUDA stream captures a graph",
+                                  [&] { return d.streamIsCapturing(stream_, &capture); }));
+  if (capture != kCaptureStatusNone)
+    return notSupported(
+        "the CUDA stream is capturing a CUDA graph (cudaStreamBeginCapture): a braid call runs "
+        "on braid's threads, which a graph cannot hold, so a replay would skip it; make the "
+        "call outside the capture");
   Gate gate;
   gate.reached = std::make_shared<Gate::Reached>();
   gate.release = held_ + 1;

@@ -43,8 +43,14 @@ class CudaStreamBridge final : public GpuCopies {
     uint32_t release = 0;  // the value that lets the CUDA stream pass
   };
 
+  // Whether a call with GPU buffers may be ordered on this CUDA stream. Not
+  // where all streams share one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS
+  // =1): braid's GPU work for the call, queued after the stream's wait for
+  // it, would wait behind that wait for ever.
+  Status gpuBuffersAllowed() const;
   // Queues on the CUDA stream the signal that its earlier work is done, then
-  // the wait for this call. Returns at once.
+  // the wait for this call. Returns at once. Refused on a stream that is
+  // capturing a graph.
   Result<Gate> hold();
   // Waits (on braid's stream thread) until the CUDA stream reaches `gate`;
   // fails if the CUDA stream reports an error, or after `timeoutSeconds`.
@@ -71,8 +77,9 @@ class CudaStreamBridge final : public GpuCopies {
   void* copyStream_ = nullptr;    // braid's, non-blocking
   uint32_t* released_ = nullptr;  // pinned host memory the CUDA stream reads
   unsigned long long releasedOnGpu_ = 0;
-  std::mutex holdMutex_;  // one hold() at a time: the signal and the wait stay together
-  uint32_t held_ = 0;     // the value of the last hold()
+  std::mutex holdMutex_;       // one hold() at a time: the signal and the wait stay together
+  uint32_t held_ = 0;          // the value of the last hold()
+  bool oneWorkQueue_ = false;  // CUDA_DEVICE_MAX_CONNECTIONS=1
 };
 
 }  // namespace braid

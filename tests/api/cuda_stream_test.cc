@@ -40,6 +40,7 @@ struct FakeDriver {
   void (*setDeviceRange)(void*, size_t, int, int);
   unsigned long (*copyCount)();
   unsigned long (*freedWhileWaited)();
+  void (*setCapture)(void*, int);
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -53,7 +54,8 @@ struct FakeDriver {
            find(streamSynchronize, "cuStreamSynchronize") && find(streamQuery, "cuStreamQuery") &&
            find(launchKernel, "fakeCudaLaunchKernel") && find(failStream, "fakeCudaFailStream") &&
            find(setDeviceRange, "fakeCudaSetDeviceRange") && find(copyCount, "fakeCudaCopyCount") &&
-           find(freedWhileWaited, "fakeCudaHostFreedWhileWaited");
+           find(freedWhileWaited, "fakeCudaHostFreedWhileWaited") &&
+           find(setCapture, "fakeCudaSetStreamCapture");
   }
 
   // A context current on this thread and a blocking stream (flags 0), as
@@ -432,6 +434,48 @@ TEST_F(OneRankOnACudaStream, AGroupThatFailsLetsTheCudaStreamGoOn) {
   ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
   EXPECT_NE(braidStreamSynchronize(stream_), braidSuccess);
   aborted_ = true;
+}
+
+// A stream that captures a CUDA graph would record the call's signal and
+// wait instead of running them: the call is refused at once, and nothing is
+// left on the stream.
+TEST_F(OneRankOnACudaStream, ACallOnAStreamThatCapturesAGraphIsRefused) {
+  float x[4] = {1, 2, 3, 4}, y[4] = {};
+  fake.setCapture(cudaStream_, 1);  // CU_STREAM_CAPTURE_STATUS_ACTIVE
+  EXPECT_BRAID_ERROR(braidAllReduce(x, y, 4, braidFloat32, braidSum, comm_, stream_),
+                     braidNotSupported, "capturing a CUDA graph", "outside the capture");
+  EXPECT_BRAID_OK(braidGroupStart());
+  EXPECT_BRAID_OK(braidAllReduce(x, y, 4, braidFloat32, braidSum, comm_, stream_));
+  EXPECT_BRAID_ERROR(braidGroupEnd(), braidNotSupported, "capturing a CUDA graph");
+  fake.setCapture(cudaStream_, 0);
+  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
+  EXPECT_BRAID_OK(braidStreamSynchronize(stream_));
+  EXPECT_EQ(y[0], 0.0f);  // neither ran
+  expectAnAllReduceInOrder(comm_, stream_, cudaStream_);
+}
+
+// With CUDA_DEVICE_MAX_CONNECTIONS=1 every CUDA stream shares one hardware
+// queue, where the stream's wait for the call would hold braid's own GPU
+// work behind it: GPU buffers on such a stream are refused, naming the
+// variable; host buffers, which need no GPU work, still run in order.
+TEST_F(CudaStream, WithOneHardwareQueueGpuBuffersOnACudaStreamAreRefused) {
+  ASSERT_EQ(setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1), 0);
+  braidComm_t comm = oneRank();
+  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
+  void* cudaStream = fake.makeStream();
+  ASSERT_NE(cudaStream, nullptr);
+  braidStream_t stream = nullptr;
+  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, cudaStream, &stream));
+  ASSERT_EQ(unsetenv("CUDA_DEVICE_MAX_CONNECTIONS"), 0);
+  static float gpu[8];
+  fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
+  EXPECT_BRAID_ERROR(braidAllReduce(gpu, gpu + 4, 4, braidFloat32, braidSum, comm, stream),
+                     braidNotSupported, "CUDA_DEVICE_MAX_CONNECTIONS=1", "braidStreamCreate");
+  fake.setDeviceRange(nullptr, 0, 0, 0);
+  expectAnAllReduceInOrder(comm, stream, cudaStream);
+  EXPECT_BRAID_OK(braidStreamDestroy(stream));
+  EXPECT_BRAID_OK(braidCommDestroy(comm));
+  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
 }
 
 #else

@@ -48,6 +48,7 @@ typedef struct FakeStream {
   int running; /* a work item is being run */
   int stop;
   int failed; /* the sticky error, or 0 */
+  int capture; /* CUstreamCaptureStatus: set by fakeCudaSetStreamCapture */
   struct FakeStream* nextStream;
 } FakeStream;
 
@@ -186,6 +187,17 @@ int cuStreamGetCtx(void* stream, void** context) {
   return FAKE_CUDA_SUCCESS;
 }
 
+int cuStreamIsCapturing(void* stream, int* status) {
+  if (status == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  int error = FAKE_CUDA_SUCCESS;
+  FakeStream* s = resolve(stream, &error);
+  if (s == NULL) return error;
+  pthread_mutex_lock(&lock);
+  *status = s->capture;
+  pthread_mutex_unlock(&lock);
+  return FAKE_CUDA_SUCCESS;
+}
+
 int cuStreamSynchronize(void* stream) {
   int error = FAKE_CUDA_SUCCESS;
   FakeStream* s = resolve(stream, &error);
@@ -316,6 +328,15 @@ void fakeSynchronizeStreams(void) {
 /* Queues `kernel(argument)` on `stream`, standing for GPU work. */
 int fakeCudaLaunchKernel(void* stream, void (*kernel)(void*), void* argument) {
   return cuLaunchHostFunc(stream, kernel, argument);
+}
+
+/* Says that `stream` captures a graph (status 1, ACTIVE), or not (0): the
+ * stand-in records nothing, it only answers cuStreamIsCapturing so. */
+void fakeCudaSetStreamCapture(void* stream, int status) {
+  FakeStream* s = stream;
+  pthread_mutex_lock(&lock);
+  s->capture = status;
+  pthread_mutex_unlock(&lock);
 }
 
 /* Puts `stream` in a kernel's sticky error: illegal address. */
