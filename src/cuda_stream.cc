@@ -43,6 +43,7 @@ struct StreamDriver {
   CuResult (*memcpyHtoDAsync)(DevicePtr, const void*, size_t, void*) = nullptr;
   CuResult (*ctxPushCurrent)(void*) = nullptr;
   CuResult (*ctxPopCurrent)(void**) = nullptr;
+  cudadriver::ExchangeCaptureMode threadExchangeStreamCaptureMode = nullptr;  // optional
   std::string missing;
 };
 
@@ -69,6 +70,7 @@ const StreamDriver& driver() {
     finder.find(d.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
     finder.find(d.ctxPushCurrent, "cuCtxPushCurrent_v2");
     finder.find(d.ctxPopCurrent, "cuCtxPopCurrent_v2");
+    finder.findOptional(d.threadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
     d.missing = finder.missing;
     return d;
   }();
@@ -143,6 +145,7 @@ CudaStreamBridge::~CudaStreamBridge() {
 
 Status CudaStreamBridge::inContext(const char* what, const std::function<int()>& work) {
   const StreamDriver& d = driver();
+  const cudadriver::RelaxedCapture relaxed(d.threadExchangeStreamCaptureMode);
   if (CuResult r = d.ctxPushCurrent(context_); r != kSuccess)
     return cudaDriverError(r, strCat(what, ": entering the CUDA stream's context"));
   const CuResult r = work();

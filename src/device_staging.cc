@@ -31,6 +31,7 @@ struct Driver {
   CuResult (*getErrorString)(CuResult, const char**) = nullptr;
   CuResult (*deviceGet)(int*, int) = nullptr;
   CuResult (*primaryCtxRetain)(CuContext*, int) = nullptr;
+  cudadriver::ExchangeCaptureMode threadExchangeStreamCaptureMode = nullptr;  // optional
   std::string missing;  // why the driver cannot be used; empty when it can
 };
 
@@ -51,6 +52,7 @@ const Driver& driver() {
     find(d.getErrorString, "cuGetErrorString");
     find(d.deviceGet, "cuDeviceGet");
     find(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    finder.findOptional(d.threadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
     d.missing = finder.missing;
     return d;
   }();
@@ -120,6 +122,7 @@ template <typename Work>
 Status inContextOf(const void* gpu, const char* what, Wait wait, Work&& work) {
   const Driver& d = driver();
   if (!d.missing.empty()) return notSupported(strCat(what, ": ", d.missing));
+  const cudadriver::RelaxedCapture relaxed(d.threadExchangeStreamCaptureMode);
   BRAID_ASSIGN_OR_RETURN(CuContext context, contextOf(d, gpu, what));
   if (CuResult r = d.ctxPushCurrent(context); r != kCudaSuccess)
     return cudaDriverError(r, strCat(what, ": entering the buffer's context"));

@@ -41,6 +41,7 @@ struct FakeDriver {
   unsigned long (*copyCount)();
   unsigned long (*freedWhileWaited)();
   void (*setCapture)(void*, int);
+  void (*setGlobalCapture)(int);
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -55,7 +56,8 @@ struct FakeDriver {
            find(launchKernel, "fakeCudaLaunchKernel") && find(failStream, "fakeCudaFailStream") &&
            find(setDeviceRange, "fakeCudaSetDeviceRange") && find(copyCount, "fakeCudaCopyCount") &&
            find(freedWhileWaited, "fakeCudaHostFreedWhileWaited") &&
-           find(setCapture, "fakeCudaSetStreamCapture");
+           find(setCapture, "fakeCudaSetStreamCapture") &&
+           find(setGlobalCapture, "fakeCudaSetGlobalCapture");
   }
 
   // A context current on this thread and a blocking stream (flags 0), as
@@ -452,6 +454,37 @@ TEST_F(OneRankOnACudaStream, ACallOnAStreamThatCapturesAGraphIsRefused) {
   EXPECT_BRAID_OK(braidStreamSynchronize(stream_));
   EXPECT_EQ(y[0], 0.0f);  // neither ran
   expectAnAllReduceInOrder(comm_, stream_, cudaStream_);
+}
+
+// While another thread captures a CUDA graph in global mode, the driver
+// refuses allocations, queries and synchronizations on threads whose mode is
+// global: braid's are made in relaxed mode, so a braid stream on a CUDA
+// stream is made, and calls of GPU buffers run on it and on the caller's
+// thread (staged through host memory, with one rank), as at any other time.
+TEST_F(CudaStream, CallsOfGpuBuffersRunWhileAnotherThreadCapturesAGraph) {
+  braidComm_t comm = oneRank();
+  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
+  void* cudaStream = fake.makeStream();
+  ASSERT_NE(cudaStream, nullptr);
+  static float gpu[12];
+  fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
+  for (int i = 0; i < 12; ++i) gpu[i] = i < 4 ? static_cast<float>(i + 1) : 0.0f;
+  fake.setGlobalCapture(1);
+  braidStream_t stream = nullptr;
+  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, cudaStream, &stream));
+  EXPECT_BRAID_OK(braidAllReduce(gpu, gpu + 4, 4, braidFloat32, braidSum, comm, stream));
+  EXPECT_BRAID_OK(braidStreamSynchronize(stream));
+  EXPECT_BRAID_OK(braidAllReduce(gpu, gpu + 8, 4, braidFloat32, braidSum, comm, nullptr));
+  fake.setGlobalCapture(0);
+  ASSERT_EQ(fake.streamSynchronize(cudaStream), 0);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(gpu[4 + i], static_cast<float>(i + 1));
+    EXPECT_EQ(gpu[8 + i], static_cast<float>(i + 1));
+  }
+  fake.setDeviceRange(nullptr, 0, 0, 0);
+  EXPECT_BRAID_OK(braidStreamDestroy(stream));
+  EXPECT_BRAID_OK(braidCommDestroy(comm));
+  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
 }
 
 // With CUDA_DEVICE_MAX_CONNECTIONS=1 every CUDA stream shares one hardware

@@ -223,6 +223,28 @@ TEST_F(GpuJobs, APairThatCannotMapEachOthersMemoryFallsBackToPinnedMemory) {
   expectEveryRankPassed(runRanks(3, copyCollectivesWhereRankOneCannotMap));
 }
 
+// While another thread of the process captures a CUDA graph in global mode
+// (as torch.cuda.graph does), the driver refuses allocations, queries and
+// synchronizations on every thread whose own mode is global, and the
+// capture fails. braid makes its calls in relaxed mode, so its first GPU
+// call (which allocates and exports its slots and events) and the calls
+// after it run as usual. The stand-in refuses as the driver does.
+int copyCollectivesDuringAGraphCapture(Rank& r) {
+  const int n = r.nranks();
+  float* send = r.allocate(n * kCount);
+  float* recv = r.allocate(n * kCount);
+  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  fake.setGlobalCapture(1);
+  int failed = allGatherChecked(r, send, recv);
+  if (failed == 0) failed = broadcastFromTheLastRank(r, send, recv);
+  fake.setGlobalCapture(0);
+  return failed;
+}
+
+TEST_F(GpuJobs, CallsRunWhileAnotherThreadCapturesAGraph) {
+  expectEveryRankPassed(runRanks(2, copyCollectivesDuringAGraphCapture));
+}
+
 // AllReduce on GPU memory reduces with braid's CUDA kernels (src/cuda),
 // launched through the CUDA runtime linked into libbraid. That runtime
 // looks the driver up in the loaded libcuda.so.1, the stand-in, and asks it

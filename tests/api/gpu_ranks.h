@@ -45,6 +45,7 @@ struct FakeDriver {
   unsigned long (*hostDeviceCopies)();
   unsigned long (*deviceCopies)();
   void (*refuseIpcOpens)(int);
+  void (*setGlobalCapture)(int);
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -61,7 +62,8 @@ struct FakeDriver {
            find(setWaitLimit, "fakeCudaSetWaitLimit") &&
            find(hostDeviceCopies, "fakeCudaHostDeviceCopyCount") &&
            find(deviceCopies, "fakeCudaDeviceToDeviceCopyCount") &&
-           find(refuseIpcOpens, "fakeCudaRefuseIpcOpens");
+           find(refuseIpcOpens, "fakeCudaRefuseIpcOpens") &&
+           find(setGlobalCapture, "fakeCudaSetGlobalCapture");
   }
 };
 

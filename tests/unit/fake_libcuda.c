@@ -158,7 +158,31 @@ int cuCtxPopCurrent_v2(void** context) {
 /* Waits for every stream of the context. One that waits for a value only
  * the host writes would never end if that host thread is the one waiting
  * here: the stand-in says so at once instead of hanging. */
+/* Graph capture, as far as it refuses other threads' calls: a thread's
+ * mode (CUstreamCaptureMode, GLOBAL = 0 until exchanged), and whether some
+ * other thread captures in global mode. */
+static __thread int captureMode;
+static int globalCapture;
+
+int cuThreadExchangeStreamCaptureMode(int* mode) {
+  if (mode == NULL || *mode < 0 || *mode > 2) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  const int previous = captureMode;
+  captureMode = *mode;
+  *mode = previous;
+  return FAKE_CUDA_SUCCESS;
+}
+
+/* From now on (on != 0) another thread "captures a graph in global mode". */
+void fakeCudaSetGlobalCapture(int on) {
+  __atomic_store_n(&globalCapture, on, __ATOMIC_RELAXED);
+}
+
+int fakeUnsafeDuringCapture(void) {
+  return __atomic_load_n(&globalCapture, __ATOMIC_RELAXED) && captureMode != 2;
+}
+
 int cuCtxSynchronize(void) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (fakeStreamsWaitingOnValue(0)) return FAKE_CUDA_ERROR_WOULD_DEADLOCK;
   fakeSynchronizeStreams();
@@ -196,12 +220,14 @@ static int checkCopy(unsigned long long device, size_t bytes) {
 }
 
 int cuMemcpyDtoH_v2(void* host, unsigned long long device, size_t bytes) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   int result = checkCopy(device, bytes);
   if (result == FAKE_CUDA_SUCCESS) memcpy(host, (const void*)(uintptr_t)device, bytes);
   return result;
 }
 
 int cuMemcpyHtoD_v2(unsigned long long device, const void* host, size_t bytes) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   int result = checkCopy(device, bytes);
   if (result == FAKE_CUDA_SUCCESS) memcpy((void*)(uintptr_t)device, host, bytes);
   return result;
@@ -328,6 +354,7 @@ void* fakeSharedCarve(size_t bytes, int* shared) {
 }
 
 int cuMemAlloc_v2(unsigned long long* device, size_t bytes) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (device == NULL || bytes == 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
   void* memory = carve(bytes, FAKE_ALIGNMENT, 0);
@@ -337,6 +364,7 @@ int cuMemAlloc_v2(unsigned long long* device, size_t bytes) {
 }
 
 int cuMemFree_v2(unsigned long long device) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   pthread_mutex_lock(&arenaLock);
   const int known = arena != NULL && device >= (uintptr_t)(arena + arenaFirst) &&
                     device < (uintptr_t)(arena + arenaUsed);
@@ -366,6 +394,9 @@ int cuGetErrorString(int error, const char** text) {
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
       *text = "peer access is not supported between these two devices";
+      return FAKE_CUDA_SUCCESS;
+    case FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+      *text = "operation not permitted when stream is capturing";
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_INVALID_HANDLE:
       *text = "invalid resource handle";

@@ -18,6 +18,7 @@ enum {
   FAKE_CUDA_ERROR_NOT_SUPPORTED = 801,
   FAKE_CUDA_ERROR_NOT_READY = 600,
   FAKE_CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+  FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
   /* Not CUDA's: a call that would hang on a GPU (see cuCtxSynchronize). */
   FAKE_CUDA_ERROR_WOULD_DEADLOCK = 9001,
   FAKE_CU_POINTER_ATTRIBUTE_CONTEXT = 1,
@@ -54,6 +55,12 @@ void* fakeCarveDeviceMemory(size_t bytes, size_t alignment);
  * or NULL; `shared` says whether an arena is shared (NULL then: it is
  * full). */
 void* fakeSharedCarve(size_t bytes, int* shared);
+/* Whether the driver would refuse a "potentially unsafe" call (an
+ * allocation, a synchronization, a query) on the calling thread now: while
+ * another thread captures a graph in global mode (fakeCudaSetGlobalCapture)
+ * and this thread's mode is not relaxed (cuThreadExchangeStreamCaptureMode).
+ * Such calls return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED then. */
+int fakeUnsafeDuringCapture(void);
 /* Whether this process refuses to open other processes' memory, as a GPU
  * without peer access to the exporter's does (fakeCudaRefuseIpcOpens). */
 int fakeRefusesIpcOpens(void);

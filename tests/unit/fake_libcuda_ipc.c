@@ -421,6 +421,7 @@ int cuMemcpyAsync(unsigned long long destination, unsigned long long source, siz
 }
 
 int cuEventQuery(void* event) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   FakeEvent* e = eventOf(event);
   if (e == NULL) return FAKE_CUDA_ERROR_INVALID_HANDLE;
   const unsigned long recorded = __atomic_load_n(&e->state->recorded, __ATOMIC_ACQUIRE);

@@ -47,7 +47,7 @@ typedef struct FakeStream {
   Work *head, *tail;
   int running; /* a work item is being run */
   int stop;
-  int failed; /* the sticky error, or 0 */
+  int failed;  /* the sticky error, or 0 */
   int capture; /* CUstreamCaptureStatus: set by fakeCudaSetStreamCapture */
   struct FakeStream* nextStream;
 } FakeStream;
@@ -199,6 +199,7 @@ int cuStreamIsCapturing(void* stream, int* status) {
 }
 
 int cuStreamSynchronize(void* stream) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   int error = FAKE_CUDA_SUCCESS;
   FakeStream* s = resolve(stream, &error);
   if (s == NULL) return error;
@@ -210,6 +211,7 @@ int cuStreamSynchronize(void* stream) {
 }
 
 int cuStreamQuery(void* stream) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   int error = FAKE_CUDA_SUCCESS;
   FakeStream* s = resolve(stream, &error);
   if (s == NULL) return error;
@@ -262,6 +264,7 @@ int cuMemcpyHtoDAsync_v2(unsigned long long device, const void* host, size_t byt
 }
 
 int cuMemHostAlloc(void** memory, size_t bytes, unsigned flags) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   (void)flags;
   if (memory == NULL || bytes == 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
   *memory = calloc(1, bytes);
@@ -279,6 +282,7 @@ static unsigned long freedWhileWaited;
 /* Host memory that a queued value wait still reads is counted and left
  * allocated, where the driver would free it under the GPU. */
 int cuMemFreeHost(void* memory) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   int waited = 0;
   pthread_mutex_lock(&lock);
   for (FakeStream* s = streams; s; s = s->nextStream)

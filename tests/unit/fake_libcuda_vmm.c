@@ -102,6 +102,7 @@ static unsigned long long newAllocation(int fd, size_t bytes, int exportable) {
 
 int cuMemCreate(unsigned long long* handle, size_t bytes, const FakeMemAllocationProp* prop,
                 unsigned long long flags) {
+  if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (!supported()) return FAKE_CUDA_ERROR_NOT_SUPPORTED;
   if (handle == NULL || !validProp(prop) || flags != 0 || bytes == 0 || bytes % GRANULARITY != 0)

@@ -45,6 +45,7 @@ const Driver* loadDriver(std::string& why) {
     why = finder.missing;
     return nullptr;
   }
+  finder.findOptional(d.threadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
   cudadriver::EntryFinder vmm;
   vmm.find(d.deviceGetAttribute, "cuDeviceGetAttribute");
   vmm.find(d.memCreate, "cuMemCreate");

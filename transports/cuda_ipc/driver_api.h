@@ -134,6 +134,8 @@ struct Driver {
   CuResult (*ipcGetEventHandle)(CuIpcEventHandle*, CuEvent) = nullptr;
   CuResult (*ipcOpenEventHandle)(CuEvent*, CuIpcEventHandle) = nullptr;
   CuResult (*getErrorString)(CuResult, const char**) = nullptr;
+  // Optional (CUDA 10.1): null where the driver has no graph capture.
+  cudadriver::ExchangeCaptureMode threadExchangeStreamCaptureMode = nullptr;
   // Optional: drivers before CUDA 10.2 lack them (vmm false then).
   bool vmm = false;
   CuResult (*deviceGetAttribute)(int*, int, CuDevice) = nullptr;
@@ -197,8 +199,10 @@ class PrimaryContext {
 
   // Runs `work` (returning a Status) with the context current on this
   // thread, then restores the thread's own.
+  // The thread's capture mode is relaxed meanwhile (cudadriver::RelaxedCapture).
   template <typename Work>
   Status run(std::string_view what, Work&& work) const {
+    const cudadriver::RelaxedCapture relaxed(driver_.threadExchangeStreamCaptureMode);
     if (CuResult r = driver_.ctxPushCurrent(context_); r != kSuccess)
       return driver_.error(r, strCat(what, ": making the GPU's context current"));
     Status status = work();
