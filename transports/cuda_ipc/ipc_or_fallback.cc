@@ -113,12 +113,20 @@ Result<bool> IpcOrFallback::progress() {
         case CudaIpcConnection::Mapping::kMapped:
           choose(*ipc_);
           break;
-        case CudaIpcConnection::Mapping::kDeclined:
-          BRAID_WARN(ipc_->declinedBecause().message(), "; GPU memory to and from rank ", peer(),
-                     " goes through pinned host memory instead (BRAID_CUDA_IPC=0 does so for "
-                     "every peer)");
+        case CudaIpcConnection::Mapping::kDeclined: {
+          // Once a warning per process: on a host whose GPUs have no peer
+          // access every pair says the same, and the rest go to INFO.
+          static std::atomic<bool> warned{false};
+          if (!warned.exchange(true))
+            BRAID_WARN(ipc_->declinedBecause().message(), "; GPU memory to and from rank ", peer(),
+                       " goes through pinned host memory instead (BRAID_CUDA_IPC=0 does so for "
+                       "every peer; BRAID_DEBUG=INFO names every pair that does)");
+          else
+            BRAID_INFO(ipc_->declinedBecause().message(), "; GPU memory to and from rank ", peer(),
+                       " goes through pinned host memory instead");
           choose(fallback_);
           break;
+        }
       }
       chosen = chosen_.load(std::memory_order_acquire);
     }
