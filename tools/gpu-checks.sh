@@ -90,7 +90,7 @@ check_driver() {
 core_steps() {
   local b=$1 braidrun=$1/tools/braidrun
   step kernels 90 "$b/tests/cuda/cuda_device_reduce"
-  step collectives 240 "$b/tests/cuda/cuda_gpu_collectives"
+  step collectives 240 "$b/tests/cuda/cuda_gpu_collectives" --gtest_filter='-GpuCaptures.*'
   step memcheck-kernels 150 compute-sanitizer --error-exitcode 9 --tool memcheck \
     "$b/tests/cuda/cuda_device_reduce" --gtest_filter='*float*'
   step copy-bandwidth 60 "$b/perf/gpu_copy_bandwidth"
@@ -127,6 +127,9 @@ more_steps() {
     -M cuda -b 8 -e 256M -f 4 -c 1
   # Send/Recv of GPU memory: pieces through pinned memory, checked (-c 1).
   step sendrecv-pieces 100 "$braidrun" -n 2 "$b/perf/sendrecv_perf" -M cuda -b 8 -e 256M -f 4 -c 1
+  # Calls while another thread captures a CUDA graph, and one on the
+  # capturing stream (refused).
+  step captures 60 "$b/tests/cuda/cuda_gpu_collectives" --gtest_filter='GpuCaptures.*'
 }
 
 run_steps() {

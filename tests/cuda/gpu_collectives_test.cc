@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -330,6 +331,76 @@ TEST_P(GpuCollectives, EveryAllReduceAlgorithm) {
 INSTANTIATE_TEST_SUITE_P(OneGpu, GpuCollectives,
                          ::testing::Combine(::testing::Values(2, 3, 4),
                                             ::testing::Values("auto", "legacy")));
+
+// While another thread captures a CUDA graph in global mode (as
+// torch.cuda.graph does), the driver refuses allocations, queries and
+// synchronizations on threads whose mode is global, and would invalidate the
+// capture: braid runs its driver calls in relaxed mode, so a call on a CUDA
+// stream that is not capturing runs (its GPU path made during the capture),
+// a call on the capturing stream is refused (braidNotSupported) without
+// touching it, and the capture ends valid. Kept apart from the suite above
+// (GpuCaptures.*) so that tools/gpu-checks.sh can run it on its own.
+int duringAGraphCapture(Rank& r) {
+  const size_t count = kCount;
+  std::vector<float> host(count);
+  for (size_t i = 0; i < count; ++i) host[i] = value(r.rank, 0, i);
+  float* scratch = nullptr;
+  cudaStream_t captured = nullptr;
+  if (cudaMemcpy(r.send, host.data(), count * sizeof(float), cudaMemcpyHostToDevice) !=
+          cudaSuccess ||
+      cudaMalloc(&scratch, 4096) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&captured, cudaStreamNonBlocking) != cudaSuccess)
+    return r.fail("capture setup", "CUDA refused memory or a stream");
+  std::atomic<int> phase{0};
+  cudaError_t began = cudaErrorUnknown, ended = cudaErrorUnknown;
+  cudaGraph_t graph = nullptr;
+  std::thread capturer([&] {
+    cudaSetDevice(0);
+    began = cudaStreamBeginCapture(captured, cudaStreamCaptureModeGlobal);
+    (void)cudaMemsetAsync(scratch, 0, 4096, captured);
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ended = cudaStreamEndCapture(captured, &graph);
+  });
+  while (phase.load() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const braidResult_t onAnother =
+      braidAllReduce(r.send, r.recv, count, braidFloat32, braidSum, r.comm, r.stream);
+  const braidResult_t synchronized = braidStreamSynchronize(r.stream);
+  braidStream_t onCaptured = nullptr;
+  braidResult_t refused = braidStreamCreateFromCuda(r.comm, captured, &onCaptured);
+  if (refused == braidSuccess)
+    refused = braidAllReduce(r.send, r.recv, count, braidFloat32, braidSum, r.comm, onCaptured);
+  phase = 2;
+  capturer.join();
+  int failed = 0;
+  if (began != cudaSuccess) failed = r.fail("capture", cudaGetErrorString(began));
+  if (!failed && onAnother != braidSuccess) failed = r.fail("capture", "the AllReduce failed");
+  if (!failed && synchronized != braidSuccess)
+    failed = r.fail("capture", "braidStreamSynchronize failed");
+  if (!failed && refused != braidNotSupported)
+    failed = r.fail("capture", "a call on the capturing stream was not refused");
+  if (!failed && (ended != cudaSuccess || graph == nullptr))
+    failed =
+        r.fail("capture", std::string("the capture ended invalid: ") + cudaGetErrorString(ended));
+  if (!failed && (cudaStreamSynchronize(r.cudaStream) != cudaSuccess ||
+                  cudaMemcpy(host.data(), r.recv, count * sizeof(float), cudaMemcpyDeviceToHost) !=
+                      cudaSuccess))
+    failed = r.fail("capture", "reading the result");
+  for (size_t i = 0; !failed && i < count; ++i) {
+    float sum = 0;
+    for (int peer = 0; peer < r.nranks; ++peer) sum += value(peer, 0, i);
+    if (host[i] != sum) failed = r.fail("capture", "element " + std::to_string(i) + " is wrong");
+  }
+  if (onCaptured != nullptr) braidStreamDestroy(onCaptured);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaStreamDestroy(captured);
+  cudaFree(scratch);
+  return failed;
+}
+
+TEST(GpuCaptures, CallsRunWhileAnotherThreadCapturesAndTheCapturingStreamIsRefused) {
+  EXPECT_EQ(runRanks(2, {}, duringAGraphCapture), 0) << "ranks failed (their stderr says why)";
+}
 
 // Whether a GPU is usable, asked in a child so that this process stays
 // without CUDA (its ranks are forked from it).
