@@ -6,8 +6,9 @@
 // waits for another process). A pair whose ends cannot map each other's
 // memory (GPUs without peer access, processes the driver keeps apart)
 // learns so in the cuda_ipc handshake and falls back to gpu_staged, both
-// ends alike (transports/cuda_ipc/ipc_or_fallback.h). Other peers (other hosts, or where cuda_ipc
-// is off) are reached over gpu_staged connections: each message copied
+// ends alike (transports/cuda_ipc/ipc_or_fallback.h). Other peers (other
+// hosts, or where cuda_ipc is off) are reached over gpu_staged
+// connections: each message copied
 // through pinned host memory on the GPU's stream and carried by the host
 // connection, the copies of one message overlapping the wire time of the
 // others.
