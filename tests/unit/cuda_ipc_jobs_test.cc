@@ -3,7 +3,8 @@
 // device (fake_ipc_device.h): local steps queued on the device, messages
 // over cuda_ipc connections (copied GPU to GPU through the peers' slots),
 // over gpu_staged ones (copied through pinned host memory and a host
-// connection, as between hosts), or a mix of both. Each rank's result must
+// connection, as between hosts), a mix of both, or over cuda_ipc connections
+// some of which fell back to gpu_staged in their handshake (IpcOrFallback). Each rank's result must
 // equal, bit for bit, what the simulator computes for the same schedules
 // and inputs in host memory.
 #include <gtest/gtest.h>
@@ -24,6 +25,7 @@
 #include "src/progress.h"
 #include "tests/harness/sim_network.h"
 #include "transports/cuda_ipc/cuda_ipc_connection.h"
+#include "transports/cuda_ipc/ipc_or_fallback.h"
 #include "transports/gpu_staged/staged_connection.h"
 #include "transports/loopback/loopback_connection.h"
 #include "transports/stream_connection.h"
@@ -42,6 +44,10 @@ enum class Route {
   kIpc,     // cuda_ipc, as among the ranks of one host
   kStaged,  // gpu_staged, as between hosts
   kMixed,   // gpu_staged between ranks whose sum is odd, cuda_ipc otherwise
+  // cuda_ipc over each host connection, falling back to gpu_staged over the
+  // same one where it declines: rank 1 cannot open what its peers export,
+  // so its pairs fall back and the others stay, as in src/gpu_path.cc.
+  kDeclined,
 };
 
 struct Case {
@@ -57,7 +63,8 @@ struct Case {
 std::string describe(const Case& c) {
   const char* route = c.route == Route::kIpc      ? "ipc"
                       : c.route == Route::kStaged ? "staged"
-                                                  : "mixed";
+                      : c.route == Route::kMixed  ? "mixed"
+                                                  : "declined";
   return strCat(algo::collectiveName(c.algorithm->kind), "/", c.algorithm->name, " P=", c.P,
                 " count=", c.count, " ", dataTypeName(c.dtype), " ", route);
 }
@@ -118,6 +125,8 @@ int runRank(const Case& c, int rank, const std::map<std::pair<int, int>, int>& f
   CudaIpcConnection::Options options;
   options.slots = 3;
   options.slotBytes = 1024;
+  if (c.route == Route::kDeclined && rank == 1)
+    device->beforeOpen = [] { return notSupported("no peer access between these GPUs"); };
   for (int p = 0; p < c.P; ++p) {
     if (p == rank) {
       owned.push_back(std::make_unique<transport::LoopbackConnection>(rank));
@@ -125,13 +134,24 @@ int runRank(const Case& c, int rank, const std::map<std::pair<int, int>, int>& f
       const int fd = fds.at({rank, p});
       auto control = std::make_unique<transport::StreamConnection>(
           std::make_unique<tcp::SocketStream>(tcp::Fd(fd), p), p);
-      if (staged(c, rank, p)) {
+      if (staged(c, rank, p) || c.route == Route::kDeclined) {
         // A small first bounce buffer, so that larger messages take new ones.
         transport::gpu_staged::StagedConnection::Options staging;
         staging.minBounceBytes = 1024;
         owned.push_back(std::move(control));
-        owned.push_back(std::make_unique<transport::gpu_staged::StagedConnection>(*owned.back(),
-                                                                                  device, staging));
+        transport::Connection& host = *owned.back();
+        owned.push_back(
+            std::make_unique<transport::gpu_staged::StagedConnection>(host, device, staging));
+        if (c.route == Route::kDeclined) {
+          transport::Connection& fallback = *owned.back();
+          auto ipc = CudaIpcConnection::createShared(host, 0xfd, device, options);
+          if (!ipc.isOk()) {
+            (void)!::write(doneFd, "x", 1);
+            return 2;
+          }
+          owned.push_back(
+              std::make_unique<transport::cuda_ipc::IpcOrFallback>(std::move(*ipc), fallback));
+        }
         connections[p] = owned.back().get();
         continue;
       }
@@ -155,7 +175,7 @@ int runRank(const Case& c, int rank, const std::map<std::pair<int, int>, int>& f
   algo::fuseReceiveReductions(schedule);
   // With staged peers the communicator splits messages into pieces: here
   // of 1000 bytes, fewer than a 4096-byte chunk, so every algorithm splits.
-  if (c.route != Route::kIpc)
+  if (c.route == Route::kStaged || c.route == Route::kMixed)
     schedule = algo::splitTransfers(schedule, 1000, dataTypeSize(c.dtype));
   const size_t sendBytes = algo::sendBufferBytes(args), recvBytes = algo::recvBufferBytes(args);
   auto alloc = [&](size_t n) { return device->allocate(n == 0 ? 1 : n); };
@@ -303,6 +323,19 @@ TEST(CudaIpcJobs, EveryAlgorithmOverMixedConnectionsMatchesTheSimulator) {
   for (const algo::Algorithm& a : algo::allAlgorithms())
     if (a.kind == CollectiveKind::kAllReduce)
       runCase({&a, 4, 3001, DataType::kFloat32, RedOp::kAvg, 0, Route::kMixed});
+}
+
+// Pairs that fell back from cuda_ipc in their handshake carry whole messages
+// over gpu_staged, those the engine posted before the handshake decided
+// too, next to pairs that stay on cuda_ipc (P = 3 and 4).
+TEST(CudaIpcJobs, EveryAlgorithmWherePairsFellBackMatchesTheSimulator) {
+  for (const algo::Algorithm& a : algo::allAlgorithms()) {
+    if (a.kind == CollectiveKind::kSendRecv) continue;
+    for (int P : {2, 3, 4}) {
+      const size_t count = a.kind == CollectiveKind::kAllToAll ? 700 : 2500;
+      runCase({&a, P, count, DataType::kInt32, RedOp::kSum, P - 1, Route::kDeclined});
+    }
+  }
 }
 
 }  // namespace
