@@ -133,12 +133,10 @@ Status runStagedBatch(HostStream& host, std::vector<Operation> ops,
 // once the CUDA stream reaches it, staging with the bridge's copies; on a
 // host stream, after the calls queued before, staging after the work on
 // their GPUs.
-Status enqueueStagedBatch(std::shared_ptr<HostStream> host, std::shared_ptr<CudaStreamBridge> cuda,
-                          std::vector<Operation> ops, std::vector<GpuPlacement> placements) {
-  std::optional<CudaStreamBridge::Gate> gate;
-  if (cuda) {
-    BRAID_ASSIGN_OR_RETURN(gate, cuda->hold());
-  }
+// `gate` is the CUDA stream's hold, taken by the caller (with `cuda`).
+void enqueueStagedBatch(std::shared_ptr<HostStream> host, std::shared_ptr<CudaStreamBridge> cuda,
+                        std::optional<CudaStreamBridge::Gate> gate, std::vector<Operation> ops,
+                        std::vector<GpuPlacement> placements) {
   HostStream* stream = host.get();  // outlives its queued tasks
   stream->enqueueTask([cuda, gate, ops = std::move(ops), placements = std::move(placements),
                        stream](const Status& earlier) -> Status {
@@ -152,6 +150,31 @@ Status enqueueStagedBatch(std::shared_ptr<HostStream> host, std::shared_ptr<Cuda
     if (cuda) cuda->release(*gate);  // after a failure too: the CUDA stream must not hang
     return outcome;
   });
+}
+
+// Holds the CUDA stream of every batch that has one (perStream's values
+// have `cuda` and receive `gate`), all or none: a refusal (a stream that
+// captures a graph) must leave the whole group unrun. A hold already taken
+// is let go by a task of its own braid stream, after the calls queued there
+// before it, as a CUDA stream's holds are released in the order taken.
+template <typename Batches>
+Status holdEveryCudaStream(Batches& perStream) {
+  for (auto it = perStream.begin(); it != perStream.end(); ++it) {
+    if (!it->second.cuda) continue;
+    Result<CudaStreamBridge::Gate> gate = it->second.cuda->hold();
+    if (gate.isOk()) {
+      it->second.gate = *gate;
+      continue;
+    }
+    for (auto taken = perStream.begin(); taken != it; ++taken)
+      if (taken->second.gate)
+        taken->first->enqueueTask(
+            [cuda = taken->second.cuda, held = *taken->second.gate](const Status&) {
+              cuda->release(held);
+              return Status::ok();
+            });
+    return gate.status();
+  }
   return Status::ok();
 }
 
@@ -174,6 +197,7 @@ Status groupEnd() {
   struct StreamBatch {
     std::shared_ptr<HostStream> stream;
     std::shared_ptr<CudaStreamBridge> cuda;
+    std::optional<CudaStreamBridge::Gate> gate;  // its CUDA stream's hold
     std::vector<Operation> ops;
     std::vector<GpuPlacement> placements;
     bool staged = false;
@@ -200,10 +224,11 @@ Status groupEnd() {
     } else
       now[p.comm.get()].push_back(std::move(p.op));
   }
+  BRAID_RETURN_IF_ERROR(holdEveryCudaStream(perStream));
   for (auto& [stream, batch] : perStream) {
     if (batch.cuda || batch.staged)
-      BRAID_RETURN_IF_ERROR(enqueueStagedBatch(batch.stream, batch.cuda, std::move(batch.ops),
-                                               std::move(batch.placements)));
+      enqueueStagedBatch(batch.stream, batch.cuda, batch.gate, std::move(batch.ops),
+                         std::move(batch.placements));
     else
       stream->enqueue(std::move(batch.ops));
   }

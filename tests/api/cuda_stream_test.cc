@@ -456,6 +456,43 @@ TEST_F(OneRankOnACudaStream, ACallOnAStreamThatCapturesAGraphIsRefused) {
   expectAnAllReduceInOrder(comm_, stream_, cudaStream_);
 }
 
+// A group refused at braidGroupEnd (one of its streams captures a graph)
+// runs none of its calls, on any of its streams: a call that ran on one rank
+// alone would leave its peers waiting. The streams' batches are queued in
+// an order that depends on where the streams were allocated, so the group
+// has calls on several plain streams and several streams of the capturing
+// CUDA stream, made in turn.
+TEST_F(OneRankOnACudaStream, AGroupRefusedAtItsEndRunsNoneOfItsCalls) {
+  constexpr int kStreams = 6;
+  braidStream_t plain[kStreams] = {}, held[kStreams] = {};
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_EQ(braidStreamCreate(comm_, &plain[i]), braidSuccess) << braidGetLastError(nullptr);
+    ASSERT_EQ(braidStreamCreateFromCuda(comm_, cudaStream_, &held[i]), braidSuccess)
+        << braidGetLastError(nullptr);
+  }
+  float x[4] = {1, 2, 3, 4}, out[2 * kStreams][4] = {};
+  fake.setCapture(cudaStream_, 1);
+  EXPECT_BRAID_OK(braidGroupStart());
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_BRAID_OK(braidAllReduce(x, out[2 * i], 4, braidFloat32, braidSum, comm_, plain[i]));
+    EXPECT_BRAID_OK(braidAllReduce(x, out[2 * i + 1], 4, braidFloat32, braidSum, comm_, held[i]));
+  }
+  EXPECT_BRAID_ERROR(braidGroupEnd(), braidNotSupported, "capturing a CUDA graph");
+  fake.setCapture(cudaStream_, 0);
+  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_BRAID_OK(braidStreamSynchronize(plain[i]));
+    EXPECT_BRAID_OK(braidStreamSynchronize(held[i]));
+  }
+  for (int k = 0; k < 2 * kStreams; ++k) EXPECT_EQ(out[k][0], 0.0f) << "call " << k << " ran";
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_BRAID_OK(braidStreamDestroy(plain[i]));
+    EXPECT_BRAID_OK(braidStreamDestroy(held[i]));
+  }
+  // The CUDA stream goes on, its calls in order.
+  expectAnAllReduceInOrder(comm_, stream_, cudaStream_);
+}
+
 // While another thread captures a CUDA graph in global mode, the driver
 // refuses allocations, queries and synchronizations on threads whose mode is
 // global: braid's are made in relaxed mode, so a braid stream on a CUDA
