@@ -26,8 +26,9 @@ constexpr Result kNotReady = 600;  // CUDA_ERROR_NOT_READY
 // mode (CU_STREAM_CAPTURE_MODE_GLOBAL, as torch.cuda.graph does), the driver
 // refuses "potentially unsafe" calls (allocations, synchronizations,
 // queries) on every other thread whose own mode is global too, and that
-// capture fails. braid's calls are never part of a capture: each runs with
-// the thread's mode relaxed, then restores it, as NCCL does. `exchange`
+// capture fails. braid's calls are never part of a capture: those that
+// allocate, copy, synchronize or query run with the thread's mode relaxed,
+// then restore it, as NCCL does. `exchange`
 // (cuThreadExchangeStreamCaptureMode) may be null: drivers before CUDA 10.1
 // have no captures.
 using ExchangeCaptureMode = Result (*)(int*);

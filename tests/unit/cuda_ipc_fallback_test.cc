@@ -124,6 +124,30 @@ TEST_F(DeclinedPair, BothEndsSayWhichEndCouldNotMapAndWhy) {
   EXPECT_FALSE(hostB->unclaimed(kChannel, ~uint64_t{0}).has_value());
 }
 
+// An abort of a declined connection still ends the host connection under
+// it and tells the peer: an abort that raced the decision (in IpcOrFallback)
+// lands on the declined cuda_ipc connection, and the peer, which carries
+// the pair over its fallback, must not wait for ever.
+TEST_F(DeclinedPair, AbortingADeclinedConnectionTellsThePeer) {
+  refuseOpens(*devB);
+  ipcA = makeIpc(*hostA, devA);
+  ipcB = makeIpc(*hostB, devB);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((ipcA->mapping() != Mapping::kDeclined || ipcB->mapping() != Mapping::kDeclined) &&
+         std::chrono::steady_clock::now() < until) {
+    (void)ipcA->progress();
+    (void)ipcB->progress();
+  }
+  ASSERT_EQ(ipcA->mapping(), Mapping::kDeclined);
+  ipcA->abort(remoteError("rank 0 gave up"));
+  std::vector<uint8_t> in(64);
+  auto waiting = hostB->postRecv(in.data(), in.size(), Tag{1, 1});
+  drive(*hostA, *hostB, {waiting});
+  ASSERT_EQ(waiting->state(), State::kFailed);
+  EXPECT_NE(hostB->peerFailure().message().find("rank 0 gave up"), std::string::npos)
+      << hostB->peerFailure().message();
+}
+
 TEST_F(DeclinedPair, WhereOneEndCannotMapBothCarryThePairOverTheFallback) {
   refuseOpens(*devA);
   wrapBoth();

@@ -555,8 +555,10 @@ void CudaIpcConnection::failAll(const Status& reason) {
 
 void CudaIpcConnection::abort(const Status& reason) {
   std::lock_guard lock(mutex_);
-  if (!dead_.isOk()) return;
-  dead_ = reason.isOk() ? remoteError("cuda_ipc: connection closed") : reason;
+  // A declined connection still ends the host connection under it: the
+  // peer, which carries the pair another way, must learn of the abort.
+  if (abortedHere_ || (!dead_.isOk() && declined_.isOk())) return;
+  if (dead_.isOk()) dead_ = reason.isOk() ? remoteError("cuda_ipc: connection closed") : reason;
   abortedHere_ = true;
   failAll(reason);
 }

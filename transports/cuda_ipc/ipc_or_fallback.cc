@@ -145,23 +145,45 @@ void IpcOrFallback::abort(const Status& reason) {
   abortInCall(reason, 0);
 }
 
+bool IpcOrFallback::prepareToSleep() {
+  // The fallback may be progressed by others too (Send/Recv share it), who
+  // complete a forwarded post's own request without waking this caller.
+  if (anyForwarded_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(mutex_);
+    for (const auto& [mine, theirs] : forwarded_)
+      if (theirs->state() != Request::State::kPending) return false;
+  }
+  return current().prepareToSleep();
+}
+
+namespace {
+
+void abortWith(Connection& connection, const Status& reason, uint64_t callMark) {
+  if (callMark == 0)
+    connection.abort(reason);
+  else
+    connection.abortInCall(reason, callMark);
+}
+
+}  // namespace
+
 void IpcOrFallback::abortInCall(const Status& reason, uint64_t callMark) {
   Connection* chosen = nullptr;
   {
     std::lock_guard lock(mutex_);
     chosen = chosen_.load(std::memory_order_acquire);
     if (chosen == nullptr) {
+      // Aborted before it is made current, so that no progress() of another
+      // thread can decide in between and leave the abort unsaid.
+      abortWith(*ipc_, reason, callMark);
       const Status why = reason.isOk() ? remoteError("cuda_ipc: connection closed") : reason;
       for (Queued& q : queued_) q.request->fail(why);
       queued_.clear();
-      chosen = ipc_.get();
-      chosen_.store(chosen, std::memory_order_release);
+      chosen_.store(ipc_.get(), std::memory_order_release);
+      return;
     }
   }
-  if (callMark == 0)
-    chosen->abort(reason);
-  else
-    chosen->abortInCall(reason, callMark);
+  abortWith(*chosen, reason, callMark);
   std::lock_guard lock(mutex_);
   (void)mirrorFinished();  // the forwarded posts failed with it
 }

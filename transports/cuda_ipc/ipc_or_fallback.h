@@ -33,7 +33,7 @@ class IpcOrFallback final : public Connection {
   Result<bool> progress() override;
   int pollFd() const override { return current().pollFd(); }
   bool wantsWrite() const override { return current().wantsWrite(); }
-  bool prepareToSleep() override { return current().prepareToSleep(); }
+  bool prepareToSleep() override;
   void abort(const Status& reason) override;
   void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return current().peerFailure(); }
