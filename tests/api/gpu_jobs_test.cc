@@ -37,9 +37,8 @@ class GpuJobs : public ForkedGpuRanks {};
 
 int copyCollectives(Rank& r) {
   const int n = r.nranks(), me = r.rank(), root = n - 1;
-  float* send = r.allocate(n * kCount);
-  float* recv = r.allocate(n * kCount);
-  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  float *send = nullptr, *recv = nullptr;
+  RANK_CHECK(10, r.allocateBlocks(send, recv));
 
   {
     Copies copies;
@@ -144,10 +143,8 @@ const char* ownHost(int rank) {
 }
 
 int copyCollectivesBetweenHosts(Rank& r) {
-  const int n = r.nranks();
-  float* send = r.allocate(n * kCount);
-  float* recv = r.allocate(n * kCount);
-  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  float *send = nullptr, *recv = nullptr;
+  RANK_CHECK(10, r.allocateBlocks(send, recv));
   {
     Copies copies;
     if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
@@ -178,10 +175,9 @@ const char* twoHosts(int rank) {
 }
 
 int copyCollectivesOnTwoHosts(Rank& r) {
-  const int n = r.nranks(), me = r.rank();
-  float* send = r.allocate(n * kCount);
-  float* recv = r.allocate(n * kCount);
-  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  const int me = r.rank();
+  float *send = nullptr, *recv = nullptr;
+  RANK_CHECK(10, r.allocateBlocks(send, recv));
   Copies copies;
   if (const int failed = allToAllChecked(r, send, recv)) return failed;
   // Every rank sends a block to rank 2 or receives one from it (or both).
@@ -203,10 +199,9 @@ TEST_F(GpuJobs, RanksOfOneHostUseCudaIpcAndReachTheOtherHostThroughPinnedMemory)
 // GPU. The fd-handle run of this file refuses the other way of opening.
 int copyCollectivesWhereRankOneCannotMap(Rank& r) {
   if (r.rank() == 1) fake.refuseIpcOpens(1);
-  const int n = r.nranks(), me = r.rank();
-  float* send = r.allocate(n * kCount);
-  float* recv = r.allocate(n * kCount);
-  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  const int me = r.rank();
+  float *send = nullptr, *recv = nullptr;
+  RANK_CHECK(10, r.allocateBlocks(send, recv));
   Copies copies;
   if (const int failed = allToAllChecked(r, send, recv)) return failed;
   // Every rank exchanges a block with rank 1, staged.
@@ -230,10 +225,8 @@ TEST_F(GpuJobs, APairThatCannotMapEachOthersMemoryFallsBackToPinnedMemory) {
 // call (which allocates and exports its slots and events) and the calls
 // after it run as usual. The stand-in refuses as the driver does.
 int copyCollectivesDuringAGraphCapture(Rank& r) {
-  const int n = r.nranks();
-  float* send = r.allocate(n * kCount);
-  float* recv = r.allocate(n * kCount);
-  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  float *send = nullptr, *recv = nullptr;
+  RANK_CHECK(10, r.allocateBlocks(send, recv));
   fake.setGlobalCapture(1);
   int failed = allGatherChecked(r, send, recv);
   if (failed == 0) failed = broadcastFromTheLastRank(r, send, recv);
@@ -354,10 +347,8 @@ TEST_F(GpuJobs, AfterTheLinkProbeTheHandshakeIsNotOvertaken) {
 
 // A Scatter, after a Broadcast that set the connections up.
 int scatterLast(Rank& r) {
-  const int n = r.nranks();
-  float* send = r.allocate(n * kCount);
-  float* recv = r.allocate(n * kCount);
-  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  float *send = nullptr, *recv = nullptr;
+  RANK_CHECK(10, r.allocateBlocks(send, recv));
   if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
   return scatterFromTheLastRankChecked(r, send, recv);
 }

@@ -116,6 +116,14 @@ class Rank {
     return reinterpret_cast<float*>(static_cast<uintptr_t>(device));
   }
 
+  // A send and a receive buffer of nranks() * kCount floats each; false if
+  // the GPU is out of room.
+  bool allocateBlocks(float*& send, float*& recv) {
+    send = allocate(nranks_ * kCount);
+    recv = allocate(nranks_ * kCount);
+    return send != nullptr && recv != nullptr;
+  }
+
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   braidComm_t comm = nullptr;
