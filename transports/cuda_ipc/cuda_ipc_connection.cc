@@ -104,7 +104,6 @@ Status CudaIpcConnection::finishHandshake() {
     // A peer that is gone is no reason to carry the pair another way.
     BRAID_RETURN_IF_ERROR(peerReasonOr(Status::ok()));
   }
-  verdictGiven_ = true;
   return sendVerdict(mapped);
 }
 
@@ -467,14 +466,14 @@ Result<bool> CudaIpcConnection::progress() {
       status = helloReceived_->error();
     else if (verdictReceived_->state() == Request::State::kFailed)
       status = verdictReceived_->error();
-    else if (verdictSent_ && verdictSent_->state() == Request::State::kFailed)
+    else if (verdictGiven() && verdictSent_->state() == Request::State::kFailed)
       status = verdictSent_->error();
-    if (status.isOk() && !verdictGiven_ && helloReceived_->state() == Request::State::kDone) {
+    if (status.isOk() && !verdictGiven() && helloReceived_->state() == Request::State::kDone) {
       status = finishHandshake();
       if (!status.isOk()) status = peerReasonOr(status);
       moved = true;
     }
-    if (status.isOk() && verdictGiven_ && verdictReceived_->state() == Request::State::kDone) {
+    if (status.isOk() && verdictGiven() && verdictReceived_->state() == Request::State::kDone) {
       status = settleMapping();
       moved = true;
       if (!declined_.isOk()) return declined_;

@@ -197,9 +197,10 @@ class CudaIpcConnection final : public Connection {
   RequestPtr helloSent_, helloReceived_;
   Verdict verdict_{}, peerVerdict_{};
   RequestPtr verdictSent_, verdictReceived_;
-  bool verdictGiven_ = false;  // this end tried the peer's handles and said how it went
-  bool ready_ = false;         // both ends mapped: chunks and credits move
-  Status declined_;            // non-ok once either end could not map
+  // This end tried the peer's handles and said how it went.
+  bool verdictGiven() const { return verdictSent_ != nullptr; }
+  bool ready_ = false;  // both ends mapped: chunks and credits move
+  Status declined_;     // non-ok once either end could not map
   std::unique_ptr<DeviceMemory> peerPool_;
   std::vector<std::unique_ptr<DeviceEvent>> peerFilled_, peerDrained_;
 

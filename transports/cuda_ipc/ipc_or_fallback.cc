@@ -26,17 +26,12 @@ bool IpcOrFallback::fellBack() const {
   return chosen_.load(std::memory_order_acquire) == &fallback_;
 }
 
-namespace {
-
-RequestPtr forward(Connection& to, const void* source, void* destination, size_t bytes, Tag tag,
-                   bool isSend, const Combiner& combiner) {
-  if (isSend) return to.postSend(source, bytes, tag);
-  if (combiner.apply != nullptr || combiner.applyOnDevice != nullptr)
-    return to.postRecvReduce(destination, source, bytes, tag, combiner);
-  return to.postRecv(destination, bytes, tag);
+RequestPtr IpcOrFallback::forward(Connection& to, const Queued& post) {
+  if (post.isSend) return to.postSend(post.source, post.bytes, post.tag);
+  if (post.combiner.apply != nullptr || post.combiner.applyOnDevice != nullptr)
+    return to.postRecvReduce(post.destination, post.source, post.bytes, post.tag, post.combiner);
+  return to.postRecv(post.destination, post.bytes, post.tag);
 }
-
-}  // namespace
 
 RequestPtr IpcOrFallback::postSend(const void* data, size_t bytes, Tag tag) {
   if (Connection* chosen = chosen_.load(std::memory_order_acquire))
@@ -61,8 +56,7 @@ RequestPtr IpcOrFallback::queue(Queued post) {
   std::unique_lock lock(mutex_);
   if (Connection* chosen = chosen_.load(std::memory_order_acquire)) {
     lock.unlock();  // decided meanwhile
-    return forward(*chosen, post.source, post.destination, post.bytes, post.tag, post.isSend,
-                   post.combiner);
+    return forward(*chosen, post);
   }
   post.request = std::make_shared<Request>();
   RequestPtr request = post.request;
@@ -71,9 +65,7 @@ RequestPtr IpcOrFallback::queue(Queued post) {
 }
 
 void IpcOrFallback::choose(Connection& chosen) {
-  for (Queued& q : queued_)
-    forwarded_.emplace_back(
-        q.request, forward(chosen, q.source, q.destination, q.bytes, q.tag, q.isSend, q.combiner));
+  for (Queued& q : queued_) forwarded_.emplace_back(q.request, forward(chosen, q));
   queued_.clear();
   anyForwarded_.store(!forwarded_.empty(), std::memory_order_release);
   chosen_.store(&chosen, std::memory_order_release);

@@ -59,6 +59,8 @@ class IpcOrFallback final : public Connection {
   };
 
   Connection& current() const;
+  // Posts `post` on `to`, as it was posted here.
+  static RequestPtr forward(Connection& to, const Queued& post);
   RequestPtr queue(Queued post);
   // Under mutex_: hands the queued posts to `chosen`, then makes it current.
   void choose(Connection& chosen);
