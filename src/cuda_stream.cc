@@ -6,6 +6,7 @@
 
 #include "src/common/cuda_driver.h"
 #include "src/common/strcat.h"
+#include "src/gpu_path.h"
 
 namespace braid {
 namespace {
@@ -121,6 +122,11 @@ Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStr
   BRAID_RETURN_IF_ERROR(bridge->inContext("making braid's copy stream", [&] {
     return d.streamCreate(&bridge->copyStream_, kStreamNonBlocking);
   }));
+  // Before the stream ever waits for a call (src/gpu_path.h).
+  (void)bridge->inContext("loading braid's kernels", [] {
+    loadGpuKernels();
+    return kSuccess;
+  });
   void* word = nullptr;
   BRAID_RETURN_IF_ERROR(bridge->inContext("allocating the stream's release word", [&] {
     return d.memHostAlloc(&word, sizeof(uint32_t), kHostAllocPortable | kHostAllocDeviceMap);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "braid_config.h"
+#include "src/common/log.h"
 #include "src/common/strcat.h"
 #include "transports/cuda_ipc/cuda_ipc_connection.h"
 #include "transports/cuda_ipc/driver_ipc_device.h"
@@ -40,6 +41,16 @@ Status averageOnGpu(void* dst, const void* local, const void*, size_t units, con
 
 }  // namespace
 
+void loadGpuKernels() {
+#ifdef BRAID_HAVE_CUDA
+  Result<int> kernels = cuda::loadKernels();
+  if (kernels.isOk())
+    BRAID_TRACE("loaded ", *kernels, " GPU kernels");
+  else  // not the caller's failure: a launch that cannot load its kernel says why
+    BRAID_INFO("braid's GPU kernels are not loaded: ", kernels.status().message());
+#endif
+}
+
 bool GpuPath::built() {
 #ifdef BRAID_HAVE_CUDA
   return true;
@@ -65,6 +76,11 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
   // A wait for the GPU that never ends (a peer gone mid-call) fails the
   // call, as any other wait does, rather than hang it.
   device->setSynchronizeLimit(timeoutSeconds);
+  // Loaded now, before a CUDA stream waits for a call of this communicator.
+  (void)device->runInContext("loading braid's kernels", [] {
+    loadGpuKernels();
+    return Status::ok();
+  });
   path->device_ = std::move(device);
   transport::cuda_ipc::CudaIpcConnection::Options options;
   options.slotBytes =

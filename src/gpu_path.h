@@ -40,6 +40,12 @@ namespace braid {
 // channel below StreamConnection's own (0xff) is some stream's.
 inline constexpr uint8_t kCudaIpcChannel = 0xfd;
 
+// Loads braid's GPU kernels into the context current on this thread, where
+// this build has them (src/cuda/device_reduce.h: loadKernels). Called
+// before any CUDA stream can wait for a call: a kernel loaded at its first
+// launch may wait for the whole context, which such a stream holds.
+void loadGpuKernels();
+
 class GpuPath {
  public:
   // Whether this build runs collectives on GPU memory this way (a CUDA build).

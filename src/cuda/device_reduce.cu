@@ -378,7 +378,53 @@ Status reduceWithOp(void* dst, const void* a, const void* b, size_t count, DataT
   });
 }
 
+template <typename T, typename Combine>
+cudaError_t loadCombineKernel(Combine) {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, combineKernel<T, Combine>);
+}
+
+template <typename T, typename Transform>
+cudaError_t loadTransformKernel(Transform) {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, transformKernel<T, Transform>);
+}
+
+// The kernels of one element type: one per reduction operator (kAvg
+// reduces as kSum), and the division of kAvg.
+template <typename Element>
+Status loadKernelsOf(DataType type, int& loaded) {
+  using T = typename Element::Storage;
+  const cudaError_t errors[] = {
+      loadCombineKernel<T>(typename Element::template Combine<RedOp::kSum>{}),
+      loadCombineKernel<T>(typename Element::template Combine<RedOp::kProd>{}),
+      loadCombineKernel<T>(typename Element::template Combine<RedOp::kMax>{}),
+      loadCombineKernel<T>(typename Element::template Combine<RedOp::kMin>{}),
+      loadTransformKernel<T>(typename Element::Divide{}),
+  };
+  for (const cudaError_t error : errors) {
+    if (error != cudaSuccess) {
+      (void)cudaGetLastError();  // not left for the next launch to report
+      return cudaFailure("loading the reduction kernels of " + std::string(dataTypeName(type)),
+                         error);
+    }
+    ++loaded;
+  }
+  return Status::ok();
+}
+
 }  // namespace
+
+Result<int> loadKernels() {
+  int loaded = 0;
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    const auto type = static_cast<DataType>(t);
+    BRAID_RETURN_IF_ERROR(withElementType(type, "loadKernels", [&](auto element) {
+      return loadKernelsOf<decltype(element)>(type, loaded);
+    }));
+  }
+  return loaded;
+}
 
 Status reduceOnDevice(void* dst, const void* a, const void* b, size_t count, DataType type,
                       RedOp op, void* stream) {

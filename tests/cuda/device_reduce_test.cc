@@ -227,6 +227,18 @@ TEST(DeviceCopyTest, CopiesAndOrdersOnTheStream) {
   cudaStreamDestroy(stream);
 }
 
+// Every kernel loads ahead of its first launch (four operators and the
+// average's division for each type), and loading again is harmless: braid
+// loads them whenever a GPU path or a CUDA stream's bridge is made.
+TEST(DeviceKernelLoading, LoadsEveryKernelAheadOfItsFirstLaunch) {
+  for (int round = 0; round < 2; ++round) {
+    Result<int> loaded = loadKernels();
+    ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+    EXPECT_EQ(*loaded, kNumDataTypes * 5);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST(DeviceReduceErrors, UnknownTypeOrOperatorIsAnInvalidArgument) {
   DeviceBuffer buffer(64);
   EXPECT_EQ(reduceOnDevice(buffer.bytes(), buffer.bytes(), buffer.bytes(), 4,

@@ -401,6 +401,11 @@ Status DriverIpcDevice::enqueueCopy(void* dst, const void* src, size_t bytes) {
   });
 }
 
+Status DriverIpcDevice::runInContext(std::string_view what,
+                                     const std::function<Status()>& work) const {
+  return context_->run(what, work);
+}
+
 Status DriverIpcDevice::enqueueCombine(void* dst, const void* local, const void* incoming,
                                        size_t bytes, const Combiner& combiner) {
   if (combiner.applyOnDevice == nullptr)

@@ -13,8 +13,10 @@
 // run before they go (synchronize()).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 
 #include "src/common/status.h"
 #include "transports/cuda_ipc/ipc_device.h"
@@ -64,6 +66,10 @@ class DriverIpcDevice final : public IpcDevice {
   // unfreed (PrimaryContext::markWedged).
   Status synchronize() override;
   void setSynchronizeLimit(double seconds);
+
+  // Runs `work` with the GPU's context current on this thread (for the
+  // caller's own CUDA runtime calls), then restores the thread's own.
+  Status runInContext(std::string_view what, const std::function<Status()>& work) const;
 
   // The CUstream all work is queued on.
   void* stream() const { return stream_; }
