@@ -1,8 +1,12 @@
 #include "src/cuda_stream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "src/common/cuda_driver.h"
 #include "src/common/strcat.h"
@@ -78,6 +82,17 @@ const StreamDriver& driver() {
   return loaded;
 }
 
+// The pinned memory each bridge stages through: two halves, one filled by
+// a DMA while the other is copied by the CPU.
+constexpr size_t kBounceBytes = size_t{4} << 20;
+constexpr size_t kBounceHalf = kBounceBytes / 2;
+
+// Bounce buffers of bridges gone, for the next: pinned memory is never
+// freed, since freeing it waits for the whole GPU, which a CUDA stream
+// waiting for a call of another bridge may hold. Portable: any context.
+std::mutex spareBouncesMutex;
+std::vector<void*> spareBounces;
+
 DevicePtr devicePointer(const void* p) {
   return static_cast<DevicePtr>(reinterpret_cast<uintptr_t>(p));
 }
@@ -127,6 +142,17 @@ Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStr
     loadGpuKernels();
     return kSuccess;
   });
+  {
+    std::lock_guard lock(spareBouncesMutex);
+    if (!spareBounces.empty()) {
+      bridge->bounce_ = spareBounces.back();
+      spareBounces.pop_back();
+    }
+  }
+  if (bridge->bounce_ == nullptr)
+    BRAID_RETURN_IF_ERROR(bridge->inContext("allocating the stream's pinned staging memory", [&] {
+      return d.memHostAlloc(&bridge->bounce_, kBounceBytes, kHostAllocPortable);
+    }));
   void* word = nullptr;
   BRAID_RETURN_IF_ERROR(bridge->inContext("allocating the stream's release word", [&] {
     return d.memHostAlloc(&word, sizeof(uint32_t), kHostAllocPortable | kHostAllocDeviceMap);
@@ -142,6 +168,10 @@ Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStr
 CudaStreamBridge::~CudaStreamBridge() {
   const StreamDriver& d = driver();
   if (copyStream_ != nullptr) (void)inContext("", [&] { return d.streamDestroy(copyStream_); });
+  if (bounce_ != nullptr) {
+    std::lock_guard lock(spareBouncesMutex);
+    spareBounces.push_back(bounce_);
+  }
   // The CUDA stream reads the word in its waits, which it may not have run
   // yet (held by work queued before a call that gave up waiting for it):
   // freed only once the stream has run everything; else its 4 bytes stay.
@@ -245,18 +275,51 @@ void CudaStreamBridge::release(const Gate& gate) {
 
 Status CudaStreamBridge::toHost(void* host, const void* gpu, size_t bytes, const char* what) {
   const StreamDriver& d = driver();
-  return inContext(what, [&] {
-    CuResult r = d.memcpyDtoHAsync(host, devicePointer(gpu), bytes, copyStream_);
-    return r != kSuccess ? r : d.streamSynchronize(copyStream_);
-  });
+  auto* to = static_cast<uint8_t*>(host);
+  const auto* from = static_cast<const uint8_t*>(gpu);
+  auto half = [&](size_t piece) {
+    return static_cast<uint8_t*>(bounce_) + piece % 2 * kBounceHalf;
+  };
+  auto length = [&](size_t offset) { return std::min(kBounceHalf, bytes - offset); };
+  if (bytes == 0) return Status::ok();
+  // Piece k+1's DMA runs while piece k is copied out of the other half.
+  BRAID_RETURN_IF_ERROR(inContext(what, [&] {
+    return d.memcpyDtoHAsync(half(0), devicePointer(from), length(0), copyStream_);
+  }));
+  for (size_t piece = 0, offset = 0; offset < bytes; ++piece, offset += kBounceHalf) {
+    const size_t next = offset + kBounceHalf;
+    BRAID_RETURN_IF_ERROR(inContext(what, [&] {
+      CuResult r = d.streamSynchronize(copyStream_);
+      if (r == kSuccess && next < bytes)
+        r = d.memcpyDtoHAsync(half(piece + 1), devicePointer(from + next), length(next),
+                              copyStream_);
+      return r;
+    }));
+    std::memcpy(to + offset, half(piece), length(offset));
+  }
+  return Status::ok();
 }
 
 Status CudaStreamBridge::toGpu(void* gpu, const void* host, size_t bytes, const char* what) {
   const StreamDriver& d = driver();
-  return inContext(what, [&] {
-    CuResult r = d.memcpyHtoDAsync(devicePointer(gpu), host, bytes, copyStream_);
-    return r != kSuccess ? r : d.streamSynchronize(copyStream_);
-  });
+  auto* to = static_cast<uint8_t*>(gpu);
+  const auto* from = static_cast<const uint8_t*>(host);
+  auto half = [&](size_t piece) {
+    return static_cast<uint8_t*>(bounce_) + piece % 2 * kBounceHalf;
+  };
+  auto length = [&](size_t offset) { return std::min(kBounceHalf, bytes - offset); };
+  // Piece k is copied into its half while piece k-1's DMA runs from the
+  // other; the half was last read by piece k-2's, waited for before k-1's.
+  for (size_t piece = 0, offset = 0; offset < bytes; ++piece, offset += kBounceHalf) {
+    std::memcpy(half(piece), from + offset, length(offset));
+    BRAID_RETURN_IF_ERROR(inContext(what, [&] {
+      CuResult r = d.streamSynchronize(copyStream_);
+      if (r == kSuccess)
+        r = d.memcpyHtoDAsync(devicePointer(to + offset), half(piece), length(offset), copyStream_);
+      return r;
+    }));
+  }
+  return inContext(what, [&] { return d.streamSynchronize(copyStream_); });
 }
 
 }  // namespace braid

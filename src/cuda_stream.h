@@ -60,7 +60,12 @@ class CudaStreamBridge final : public GpuCopies {
 
   // Staging copies on braid's own copy stream, which waits for nothing but
   // itself: a copy that waited for the whole context would wait for the
-  // held CUDA stream, which waits for this call.
+  // held CUDA stream, which waits for this call. They go through pinned
+  // memory the bridge took when it was made, in pieces, one piece's DMA
+  // beside the other's memcpy: a copy to or from pageable memory, like an
+  // allocation, takes the driver's memory lock, which an application thread
+  // may hold while it waits for the held stream (a copy to pageable memory
+  // queued after the call), so none is made while a stream waits.
   Status toHost(void* host, const void* gpu, size_t bytes, const char* what) override;
   Status toGpu(void* gpu, const void* host, size_t bytes, const char* what) override;
   // Nothing to wait for: a call runs once awaitReached says the CUDA
@@ -75,6 +80,7 @@ class CudaStreamBridge final : public GpuCopies {
   void* stream_ = nullptr;        // the caller's CUstream
   void* context_ = nullptr;       // its CUcontext
   void* copyStream_ = nullptr;    // braid's, non-blocking
+  void* bounce_ = nullptr;        // pinned, kBounceBytes, from a pool never freed
   uint32_t* released_ = nullptr;  // pinned host memory the CUDA stream reads
   unsigned long long releasedOnGpu_ = 0;
   std::mutex holdMutex_;       // one hold() at a time: the signal and the wait stay together

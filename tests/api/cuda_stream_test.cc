@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include "../unit/fake_gpu_work.h"
 #include "../unit/fake_libcuda_loader.h"
@@ -42,6 +43,8 @@ struct FakeDriver {
   unsigned long (*freedWhileWaited)();
   void (*setCapture)(void*, int);
   void (*setGlobalCapture)(int);
+  void (*holdMemoryLock)(int);
+  unsigned long (*memoryLockRefusals)();
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -57,7 +60,9 @@ struct FakeDriver {
            find(setDeviceRange, "fakeCudaSetDeviceRange") && find(copyCount, "fakeCudaCopyCount") &&
            find(freedWhileWaited, "fakeCudaHostFreedWhileWaited") &&
            find(setCapture, "fakeCudaSetStreamCapture") &&
-           find(setGlobalCapture, "fakeCudaSetGlobalCapture");
+           find(setGlobalCapture, "fakeCudaSetGlobalCapture") &&
+           find(holdMemoryLock, "fakeCudaHoldMemoryLockWhileStreamsWait") &&
+           find(memoryLockRefusals, "fakeCudaMemoryLockRefusals");
   }
 
   // A context current on this thread and a blocking stream (flags 0), as
@@ -421,6 +426,42 @@ TEST_F(OneRankOnACudaStream, AGroupRunsAtItsEndBetweenTheWorkBeforeAndAfterIt) {
     EXPECT_EQ(seenHost[i], 3.0f) << i;
     EXPECT_EQ(reduced[i], 100.0f + static_cast<float>(i)) << i;
   }
+  fake.setDeviceRange(nullptr, 0, 0, 0);
+}
+
+// While a CUDA stream waits for a call, an application thread may sit in a
+// copy to pageable memory queued after the call (tensor.cpu()), holding the
+// driver's memory lock until the stream gets there. A call staged through
+// host memory must then take no such lock on braid's thread: its copies go
+// through pinned memory made with the stream, never to or from pageable
+// memory, nor through memory allocated during the call. Buffers of several
+// times the pinned memory, alone and in a group.
+TEST_F(OneRankOnACudaStream, StagingTakesNoMemoryLockWhileTheStreamWaits) {
+  constexpr size_t kCount = (size_t{9} << 20) / sizeof(float) + 3;
+  std::vector<float> gpu(4 * kCount);
+  fake.setDeviceRange(gpu.data(), gpu.size() * sizeof(float), 0, 0);
+  for (size_t i = 0; i < kCount; ++i) gpu[i] = static_cast<float>(i % 1000);
+  const unsigned long refusedBefore = fake.memoryLockRefusals();
+  fake.holdMemoryLock(1);
+  EXPECT_BRAID_OK(braidAllReduce(gpu.data(), gpu.data() + kCount, kCount, braidFloat32, braidSum,
+                                 comm_, stream_));
+  EXPECT_BRAID_OK(braidGroupStart());
+  EXPECT_BRAID_OK(
+      braidBroadcast(gpu.data(), gpu.data() + 2 * kCount, kCount, braidFloat32, 0, comm_, stream_));
+  EXPECT_BRAID_OK(
+      braidAllGather(gpu.data(), gpu.data() + 3 * kCount, kCount, braidFloat32, comm_, stream_));
+  EXPECT_BRAID_OK(braidGroupEnd());
+  EXPECT_BRAID_OK(braidStreamSynchronize(stream_));
+  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
+  fake.holdMemoryLock(0);
+  EXPECT_EQ(fake.memoryLockRefusals() - refusedBefore, 0u);
+  for (size_t i = 0; i < kCount; i += 4099) {
+    ASSERT_EQ(gpu[kCount + i], static_cast<float>(i % 1000)) << i;
+    ASSERT_EQ(gpu[2 * kCount + i], static_cast<float>(i % 1000)) << i;
+    ASSERT_EQ(gpu[3 * kCount + i], static_cast<float>(i % 1000)) << i;
+  }
+  EXPECT_EQ(gpu[2 * kCount - 1], gpu[kCount - 1]);
+  EXPECT_EQ(gpu[4 * kCount - 1], gpu[kCount - 1]);
   fake.setDeviceRange(nullptr, 0, 0, 0);
 }
 

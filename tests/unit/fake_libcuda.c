@@ -357,6 +357,7 @@ int cuMemAlloc_v2(unsigned long long* device, size_t bytes) {
   if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (device == NULL || bytes == 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (!fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   void* memory = carve(bytes, FAKE_ALIGNMENT, 0);
   if (memory == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
   *device = (unsigned long long)(uintptr_t)memory;
@@ -406,6 +407,11 @@ int cuGetErrorString(int error, const char** text) {
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_NOT_SUPPORTED:
       *text = "operation not supported";
+      return FAKE_CUDA_SUCCESS;
+    case FAKE_CUDA_ERROR_MEMORY_LOCK_HELD:
+      *text =
+          "the stand-in driver: a call that takes the driver's memory lock, held by an "
+          "application thread that waits for a stream waiting for braid (this hangs on a GPU)";
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_WOULD_DEADLOCK:
       *text =

@@ -21,6 +21,8 @@ enum {
   FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
   /* Not CUDA's: a call that would hang on a GPU (see cuCtxSynchronize). */
   FAKE_CUDA_ERROR_WOULD_DEADLOCK = 9001,
+  /* Not CUDA's: see fakeCudaHoldMemoryLockWhileStreamsWait. */
+  FAKE_CUDA_ERROR_MEMORY_LOCK_HELD = 9002,
   FAKE_CU_POINTER_ATTRIBUTE_CONTEXT = 1,
   FAKE_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
   FAKE_CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
@@ -69,5 +71,12 @@ void fakeCudaFailStream(void* stream);
 /* Whether some stream (only blocking ones, if blockingOnly) is held by a
  * wait for a value. */
 int fakeStreamsWaitingOnValue(int blockingOnly);
+/* Whether a call that takes the driver's memory lock may go ahead: always,
+ * unless fakeCudaHoldMemoryLockWhileStreamsWait is on (then after waiting
+ * up to a second for every held stream to be let go; if not, the call
+ * returns FAKE_CUDA_ERROR_MEMORY_LOCK_HELD). */
+int fakeMemoryLockFree(void);
+/* Whether [host, host + bytes) is memory of cuMemHostAlloc. */
+int fakeIsPinned(const void* host, size_t bytes);
 /* Waits until every stream has run all it was given. */
 void fakeSynchronizeStreams(void);

@@ -245,6 +245,8 @@ int cuStreamWaitValue32_v2(void* stream, unsigned long long address, uint32_t va
 
 static int queueCopy(void* stream, void* destination, const void* source, size_t bytes,
                      unsigned long long device) {
+  const void* host = (uintptr_t)destination == device ? source : destination;
+  if (!fakeIsPinned(host, bytes) && !fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   int result = fakeCheckCopy(device, bytes);
   if (result != FAKE_CUDA_SUCCESS) return result;
   Work* w = newWork(WORK_COPY);
@@ -263,12 +265,43 @@ int cuMemcpyHtoDAsync_v2(unsigned long long device, const void* host, size_t byt
   return queueCopy(stream, (void*)(uintptr_t)device, host, bytes, device);
 }
 
+/* The memory of cuMemHostAlloc, which copies reach without the driver's
+ * memory lock (fakeMemoryLockFree). */
+typedef struct PinnedRange {
+  uintptr_t begin, end;
+  struct PinnedRange* next;
+} PinnedRange;
+static PinnedRange* pinned;
+
+int fakeIsPinned(const void* host, size_t bytes) {
+  const uintptr_t begin = (uintptr_t)host;
+  int found = 0;
+  pthread_mutex_lock(&lock);
+  for (PinnedRange* r = pinned; r && !found; r = r->next)
+    found = begin >= r->begin && begin + bytes <= r->end;
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
 int cuMemHostAlloc(void** memory, size_t bytes, unsigned flags) {
   if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   (void)flags;
   if (memory == NULL || bytes == 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (!fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
+  PinnedRange* range = malloc(sizeof(PinnedRange));
   *memory = calloc(1, bytes);
-  return *memory ? FAKE_CUDA_SUCCESS : FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  if (*memory == NULL || range == NULL) {
+    free(*memory);
+    free(range);
+    return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  range->begin = (uintptr_t)*memory;
+  range->end = range->begin + bytes;
+  pthread_mutex_lock(&lock);
+  range->next = pinned;
+  pinned = range;
+  pthread_mutex_unlock(&lock);
+  return FAKE_CUDA_SUCCESS;
 }
 
 int cuMemHostGetDevicePointer_v2(unsigned long long* device, void* host, unsigned flags) {
@@ -289,6 +322,13 @@ int cuMemFreeHost(void* memory) {
     for (Work* w = s->head; w; w = w->next)
       if (w->kind == WORK_WAIT_VALUE && (const void*)w->address == memory) waited = 1;
   if (waited) ++freedWhileWaited;
+  for (PinnedRange** at = &pinned; *at && !waited; at = &(*at)->next)
+    if ((*at)->begin == (uintptr_t)memory) {
+      PinnedRange* gone = *at;
+      *at = gone->next;
+      free(gone);
+      break;
+    }
   pthread_mutex_unlock(&lock);
   if (!waited) free(memory);
   return FAKE_CUDA_SUCCESS;
@@ -314,6 +354,35 @@ int fakeStreamsWaitingOnValue(int blockingOnly) {
   }
   pthread_mutex_unlock(&lock);
   return found;
+}
+
+/* While on, the application's own thread is taken to sit in a call that
+ * holds the driver's memory lock while it waits for a held stream, as a
+ * copy to pageable memory queued after a braid call does (tensor.cpu()).
+ * The calls that take that lock (allocating or mapping memory, copies to
+ * or from pageable memory) then wait until no stream is held, and give up
+ * after a second with FAKE_CUDA_ERROR_WOULD_DEADLOCK, where a GPU would
+ * hang if braid made them while a stream waited for the call. */
+static int memoryLockHeld;
+static unsigned long memoryLockRefusals;
+
+void fakeCudaHoldMemoryLockWhileStreamsWait(int on) {
+  __atomic_store_n(&memoryLockHeld, on, __ATOMIC_RELAXED);
+}
+
+unsigned long fakeCudaMemoryLockRefusals(void) {
+  return __atomic_load_n(&memoryLockRefusals, __ATOMIC_RELAXED);
+}
+
+int fakeMemoryLockFree(void) {
+  if (!__atomic_load_n(&memoryLockHeld, __ATOMIC_RELAXED)) return 1;
+  for (int ms = 0; ms < 1000; ++ms) {
+    if (!fakeStreamsWaitingOnValue(0)) return 1;
+    const struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
+  }
+  __atomic_add_fetch(&memoryLockRefusals, 1, __ATOMIC_RELAXED);
+  return 0;
 }
 
 void fakeSynchronizeStreams(void) {

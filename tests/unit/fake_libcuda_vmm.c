@@ -107,6 +107,7 @@ int cuMemCreate(unsigned long long* handle, size_t bytes, const FakeMemAllocatio
   if (!supported()) return FAKE_CUDA_ERROR_NOT_SUPPORTED;
   if (handle == NULL || !validProp(prop) || flags != 0 || bytes == 0 || bytes % GRANULARITY != 0)
     return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (!fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   const int fd = memfd_create("fake-cumem", MFD_CLOEXEC);
   if (fd < 0) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
   if (ftruncate(fd, (off_t)bytes) != 0) {
@@ -150,6 +151,7 @@ int cuMemMap(unsigned long long pointer, size_t bytes, size_t offset, unsigned l
   Allocation* a = (Allocation*)(uintptr_t)handle;
   if (a == NULL || flags != 0 || offset != 0 || bytes != a->bytes || pointer % GRANULARITY != 0)
     return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (!fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   if (mmap((void*)(uintptr_t)pointer, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, a->fd,
            0) == MAP_FAILED)
     return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
