@@ -172,6 +172,7 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   const int ordinal = (placement.sendOnGpu || placement.recvOnGpu)
                           ? gpuJobOrdinal(o, comm, sendMemory, recvMemory)
                           : -1;
+  if (ordinal >= 0) BRAID_RETURN_IF_ERROR(comm->comm->prepareGpuPath(ordinal));
   std::shared_ptr<braid::CudaStreamBridge> bridge = stream->cuda;
   BRAID_ASSIGN_OR_RETURN(braid::CudaStreamBridge::Gate gate, bridge->hold());
   braid::HostStream* host = stream->stream.get();  // outlives its queued tasks

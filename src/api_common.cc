@@ -212,6 +212,10 @@ Status groupEnd() {
   std::vector<StagedBuffers> staged;
   for (auto& p : ops)
     if (!p.stream) BRAID_RETURN_IF_ERROR(stageInto(p.op, p.gpu, contextOrderedCopies(), staged));
+  // GPU paths are made before any CUDA stream waits for the group.
+  for (auto& p : ops)
+    if (p.cuda && p.op.gpuOrdinal >= 0)
+      BRAID_RETURN_IF_ERROR(p.comm->prepareGpuPath(p.op.gpuOrdinal));
   for (auto& p : ops) {
     keepAlive.push_back(p.comm);
     if (p.stream) {

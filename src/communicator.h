@@ -128,6 +128,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // two or more ranks and BRAID_GPU_STAGING=pipelined. Decided by each rank
   // alone: the wire does not depend on it.
   bool gpuSendRecvPossible() const;
+  // Makes the GPU path for GPU `deviceOrdinal` now, on the calling thread,
+  // if it is not made yet: a call on a CUDA stream does so before the
+  // stream waits for it, since allocating memory then could wait for good
+  // (src/cuda_stream.h).
+  Status prepareGpuPath(int deviceOrdinal) { return gpuPathFor(deviceOrdinal).status(); }
 
  private:
   Communicator(int rank, int nranks, Config config);

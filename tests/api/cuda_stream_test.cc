@@ -437,12 +437,13 @@ TEST_F(OneRankOnACudaStream, AGroupRunsAtItsEndBetweenTheWorkBeforeAndAfterIt) {
 // memory, nor through memory allocated during the call. Buffers of several
 // times the pinned memory, alone and in a group.
 TEST_F(OneRankOnACudaStream, StagingTakesNoMemoryLockWhileTheStreamWaits) {
+  constexpr int kEveryCallThatTakesTheLock = 1 | 2 | 4;  // FAKE_LOCK_* of the stand-in
   constexpr size_t kCount = (size_t{9} << 20) / sizeof(float) + 3;
   std::vector<float> gpu(4 * kCount);
   fake.setDeviceRange(gpu.data(), gpu.size() * sizeof(float), 0, 0);
   for (size_t i = 0; i < kCount; ++i) gpu[i] = static_cast<float>(i % 1000);
   const unsigned long refusedBefore = fake.memoryLockRefusals();
-  fake.holdMemoryLock(1);
+  fake.holdMemoryLock(kEveryCallThatTakesTheLock);
   EXPECT_BRAID_OK(braidAllReduce(gpu.data(), gpu.data() + kCount, kCount, braidFloat32, braidSum,
                                  comm_, stream_));
   EXPECT_BRAID_OK(braidGroupStart());

@@ -238,6 +238,45 @@ TEST_F(GpuJobs, CallsRunWhileAnotherThreadCapturesAGraph) {
   expectEveryRankPassed(runRanks(2, copyCollectivesDuringAGraphCapture));
 }
 
+// While a CUDA stream waits for a call, an application thread may sit in a
+// copy to pageable memory queued after it (tensor.cpu()), holding the
+// driver's memory lock until the stream gets there; braid's threads must
+// then allocate nothing. The first GPU call of a communicator makes its GPU
+// path (the slots and events of every connection): on a CUDA stream it does
+// so on the calling thread, before the stream waits. Still made during
+// that first call: the mappings of the peers' memory, in the handshake; and,
+// where a message arrives while every slot holds one not yet received, the
+// memory it spills to (the blocks here fit in a connection's slots).
+int firstCallOnACudaStreamAllocatesBeforeTheStreamWaits(Rank& r) {
+  constexpr int kAllocationsAndPageableCopies = 1 | 2;               // FAKE_LOCK_* of the stand-in
+  constexpr size_t kBlock = 4 * kChunkBytes / sizeof(float) - 1000;  // half the slots
+  float *send = nullptr, *recv = nullptr;
+  RANK_CHECK(10, r.allocateBlocks(send, recv));
+  void* cudaStream = nullptr;
+  RANK_CHECK(11, fake.streamCreate(&cudaStream, 0) == 0);
+  braidStream_t stream = nullptr;
+  RANK_CHECK(12, braidStreamCreateFromCuda(r.comm, cudaStream, &stream) == braidSuccess);
+  const int n = r.nranks();
+  for (size_t i = 0; i < kBlock; ++i) send[i] = value(r.rank(), 0, i);
+  for (size_t i = 0; i < n * kBlock; ++i) recv[i] = -1;
+  const unsigned long refusedBefore = fake.memoryLockRefusals();
+  fake.holdMemoryLock(kAllocationsAndPageableCopies);
+  RANK_CHECK(13, braidAllGather(send, recv, kBlock, braidFloat32, r.comm, stream) == braidSuccess);
+  RANK_CHECK(14, braidStreamSynchronize(stream) == braidSuccess);
+  RANK_CHECK(15, fake.streamSynchronize(cudaStream) == 0);
+  fake.holdMemoryLock(0);
+  RANK_CHECK(16, fake.memoryLockRefusals() == refusedBefore);
+  RANK_CHECK(17, firstWrong(recv, n * kBlock, [&](size_t i) {
+                   return value(static_cast<int>(i / kBlock), 0, i % kBlock);
+                 }) == -1);
+  RANK_CHECK(18, braidStreamDestroy(stream) == braidSuccess);
+  return 0;
+}
+
+TEST_F(GpuJobs, TheFirstCallOnACudaStreamAllocatesBeforeTheStreamWaits) {
+  expectEveryRankPassed(runRanks(2, firstCallOnACudaStreamAllocatesBeforeTheStreamWaits));
+}
+
 // AllReduce on GPU memory reduces with braid's CUDA kernels (src/cuda),
 // launched through the CUDA runtime linked into libbraid. That runtime
 // looks the driver up in the loaded libcuda.so.1, the stand-in, and asks it

@@ -46,6 +46,8 @@ struct FakeDriver {
   unsigned long (*deviceCopies)();
   void (*refuseIpcOpens)(int);
   void (*setGlobalCapture)(int);
+  void (*holdMemoryLock)(int);
+  unsigned long (*memoryLockRefusals)();
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -63,7 +65,9 @@ struct FakeDriver {
            find(hostDeviceCopies, "fakeCudaHostDeviceCopyCount") &&
            find(deviceCopies, "fakeCudaDeviceToDeviceCopyCount") &&
            find(refuseIpcOpens, "fakeCudaRefuseIpcOpens") &&
-           find(setGlobalCapture, "fakeCudaSetGlobalCapture");
+           find(setGlobalCapture, "fakeCudaSetGlobalCapture") &&
+           find(holdMemoryLock, "fakeCudaHoldMemoryLockWhileStreamsWait") &&
+           find(memoryLockRefusals, "fakeCudaMemoryLockRefusals");
   }
 };
 

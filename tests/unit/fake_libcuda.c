@@ -357,7 +357,7 @@ int cuMemAlloc_v2(unsigned long long* device, size_t bytes) {
   if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (device == NULL || bytes == 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
-  if (!fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
+  if (!fakeMemoryLockFree(FAKE_LOCK_ALLOCATIONS)) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   void* memory = carve(bytes, FAKE_ALIGNMENT, 0);
   if (memory == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
   *device = (unsigned long long)(uintptr_t)memory;

@@ -33,6 +33,12 @@ enum {
   FAKE_CU_STREAM_WAIT_VALUE_EQ = 1
 };
 
+/* The calls that take the driver's memory lock, by kind
+ * (fakeCudaHoldMemoryLockWhileStreamsWait): allocating memory (device or
+ * pinned), copies to or from pageable memory, and mapping memory another
+ * process exported. */
+enum { FAKE_LOCK_ALLOCATIONS = 1, FAKE_LOCK_COPIES = 2, FAKE_LOCK_MAPPINGS = 4 };
+
 /* Entry points of one file that another calls. */
 int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr);
 int cuLaunchHostFunc(void* stream, void (*function)(void*), void* argument);
@@ -71,11 +77,12 @@ void fakeCudaFailStream(void* stream);
 /* Whether some stream (only blocking ones, if blockingOnly) is held by a
  * wait for a value. */
 int fakeStreamsWaitingOnValue(int blockingOnly);
-/* Whether a call that takes the driver's memory lock may go ahead: always,
- * unless fakeCudaHoldMemoryLockWhileStreamsWait is on (then after waiting
+/* Whether a call of kind `call` (FAKE_LOCK_*), which takes the driver's
+ * memory lock, may go ahead: always, unless fakeCudaHoldMemoryLockWhileStreamsWait
+ * holds the lock for such calls (then after waiting
  * up to a second for every held stream to be let go; if not, the call
  * returns FAKE_CUDA_ERROR_MEMORY_LOCK_HELD). */
-int fakeMemoryLockFree(void);
+int fakeMemoryLockFree(int call);
 /* Whether [host, host + bytes) is memory of cuMemHostAlloc. */
 int fakeIsPinned(const void* host, size_t bytes);
 /* Waits until every stream has run all it was given. */

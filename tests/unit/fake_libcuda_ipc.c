@@ -151,7 +151,7 @@ int cuIpcOpenMemHandle_v2(unsigned long long* device, FakeIpcHandle handle, unsi
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (device == NULL || (flags & ~1u) != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
   if (fakeRefusesIpcOpens()) return FAKE_CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
-  if (!fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
+  if (!fakeMemoryLockFree(FAKE_LOCK_MAPPINGS)) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   uint64_t address = readHandle(&handle, HANDLE_MEMORY);
   if (address == 0) return FAKE_CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&lock);
@@ -409,7 +409,7 @@ int cuMemcpyAsync(unsigned long long destination, unsigned long long source, siz
       result = FAKE_CUDA_ERROR_INVALID_VALUE;
   } else if (toDevice || fromDevice) {
     const unsigned long long host = toDevice ? source : destination;
-    if (!fakeIsPinned((const void*)(uintptr_t)host, bytes) && !fakeMemoryLockFree())
+    if (!fakeIsPinned((const void*)(uintptr_t)host, bytes) && !fakeMemoryLockFree(FAKE_LOCK_COPIES))
       return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
     result = fakeCheckCopy(toDevice ? destination : source, bytes);
   }

@@ -246,7 +246,8 @@ int cuStreamWaitValue32_v2(void* stream, unsigned long long address, uint32_t va
 static int queueCopy(void* stream, void* destination, const void* source, size_t bytes,
                      unsigned long long device) {
   const void* host = (uintptr_t)destination == device ? source : destination;
-  if (!fakeIsPinned(host, bytes) && !fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
+  if (!fakeIsPinned(host, bytes) && !fakeMemoryLockFree(FAKE_LOCK_COPIES))
+    return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   int result = fakeCheckCopy(device, bytes);
   if (result != FAKE_CUDA_SUCCESS) return result;
   Work* w = newWork(WORK_COPY);
@@ -287,7 +288,7 @@ int cuMemHostAlloc(void** memory, size_t bytes, unsigned flags) {
   if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   (void)flags;
   if (memory == NULL || bytes == 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
-  if (!fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
+  if (!fakeMemoryLockFree(FAKE_LOCK_ALLOCATIONS)) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   PinnedRange* range = malloc(sizeof(PinnedRange));
   *memory = calloc(1, bytes);
   if (*memory == NULL || range == NULL) {
@@ -362,20 +363,21 @@ int fakeStreamsWaitingOnValue(int blockingOnly) {
  * The calls that take that lock (allocating or mapping memory, copies to
  * or from pageable memory) then wait until no stream is held, and give up
  * after a second with FAKE_CUDA_ERROR_WOULD_DEADLOCK, where a GPU would
- * hang if braid made them while a stream waited for the call. */
+ * hang if braid made them while a stream waited for the call. `calls` says
+ * which calls take the lock (FAKE_LOCK_*, or'ed); 0 turns it off. */
 static int memoryLockHeld;
 static unsigned long memoryLockRefusals;
 
-void fakeCudaHoldMemoryLockWhileStreamsWait(int on) {
-  __atomic_store_n(&memoryLockHeld, on, __ATOMIC_RELAXED);
+void fakeCudaHoldMemoryLockWhileStreamsWait(int calls) {
+  __atomic_store_n(&memoryLockHeld, calls, __ATOMIC_RELAXED);
 }
 
 unsigned long fakeCudaMemoryLockRefusals(void) {
   return __atomic_load_n(&memoryLockRefusals, __ATOMIC_RELAXED);
 }
 
-int fakeMemoryLockFree(void) {
-  if (!__atomic_load_n(&memoryLockHeld, __ATOMIC_RELAXED)) return 1;
+int fakeMemoryLockFree(int call) {
+  if (!(__atomic_load_n(&memoryLockHeld, __ATOMIC_RELAXED) & call)) return 1;
   for (int ms = 0; ms < 1000; ++ms) {
     if (!fakeStreamsWaitingOnValue(0)) return 1;
     const struct timespec pause = {0, 1000000};

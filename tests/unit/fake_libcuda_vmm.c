@@ -52,6 +52,7 @@ typedef struct {
   int fd;
   size_t bytes;
   int exportable;
+  int imported; /* another process's, from cuMemImportFromShareableHandle */
 } Allocation;
 
 static unsigned long liveAllocations, liveMaps;
@@ -107,7 +108,7 @@ int cuMemCreate(unsigned long long* handle, size_t bytes, const FakeMemAllocatio
   if (!supported()) return FAKE_CUDA_ERROR_NOT_SUPPORTED;
   if (handle == NULL || !validProp(prop) || flags != 0 || bytes == 0 || bytes % GRANULARITY != 0)
     return FAKE_CUDA_ERROR_INVALID_VALUE;
-  if (!fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
+  if (!fakeMemoryLockFree(FAKE_LOCK_ALLOCATIONS)) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   const int fd = memfd_create("fake-cumem", MFD_CLOEXEC);
   if (fd < 0) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
   if (ftruncate(fd, (off_t)bytes) != 0) {
@@ -151,7 +152,8 @@ int cuMemMap(unsigned long long pointer, size_t bytes, size_t offset, unsigned l
   Allocation* a = (Allocation*)(uintptr_t)handle;
   if (a == NULL || flags != 0 || offset != 0 || bytes != a->bytes || pointer % GRANULARITY != 0)
     return FAKE_CUDA_ERROR_INVALID_VALUE;
-  if (!fakeMemoryLockFree()) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
+  if (!fakeMemoryLockFree(a->imported ? FAKE_LOCK_MAPPINGS : FAKE_LOCK_ALLOCATIONS))
+    return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   if (mmap((void*)(uintptr_t)pointer, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, a->fd,
            0) == MAP_FAILED)
     return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
@@ -199,6 +201,7 @@ int cuMemImportFromShareableHandle(unsigned long long* handle, void* osHandle, i
   const int fd = fcntl(given, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
   *handle = newAllocation(fd, (size_t)st.st_size, 1);
+  if (*handle != 0) ((Allocation*)(uintptr_t)*handle)->imported = 1;
   if (*handle == 0) {
     close(fd);
     return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
