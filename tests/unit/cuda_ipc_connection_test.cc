@@ -176,6 +176,35 @@ TEST_F(CudaIpcPair, ReceivesInTheOtherOrderSpillHeldChunksAndBothComplete) {
   EXPECT_TRUE(r2.holds(2));
 }
 
+// A connection that spills call after call (a peer that runs ahead) reuses
+// the memory of its earlier spills once their bytes were copied out, rather
+// than allocating anew each time and keeping everything until it closes.
+TEST_F(CudaIpcPair, SpillsReuseTheMemoryOfEarlierOnes) {
+  const size_t big = 4096 * 6, small = 500;
+  DeviceBuffer s1(*devA, big), s2(*devA, small), r1(*devB, big), r2(*devB, small);
+  size_t allocationsAfterFirst = 0;
+  for (uint64_t round = 0; round < 5; ++round) {
+    SCOPED_TRACE(round);
+    s1.fill(static_cast<uint8_t>(10 + round));
+    s2.fill(static_cast<uint8_t>(20 + round));
+    const uint64_t first = 2 * round + 1;
+    auto a1 = A->postSend(s1.data(), big, Tag{first, 1});
+    auto a2 = A->postSend(s2.data(), small, Tag{first + 1, 1});
+    auto b2 = B->postRecv(r2.data(), small, Tag{first + 1, 1});
+    drive({a1, a2, b2});
+    auto b1 = B->postRecv(r1.data(), big, Tag{first, 1});
+    drive({b1});
+    ASSERT_EQ(b1->state(), State::kDone);
+    ASSERT_EQ(b2->state(), State::kDone);
+    synchronize();
+    EXPECT_TRUE(r1.holds(static_cast<uint8_t>(10 + round)));
+    EXPECT_TRUE(r2.holds(static_cast<uint8_t>(20 + round)));
+    if (round == 0) allocationsAfterFirst = devB->allocations;
+  }
+  EXPECT_GE(B->spilledChunks(), 5u);
+  EXPECT_EQ(devB->allocations, allocationsAfterFirst);
+}
+
 // dst = local + incoming in 4-byte little-endian integers; notes any call
 // given a part of an element.
 struct IntAdder {

@@ -85,6 +85,7 @@ Status CudaIpcConnection::startHandshake() {
     filled_.push_back(std::move(filled));
     drained_.push_back(std::move(drained));
   }
+  BRAID_ASSIGN_OR_RETURN(spillsRead_, device_->createEvent());
   helloReceived_ = control_->postRecv(&peerHello_, sizeof(peerHello_),
                                       Tag{channelBits_ | kHelloTag, kHelloMagic});
   verdictReceived_ = control_->postRecv(&peerVerdict_, sizeof(peerVerdict_),
@@ -288,12 +289,17 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
   }
   for (const Chunk& c : u.chunks) {
     if (!c.spilled && c.length > 0) --heldSlots_;
-    BRAID_RETURN_IF_ERROR(consume(p, c, c.spilled ? u.spill.get() : nullptr));
+    BRAID_RETURN_IF_ERROR(consume(p, c, c.spilled ? u.spill.memory.get() : nullptr));
   }
-  // It must outlive the copies out of it, which are only queued; it is
-  // freed with the connection, not before: freeing GPU memory waits for the
-  // whole GPU, which may be held by a CUDA stream waiting for this call.
-  if (u.spill) spillsInUse_.push_back(std::move(u.spill));
+  // It must outlive the copies out of it, which are only queued; then it
+  // serves a later spill. It is freed with the connection, not before:
+  // freeing GPU memory waits for the whole GPU, which may be held by a CUDA
+  // stream waiting for this call. Allocating anew for each spill would keep
+  // one message's worth per spill until the connection closes.
+  if (u.spill.memory) {
+    BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*spillsRead_));
+    spillsBeingRead_.push_back(std::move(u.spill));
+  }
   done = p.request->state() != Request::State::kPending;
   return Status::ok();
 }
@@ -323,12 +329,12 @@ Status CudaIpcConnection::spillHeldChunks() {
   for (auto& [tag, u] : unexpected_) {
     for (Chunk& c : u.chunks) {
       if (c.spilled || c.length == 0) continue;
-      if (!u.spill) {
-        BRAID_ASSIGN_OR_RETURN(u.spill, device_->allocate(u.total));
+      if (!u.spill.memory) {
+        BRAID_ASSIGN_OR_RETURN(u.spill, takeSpill(u.total));
       }
       BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerFilled_[c.slot]));
-      BRAID_RETURN_IF_ERROR(device_->enqueueCopy(static_cast<uint8_t*>(u.spill->data()) + c.offset,
-                                                 slot(c.slot), c.length));
+      BRAID_RETURN_IF_ERROR(device_->enqueueCopy(
+          static_cast<uint8_t*>(u.spill.memory->data()) + c.offset, slot(c.slot), c.length));
       BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*drained_[c.slot]));
       BRAID_RETURN_IF_ERROR(sendRecord(Record{kCredit, c.slot, 0, 0, 0, 0, 0}));
       c.spilled = true;
@@ -337,6 +343,23 @@ Status CudaIpcConnection::spillHeldChunks() {
     }
   }
   return Status::ok();
+}
+
+Result<CudaIpcConnection::Spill> CudaIpcConnection::takeSpill(size_t bytes) {
+  if (!spillsBeingRead_.empty()) {
+    BRAID_ASSIGN_OR_RETURN(const bool read, device_->hasRun(*spillsRead_));
+    if (read) {
+      for (Spill& s : spillsBeingRead_) spareSpills_.emplace(s.bytes, std::move(s));
+      spillsBeingRead_.clear();
+    }
+  }
+  if (auto it = spareSpills_.lower_bound(bytes); it != spareSpills_.end()) {
+    Spill s = std::move(it->second);
+    spareSpills_.erase(it);
+    return s;
+  }
+  BRAID_ASSIGN_OR_RETURN(auto memory, device_->allocate(bytes));
+  return Spill{bytes, std::move(memory)};
 }
 
 void CudaIpcConnection::failPostedBefore(uint64_t tag) {
@@ -382,7 +405,7 @@ Status CudaIpcConnection::chunkArrived(const Record& r) {
     posted_.erase(it);
   }
   Unexpected& u = unexpected_[r.tag];
-  if (u.chunks.empty() && !u.spill) {
+  if (u.chunks.empty() && !u.spill.memory) {
     u.check = r.check;
     u.total = r.total;
   }

@@ -145,10 +145,15 @@ class CudaIpcConnection final : public Connection {
     RequestPtr request;
     size_t consumed = 0;
   };
+  // GPU memory of this end that held chunks are copied out into.
+  struct Spill {
+    size_t bytes = 0;
+    std::unique_ptr<DeviceMemory> memory;
+  };
   struct Unexpected {
     uint64_t check, total;
     std::vector<Chunk> chunks;
-    std::unique_ptr<DeviceMemory> spill;
+    Spill spill;         // none until its chunks are first spilled
     bool whole() const;  // every byte of it arrived
   };
   struct OutRecord {
@@ -176,6 +181,8 @@ class CudaIpcConnection final : public Connection {
   // credits the slot; completes `p` when its last byte is queued.
   Status consume(PostedRecv& p, const Chunk& chunk, const DeviceMemory* spill);
   Status spillHeldChunks();
+  // Spill memory of at least `bytes`: a spare one if any, else new.
+  Result<Spill> takeSpill(size_t bytes);
   Status matchUnexpected(uint64_t tag, PostedRecv& p, bool& done);
   void failPostedBefore(uint64_t tag);
   void failAll(const Status& reason);
@@ -226,9 +233,12 @@ class CudaIpcConnection final : public Connection {
   std::map<uint64_t, uint64_t> dropping_;
   size_t heldSlots_ = 0;
   size_t spilledChunks_ = 0;
-  // Spills whose bytes were queued for copying out: kept until the
-  // connection goes (see matchUnexpected).
-  std::vector<std::unique_ptr<DeviceMemory>> spillsInUse_;
+  // Spills whose bytes were queued for copying out, and spillsRead_,
+  // recorded after each such copy: once it has run they are spare. Spill
+  // memory is never freed before the connection goes (see matchUnexpected).
+  std::vector<Spill> spillsBeingRead_;
+  std::unique_ptr<DeviceEvent> spillsRead_;
+  std::multimap<size_t, Spill> spareSpills_;    // by size
   std::array<uint64_t, 256> highestArrived_{};  // per channel, +1 (0 = none)
 };
 
