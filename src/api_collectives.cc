@@ -172,10 +172,14 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   const int ordinal = (placement.sendOnGpu || placement.recvOnGpu)
                           ? gpuJobOrdinal(o, comm, sendMemory, recvMemory)
                           : -1;
-  if (ordinal >= 0) BRAID_RETURN_IF_ERROR(comm->comm->prepareGpuPath(ordinal));
+  braid::HostStream* host = stream->stream.get();  // outlives its queued tasks
+  if (ordinal >= 0) {
+    Operation onGpu = o;
+    onGpu.gpuOrdinal = ordinal;
+    BRAID_RETURN_IF_ERROR(comm->comm->prepareGpuCalls({&onGpu, 1}, host->index()));
+  }
   std::shared_ptr<braid::CudaStreamBridge> bridge = stream->cuda;
   BRAID_ASSIGN_OR_RETURN(braid::CudaStreamBridge::Gate gate, bridge->hold());
-  braid::HostStream* host = stream->stream.get();  // outlives its queued tasks
   host->enqueueTask([=, o = std::move(o)](const Status& earlier) -> Status {
     Status outcome = Status::ok();
     if (earlier.isOk()) {

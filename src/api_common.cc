@@ -212,10 +212,6 @@ Status groupEnd() {
   std::vector<StagedBuffers> staged;
   for (auto& p : ops)
     if (!p.stream) BRAID_RETURN_IF_ERROR(stageInto(p.op, p.gpu, contextOrderedCopies(), staged));
-  // GPU paths are made before any CUDA stream waits for the group.
-  for (auto& p : ops)
-    if (p.cuda && p.op.gpuOrdinal >= 0)
-      BRAID_RETURN_IF_ERROR(p.comm->prepareGpuPath(p.op.gpuOrdinal));
   for (auto& p : ops) {
     keepAlive.push_back(p.comm);
     if (p.stream) {
@@ -228,6 +224,10 @@ Status groupEnd() {
     } else
       now[p.comm.get()].push_back(std::move(p.op));
   }
+  // What the GPU jobs allocate is made before any CUDA stream waits.
+  for (auto& [stream, batch] : perStream)
+    if (batch.cuda)
+      BRAID_RETURN_IF_ERROR(stream->communicator().prepareGpuCalls(batch.ops, stream->index()));
   BRAID_RETURN_IF_ERROR(holdEveryCudaStream(perStream));
   for (auto& [stream, batch] : perStream) {
     if (batch.cuda || batch.staged)

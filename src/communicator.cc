@@ -125,6 +125,43 @@ const Communicator::CachedPlan& Communicator::planFor(StreamState& st,
   return st.plans.back();
 }
 
+algo::CollectiveArgs Communicator::planArgs(const Operation& op) const {
+  algo::CollectiveArgs args = op.args;
+  args.rank = rank_;
+  args.nranks = nranks_;
+  args.chunkBytes = config_.chunkBytes;
+  return args;
+}
+
+size_t Communicator::gpuScratchBytes(const algo::CollectiveArgs& args,
+                                     const algo::Algorithm& algorithm) {
+  std::lock_guard lock(scratchNeedsMutex_);
+  for (auto it = scratchNeeds_.begin(); it != scratchNeeds_.end(); ++it)
+    if (it->args == args && it->algorithm == &algorithm) {
+      std::rotate(it, it + 1, scratchNeeds_.end());
+      return scratchNeeds_.back().bytes;
+    }
+  if (scratchNeeds_.size() == kCachedPlans) scratchNeeds_.erase(scratchNeeds_.begin());
+  // Pieces for staged peers (planFor) move the same bytes: the scratch is
+  // the unsplit schedule's.
+  scratchNeeds_.push_back({args, &algorithm, algorithm.plan(args).scratchBytes});
+  return scratchNeeds_.back().bytes;
+}
+
+Status Communicator::prepareGpuCalls(std::span<const Operation> ops, int streamIndex) {
+  int gpuScratchTaken = 0;  // as prepare() numbers them
+  for (const Operation& op : ops) {
+    if (op.gpuOrdinal < 0) continue;
+    BRAID_ASSIGN_OR_RETURN(GpuPath * gpu, gpuPathFor(op.gpuOrdinal));
+    if (op.args.kind == algo::CollectiveKind::kSendRecv) continue;
+    const algo::CollectiveArgs args = planArgs(op);
+    const algo::Algorithm& algorithm = op.algorithm ? *op.algorithm : selector_.choose(args);
+    if (const size_t bytes = gpuScratchBytes(args, algorithm); bytes > 0)
+      BRAID_RETURN_IF_ERROR(gpu->scratch(streamIndex, gpuScratchTaken++, bytes).status());
+  }
+  return Status::ok();
+}
+
 Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
                              std::vector<Job>* jobs,
                              std::vector<std::shared_ptr<const algo::Schedule>>* schedules) {
@@ -206,10 +243,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       BRAID_TRACE("rank ", rank_, ": ", job.callName, " count ", op.args.count, " ",
                   dataTypeName(op.args.dtype), " stream ", streamIndex);
     } else {
-      algo::CollectiveArgs args = op.args;
-      args.rank = rank_;
-      args.nranks = nranks_;
-      args.chunkBytes = config_.chunkBytes;
+      const algo::CollectiveArgs args = planArgs(op);
       // Messages staged through host memory are split into pieces, so that
       // the copies of one overlap the wire time of the next.
       const size_t pieceBytes = gpu && gpu->hasStagedPeers() ? config_.chunkBytes : 0;
@@ -318,10 +352,7 @@ Status Communicator::run(std::span<const Operation> ops, int streamIndex) {
 }
 
 Status Communicator::runTuned(const Operation& op, int streamIndex) {
-  algo::CollectiveArgs args = op.args;
-  args.rank = rank_;
-  args.nranks = nranks_;
-  args.chunkBytes = config_.chunkBytes;
+  const algo::CollectiveArgs args = planArgs(op);
   const OnlineTuner::Key key = OnlineTuner::keyFor(streamIndex, args);
   OnlineTuner::Choice choice;
   std::vector<const algo::Algorithm*> candidates;

@@ -128,11 +128,13 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // two or more ranks and BRAID_GPU_STAGING=pipelined. Decided by each rank
   // alone: the wire does not depend on it.
   bool gpuSendRecvPossible() const;
-  // Makes the GPU path for GPU `deviceOrdinal` now, on the calling thread,
-  // if it is not made yet: a call on a CUDA stream does so before the
-  // stream waits for it, since allocating memory then could wait for good
-  // (src/cuda_stream.h).
-  Status prepareGpuPath(int deviceOrdinal) { return gpuPathFor(deviceOrdinal).status(); }
+  // Makes now, on the calling thread, what the GPU jobs among `ops` (those
+  // with a gpuOrdinal, in the order run() will get them on stream
+  // `streamIndex`) allocate: the GPU path, if not made yet, and scratch as
+  // large as their schedules need. A call on a CUDA stream does so before
+  // the stream waits for it, since allocating memory then could wait for
+  // good (docs/GPU.md).
+  Status prepareGpuCalls(std::span<const Operation> ops, int streamIndex);
 
  private:
   Communicator(int rank, int nranks, Config config);
@@ -183,6 +185,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // GPU per rank.
   Result<GpuPath*> gpuPathFor(int deviceOrdinal);
 
+  // A collective's arguments as this rank plans it.
+  algo::CollectiveArgs planArgs(const Operation& op) const;
+  // The GPU scratch a schedule of `algorithm` for `args` needs; the last
+  // kCachedPlans answers are kept.
+  size_t gpuScratchBytes(const algo::CollectiveArgs& args, const algo::Algorithm& algorithm);
+
   // Builds the jobs of `ops` (caller holds the stream's order lock).
   Status prepare(std::span<const Operation> ops, int streamIndex, std::vector<Job>* jobs,
                  std::vector<std::shared_ptr<const algo::Schedule>>* schedules);
@@ -211,6 +219,13 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   double pureSpinSeconds_ = 0;    // set once the ranks per host are known
   double streamSpinSeconds_ = 0;  // likewise
   Selector selector_;
+  struct ScratchNeed {
+    algo::CollectiveArgs args;
+    const algo::Algorithm* algorithm;
+    size_t bytes;
+  };
+  std::mutex scratchNeedsMutex_;
+  std::vector<ScratchNeed> scratchNeeds_;  // most recent last
   // Tiny AllReduce and Barrier on stream 0 when all ranks share a host.
   std::unique_ptr<BoardCollectives> board_;
   // Set when a board call failed: the board serves no more calls (the

@@ -273,6 +273,53 @@ int firstCallOnACudaStreamAllocatesBeforeTheStreamWaits(Rank& r) {
   return 0;
 }
 
+// GPU scratch, which some schedules need (Bruck's AllToAll and AllGather
+// stage their blocks in it), is grown on the calling thread too, before the
+// stream waits: for each call larger than any before it, alone or in a
+// group.
+int scratchGrowsBeforeTheStreamWaits(Rank& r) {
+  constexpr int kAllocationsAndPageableCopies = 1 | 2;  // FAKE_LOCK_* of the stand-in
+  const int n = r.nranks(), me = r.rank();
+  float *send = nullptr, *recv = nullptr;
+  RANK_CHECK(10, r.allocateBlocks(send, recv));
+  void* cudaStream = nullptr;
+  RANK_CHECK(11, fake.streamCreate(&cudaStream, 0) == 0);
+  braidStream_t stream = nullptr;
+  RANK_CHECK(12, braidStreamCreateFromCuda(r.comm, cudaStream, &stream) == braidSuccess);
+  const unsigned long refusedBefore = fake.memoryLockRefusals();
+  fake.holdMemoryLock(kAllocationsAndPageableCopies);
+  // Blocks of at most a quarter of a connection's slots: nothing spills.
+  for (size_t block : {kChunkBytes / sizeof(float) / 2, 2 * kChunkBytes / sizeof(float)}) {
+    for (size_t i = 0; i < n * block; ++i)
+      send[i] = value(me, static_cast<int>(i / block), i % block);
+    for (size_t i = 0; i < n * block; ++i) recv[i] = -1;
+    RANK_CHECK(13, braidAllToAll(send, recv, block, braidFloat32, r.comm, stream) == braidSuccess);
+    RANK_CHECK(14, braidStreamSynchronize(stream) == braidSuccess);
+    RANK_CHECK(15, firstWrong(recv, n * block, [&](size_t i) {
+                     return value(static_cast<int>(i / block), me, i % block);
+                   }) == -1);
+    for (size_t i = 0; i < n * block; ++i) recv[i] = -1;
+    RANK_CHECK(16, braidGroupStart() == braidSuccess);
+    RANK_CHECK(17, braidAllGather(send, recv, block, braidFloat32, r.comm, stream) == braidSuccess);
+    RANK_CHECK(18, braidGroupEnd() == braidSuccess);
+    RANK_CHECK(19, braidStreamSynchronize(stream) == braidSuccess);
+    RANK_CHECK(20, firstWrong(recv, n * block, [&](size_t i) {
+                     return value(static_cast<int>(i / block), 0, i % block);
+                   }) == -1);
+  }
+  RANK_CHECK(21, fake.streamSynchronize(cudaStream) == 0);
+  fake.holdMemoryLock(0);
+  RANK_CHECK(22, fake.memoryLockRefusals() == refusedBefore);
+  RANK_CHECK(23, braidStreamDestroy(stream) == braidSuccess);
+  return 0;
+}
+
+TEST_F(GpuJobs, ScratchGrowsBeforeTheStreamWaits) {
+  RankSetup bruck;
+  bruck.environment = {"BRAID_ALGO=alltoall=bruck,allgather=bruck"};
+  expectEveryRankPassed(runRanks(2, scratchGrowsBeforeTheStreamWaits, bruck));
+}
+
 TEST_F(GpuJobs, TheFirstCallOnACudaStreamAllocatesBeforeTheStreamWaits) {
   expectEveryRankPassed(runRanks(2, firstCallOnACudaStreamAllocatesBeforeTheStreamWaits));
 }
