@@ -90,7 +90,8 @@ check_driver() {
 core_steps() {
   local b=$1 braidrun=$1/tools/braidrun
   step kernels 90 "$b/tests/cuda/cuda_device_reduce"
-  step collectives 240 "$b/tests/cuda/cuda_gpu_collectives" --gtest_filter='-GpuCaptures.*'
+  step collectives 240 "$b/tests/cuda/cuda_gpu_collectives" \
+    --gtest_filter='-GpuCaptures.*:GpuFirstCalls.*'
   step memcheck-kernels 150 compute-sanitizer --error-exitcode 9 --tool memcheck \
     "$b/tests/cuda/cuda_device_reduce" --gtest_filter='*float*'
   step copy-bandwidth 60 "$b/perf/gpu_copy_bandwidth"
@@ -130,6 +131,10 @@ more_steps() {
   # Calls while another thread captures a CUDA graph, and one on the
   # capturing stream (refused).
   step captures 60 "$b/tests/cuda/cuda_gpu_collectives" --gtest_filter='GpuCaptures.*'
+  # The first calls on a CUDA stream, each followed at once by a copy to
+  # pageable memory on that stream (docs/GPU.md, "What braid's threads do
+  # not do while a CUDA stream waits"); a rank that hangs is killed at 60 s.
+  step first-calls 90 "$b/tests/cuda/cuda_gpu_collectives" --gtest_filter='GpuFirstCalls.*'
 }
 
 run_steps() {

@@ -263,9 +263,10 @@ int runRank(int rank, int nranks, const braidUniqueId& id,
 }
 
 // Forks `nranks` ranks that run `body`; the number of ranks that failed
-// (each says why on stderr), or nranks where one hung.
+// (each says why on stderr), a rank that hangs past `seconds` counting as
+// failed (killed).
 int runRanks(int nranks, const std::vector<std::string>& environment,
-             const std::function<int(Rank&)>& body) {
+             const std::function<int(Rank&)>& body, int seconds = 240) {
   braidUniqueId id;
   if (braidGetUniqueId(&id) != braidSuccess) return nranks;
   std::vector<pid_t> children;
@@ -275,7 +276,7 @@ int runRanks(int nranks, const std::vector<std::string>& environment,
     children.push_back(child);
   }
   int failed = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   for (pid_t child : children) {
     int status = 0;
     pid_t done = 0;
@@ -285,7 +286,7 @@ int runRanks(int nranks, const std::vector<std::string>& environment,
     if (done != child) {
       kill(child, SIGKILL);
       (void)waitpid(child, &status, 0);
-      std::fprintf(stderr, "a rank hung (killed after 240 s)\n");
+      std::fprintf(stderr, "a rank hung (killed after %d s)\n", seconds);
       ++failed;
     } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       ++failed;
@@ -400,6 +401,45 @@ int duringAGraphCapture(Rank& r) {
 
 TEST(GpuCaptures, CallsRunWhileAnotherThreadCapturesAndTheCapturingStreamIsRefused) {
   EXPECT_EQ(runRanks(2, {}, duringAGraphCapture), 0) << "ranks failed (their stderr says why)";
+}
+
+// The first GPU call of a communicator on a CUDA stream, followed at once by
+// a copy of its result to pageable memory on that stream, as tensor.cpu()
+// or loss.item() do: that copy holds the calling thread, and a lock of the
+// driver's, until the stream reaches it, while braid's thread runs the call
+// (and makes what the call needs). Then a call larger than any before it,
+// the same way. Neither may hang: a rank is killed after 60 s. Kept apart
+// (GpuFirstCalls.*) so that tools/gpu-checks.sh runs it in a step of its
+// own, outside the core checks.
+int pageableCopyRightAfterTheCall(Rank& r) {
+  for (const size_t count : {kCount / 4, kCount}) {
+    const std::string step = "AllReduce of " + std::to_string(count) + " floats";
+    std::vector<float> input(count), output(count, -1.0f);
+    for (size_t i = 0; i < count; ++i) input[i] = value(r.rank, 0, i);
+    const size_t bytes = count * sizeof(float);
+    if (cudaMemcpyAsync(r.send, input.data(), bytes, cudaMemcpyHostToDevice, r.cudaStream) !=
+        cudaSuccess)
+      return r.fail(step.c_str(), "copying the input in");
+    braidResult_t result =
+        braidAllReduce(r.send, r.recv, count, braidFloat32, braidSum, r.comm, r.stream);
+    const cudaError_t copied =
+        cudaMemcpyAsync(output.data(), r.recv, bytes, cudaMemcpyDeviceToHost, r.cudaStream);
+    if (result == braidSuccess) result = braidStreamSynchronize(r.stream);
+    if (copied != cudaSuccess || cudaStreamSynchronize(r.cudaStream) != cudaSuccess)
+      return r.fail(step.c_str(), "copying the result out");
+    if (result != braidSuccess) return r.fail(step.c_str(), braidGetErrorString(result));
+    for (size_t i = 0; i < count; ++i) {
+      float sum = 0;
+      for (int peer = 0; peer < r.nranks; ++peer) sum += value(peer, 0, i);
+      if (output[i] != sum) return r.fail(step.c_str(), "element " + std::to_string(i));
+    }
+  }
+  return 0;
+}
+
+TEST(GpuFirstCalls, APageableCopyRightAfterTheFirstCallsOnACudaStreamDoesNotHang) {
+  EXPECT_EQ(runRanks(2, {}, pageableCopyRightAfterTheCall, 60), 0)
+      << "ranks failed (their stderr says why)";
 }
 
 // Whether a GPU is usable, asked in a child so that this process stays
