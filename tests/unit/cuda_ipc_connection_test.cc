@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include "fake_ipc_device.h"
@@ -177,31 +178,53 @@ TEST_F(CudaIpcPair, ReceivesInTheOtherOrderSpillHeldChunksAndBothComplete) {
 }
 
 // A connection that spills call after call (a peer that runs ahead) reuses
-// the memory of its earlier spills once their bytes were copied out, rather
-// than allocating anew each time and keeping everything until it closes.
+// the memory of its earlier spills, whose copies are queued before any
+// later spill's, rather than allocate anew each time and keep everything
+// until it closes; nothing waits for the device between the rounds. A
+// spilled message whose receive does not match gives its spill back too.
 TEST_F(CudaIpcPair, SpillsReuseTheMemoryOfEarlierOnes) {
+  constexpr int kRounds = 5;
   const size_t big = 4096 * 6, small = 500;
-  DeviceBuffer s1(*devA, big), s2(*devA, small), r1(*devB, big), r2(*devB, small);
+  DeviceBuffer s1(*devA, big), s2(*devA, small), wrong(*devB, big / 2);
+  std::vector<std::unique_ptr<DeviceBuffer>> r1, r2;
+  for (int round = 0; round < kRounds; ++round) {
+    r1.push_back(std::make_unique<DeviceBuffer>(*devB, big));
+    r2.push_back(std::make_unique<DeviceBuffer>(*devB, small));
+  }
+  s1.fill(10);
+  s2.fill(20);
   size_t allocationsAfterFirst = 0;
-  for (uint64_t round = 0; round < 5; ++round) {
+  uint64_t tag = 1;
+  for (int round = 0; round < kRounds; ++round) {
     SCOPED_TRACE(round);
-    s1.fill(static_cast<uint8_t>(10 + round));
-    s2.fill(static_cast<uint8_t>(20 + round));
-    const uint64_t first = 2 * round + 1;
+    const uint64_t first = tag;
+    tag += 2;
     auto a1 = A->postSend(s1.data(), big, Tag{first, 1});
     auto a2 = A->postSend(s2.data(), small, Tag{first + 1, 1});
-    auto b2 = B->postRecv(r2.data(), small, Tag{first + 1, 1});
+    auto b2 = B->postRecv(r2[round]->data(), small, Tag{first + 1, 1});
     drive({a1, a2, b2});
-    auto b1 = B->postRecv(r1.data(), big, Tag{first, 1});
+    auto b1 = B->postRecv(r1[round]->data(), big, Tag{first, 1});
     drive({b1});
     ASSERT_EQ(b1->state(), State::kDone);
     ASSERT_EQ(b2->state(), State::kDone);
-    synchronize();
-    EXPECT_TRUE(r1.holds(static_cast<uint8_t>(10 + round)));
-    EXPECT_TRUE(r2.holds(static_cast<uint8_t>(20 + round)));
     if (round == 0) allocationsAfterFirst = devB->allocations;
   }
-  EXPECT_GE(B->spilledChunks(), 5u);
+  // A spilled message refused by its receive (another size).
+  auto a1 = A->postSend(s1.data(), big, Tag{tag, 1});
+  auto a2 = A->postSend(s2.data(), small, Tag{tag + 1, 1});
+  auto b2 = B->postRecv(r2[0]->data(), small, Tag{tag + 1, 1});
+  drive({a1, a2, b2});
+  const int mappedBefore = devB->liveMappings;
+  auto refused = B->postRecv(wrong.data(), big / 2, Tag{tag, 1});
+  drive({refused});
+  EXPECT_EQ(refused->state(), State::kFailed);
+  EXPECT_EQ(devB->liveMappings, mappedBefore);  // its spill kept, not freed
+  synchronize();
+  for (int round = 0; round < kRounds; ++round) {
+    EXPECT_TRUE(r1[round]->holds(10)) << round;
+    EXPECT_TRUE(r2[round]->holds(20)) << round;
+  }
+  EXPECT_GE(B->spilledChunks(), static_cast<size_t>(kRounds + 1));
   EXPECT_EQ(devB->allocations, allocationsAfterFirst);
 }
 

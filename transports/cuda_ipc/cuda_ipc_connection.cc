@@ -85,7 +85,6 @@ Status CudaIpcConnection::startHandshake() {
     filled_.push_back(std::move(filled));
     drained_.push_back(std::move(drained));
   }
-  BRAID_ASSIGN_OR_RETURN(spillsRead_, device_->createEvent());
   helloReceived_ = control_->postRecv(&peerHello_, sizeof(peerHello_),
                                       Tag{channelBits_ | kHelloTag, kHelloMagic});
   verdictReceived_ = control_->postRecv(&peerVerdict_, sizeof(peerVerdict_),
@@ -269,6 +268,19 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
   auto it = unexpected_.find(tag);
   Unexpected u = std::move(it->second);
   unexpected_.erase(it);
+  // Its spill serves a later one once the copies into and out of it are
+  // queued: the device runs its work in order, so a later spill's copies
+  // in come after them. GPU memory is freed with the connection, never
+  // during a call: freeing waits for the whole GPU, which a CUDA stream
+  // waiting for this call may hold. (Allocating anew for each spill would
+  // also keep one message's worth per spill until the connection closes.)
+  struct SpareOnReturn {
+    CudaIpcConnection& connection;
+    Spill& spill;
+    ~SpareOnReturn() {
+      if (spill.memory) connection.spareSpills_.emplace(spill.bytes, std::move(spill));
+    }
+  } spareOnReturn{*this, u.spill};
   if (u.check != p.check || u.total != p.bytes) {
     p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (", u.total,
                                         " bytes arrived, ", p.bytes, " expected)")),
@@ -290,15 +302,6 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
   for (const Chunk& c : u.chunks) {
     if (!c.spilled && c.length > 0) --heldSlots_;
     BRAID_RETURN_IF_ERROR(consume(p, c, c.spilled ? u.spill.memory.get() : nullptr));
-  }
-  // It must outlive the copies out of it, which are only queued; then it
-  // serves a later spill. It is freed with the connection, not before:
-  // freeing GPU memory waits for the whole GPU, which may be held by a CUDA
-  // stream waiting for this call. Allocating anew for each spill would keep
-  // one message's worth per spill until the connection closes.
-  if (u.spill.memory) {
-    BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*spillsRead_));
-    spillsBeingRead_.push_back(std::move(u.spill));
   }
   done = p.request->state() != Request::State::kPending;
   return Status::ok();
@@ -346,13 +349,6 @@ Status CudaIpcConnection::spillHeldChunks() {
 }
 
 Result<CudaIpcConnection::Spill> CudaIpcConnection::takeSpill(size_t bytes) {
-  if (!spillsBeingRead_.empty()) {
-    BRAID_ASSIGN_OR_RETURN(const bool read, device_->hasRun(*spillsRead_));
-    if (read) {
-      for (Spill& s : spillsBeingRead_) spareSpills_.emplace(s.bytes, std::move(s));
-      spillsBeingRead_.clear();
-    }
-  }
   if (auto it = spareSpills_.lower_bound(bytes); it != spareSpills_.end()) {
     Spill s = std::move(it->second);
     spareSpills_.erase(it);

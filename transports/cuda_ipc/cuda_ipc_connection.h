@@ -233,12 +233,9 @@ class CudaIpcConnection final : public Connection {
   std::map<uint64_t, uint64_t> dropping_;
   size_t heldSlots_ = 0;
   size_t spilledChunks_ = 0;
-  // Spills whose bytes were queued for copying out, and spillsRead_,
-  // recorded after each such copy: once it has run they are spare. Spill
-  // memory is never freed before the connection goes (see matchUnexpected).
-  std::vector<Spill> spillsBeingRead_;
-  std::unique_ptr<DeviceEvent> spillsRead_;
-  std::multimap<size_t, Spill> spareSpills_;    // by size
+  // Spills whose message met its receive, by size: never freed before the
+  // connection goes (see matchUnexpected).
+  std::multimap<size_t, Spill> spareSpills_;
   std::array<uint64_t, 256> highestArrived_{};  // per channel, +1 (0 = none)
 };
 
