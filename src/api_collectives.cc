@@ -173,12 +173,17 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
                           ? gpuJobOrdinal(o, comm, sendMemory, recvMemory)
                           : -1;
   braid::HostStream* host = stream->stream.get();  // outlives its queued tasks
+  std::shared_ptr<braid::CudaStreamBridge> bridge = stream->cuda;
+  // What the call allocates is made now, before the CUDA stream waits
+  // (docs/GPU.md); nothing for a call the stream will refuse.
+  BRAID_RETURN_IF_ERROR(bridge->refuseIfCapturing());
   if (ordinal >= 0) {
     Operation onGpu = o;
     onGpu.gpuOrdinal = ordinal;
     BRAID_RETURN_IF_ERROR(comm->comm->prepareGpuCalls({&onGpu, 1}, host->index()));
+  } else if (placement.sendOnGpu || placement.recvOnGpu) {
+    BRAID_RETURN_IF_ERROR(bridge->prepareStaging());
   }
-  std::shared_ptr<braid::CudaStreamBridge> bridge = stream->cuda;
   BRAID_ASSIGN_OR_RETURN(braid::CudaStreamBridge::Gate gate, bridge->hold());
   host->enqueueTask([=, o = std::move(o)](const Status& earlier) -> Status {
     Status outcome = Status::ok();

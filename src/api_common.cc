@@ -224,10 +224,15 @@ Status groupEnd() {
     } else
       now[p.comm.get()].push_back(std::move(p.op));
   }
-  // What the GPU jobs allocate is made before any CUDA stream waits.
+  // What the calls allocate is made before any CUDA stream waits
+  // (docs/GPU.md); nothing for a group a stream will refuse.
   for (auto& [stream, batch] : perStream)
-    if (batch.cuda)
-      BRAID_RETURN_IF_ERROR(stream->communicator().prepareGpuCalls(batch.ops, stream->index()));
+    if (batch.cuda) BRAID_RETURN_IF_ERROR(batch.cuda->refuseIfCapturing());
+  for (auto& [stream, batch] : perStream) {
+    if (!batch.cuda) continue;
+    BRAID_RETURN_IF_ERROR(stream->communicator().prepareGpuCalls(batch.ops, stream->index()));
+    if (batch.staged) BRAID_RETURN_IF_ERROR(batch.cuda->prepareStaging());
+  }
   BRAID_RETURN_IF_ERROR(holdEveryCudaStream(perStream));
   for (auto& [stream, batch] : perStream) {
     if (batch.cuda || batch.staged)

@@ -142,17 +142,6 @@ Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStr
     loadGpuKernels();
     return kSuccess;
   });
-  {
-    std::lock_guard lock(spareBouncesMutex);
-    if (!spareBounces.empty()) {
-      bridge->bounce_ = spareBounces.back();
-      spareBounces.pop_back();
-    }
-  }
-  if (bridge->bounce_ == nullptr)
-    BRAID_RETURN_IF_ERROR(bridge->inContext("allocating the stream's pinned staging memory", [&] {
-      return d.memHostAlloc(&bridge->bounce_, kBounceBytes, kHostAllocPortable);
-    }));
   void* word = nullptr;
   BRAID_RETURN_IF_ERROR(bridge->inContext("allocating the stream's release word", [&] {
     return d.memHostAlloc(&word, sizeof(uint32_t), kHostAllocPortable | kHostAllocDeviceMap);
@@ -167,7 +156,13 @@ Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStr
 
 CudaStreamBridge::~CudaStreamBridge() {
   const StreamDriver& d = driver();
-  if (copyStream_ != nullptr) (void)inContext("", [&] { return d.streamDestroy(copyStream_); });
+  // The copy stream waits for nothing but braid's own copies, which end;
+  // the next bridge may reuse the pinned memory they read or write.
+  if (copyStream_ != nullptr)
+    (void)inContext("", [&] {
+      (void)d.streamSynchronize(copyStream_);
+      return d.streamDestroy(copyStream_);
+    });
   if (bounce_ != nullptr) {
     std::lock_guard lock(spareBouncesMutex);
     spareBounces.push_back(bounce_);
@@ -190,6 +185,34 @@ Status CudaStreamBridge::inContext(const char* what, const std::function<int()>&
   return r == kSuccess ? Status::ok() : cudaDriverError(r, what);
 }
 
+Status CudaStreamBridge::prepareStaging() {
+  if (bounce_ != nullptr) return Status::ok();
+  {
+    std::lock_guard lock(spareBouncesMutex);
+    if (!spareBounces.empty()) {
+      bounce_ = spareBounces.back();
+      spareBounces.pop_back();
+      return Status::ok();
+    }
+  }
+  const StreamDriver& d = driver();
+  return inContext("allocating the stream's pinned staging memory",
+                   [&] { return d.memHostAlloc(&bounce_, kBounceBytes, kHostAllocPortable); });
+}
+
+Status CudaStreamBridge::refuseIfCapturing() {
+  const StreamDriver& d = driver();
+  int capture = kCaptureStatusNone;
+  BRAID_RETURN_IF_ERROR(inContext("asking whether the CUDA stream captures a graph",
+                                  [&] { return d.streamIsCapturing(stream_, &capture); }));
+  if (capture != kCaptureStatusNone)
+    return notSupported(
+        "the CUDA stream is capturing a CUDA graph (cudaStreamBeginCapture): a braid call runs "
+        "on braid's threads, which a graph cannot hold, so a replay would skip it; make the "
+        "call outside the capture");
+  return Status::ok();
+}
+
 Status CudaStreamBridge::gpuBuffersAllowed() const {
   if (!oneWorkQueue_) return Status::ok();
   return notSupported(
@@ -203,17 +226,7 @@ Status CudaStreamBridge::gpuBuffersAllowed() const {
 Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
   const StreamDriver& d = driver();
   std::lock_guard lock(holdMutex_);
-  // A stream that captures a graph records the host function and the wait
-  // rather than running them: the call would never learn that the stream
-  // got there, and each replay would pass the wait without it.
-  int capture = kCaptureStatusNone;
-  BRAID_RETURN_IF_ERROR(inContext("asking whether the CUDA stream captures a graph",
-                                  [&] { return d.streamIsCapturing(stream_, &capture); }));
-  if (capture != kCaptureStatusNone)
-    return notSupported(
-        "the CUDA stream is capturing a CUDA graph (cudaStreamBeginCapture): a braid call runs "
-        "on braid's threads, which a graph cannot hold, so a replay would skip it; make the "
-        "call outside the capture");
+  BRAID_RETURN_IF_ERROR(refuseIfCapturing());
   Gate gate;
   gate.reached = std::make_shared<Gate::Reached>();
   gate.release = held_ + 1;
@@ -274,52 +287,66 @@ void CudaStreamBridge::release(const Gate& gate) {
 }
 
 Status CudaStreamBridge::toHost(void* host, const void* gpu, size_t bytes, const char* what) {
+  if (bytes == 0) return Status::ok();
+  if (bounce_ == nullptr)
+    return internalError(strCat(what, ": the stream's staging memory was not prepared"));
   const StreamDriver& d = driver();
   auto* to = static_cast<uint8_t*>(host);
   const auto* from = static_cast<const uint8_t*>(gpu);
-  auto half = [&](size_t piece) {
-    return static_cast<uint8_t*>(bounce_) + piece % 2 * kBounceHalf;
-  };
   auto length = [&](size_t offset) { return std::min(kBounceHalf, bytes - offset); };
-  if (bytes == 0) return Status::ok();
   // Piece k+1's DMA runs while piece k is copied out of the other half.
-  BRAID_RETURN_IF_ERROR(inContext(what, [&] {
+  Status status = inContext(what, [&] {
     return d.memcpyDtoHAsync(half(0), devicePointer(from), length(0), copyStream_);
-  }));
-  for (size_t piece = 0, offset = 0; offset < bytes; ++piece, offset += kBounceHalf) {
+  });
+  for (size_t piece = 0, offset = 0; status.isOk() && offset < bytes;
+       ++piece, offset += kBounceHalf) {
     const size_t next = offset + kBounceHalf;
-    BRAID_RETURN_IF_ERROR(inContext(what, [&] {
+    status = inContext(what, [&] {
       CuResult r = d.streamSynchronize(copyStream_);
       if (r == kSuccess && next < bytes)
         r = d.memcpyDtoHAsync(half(piece + 1), devicePointer(from + next), length(next),
                               copyStream_);
       return r;
-    }));
-    std::memcpy(to + offset, half(piece), length(offset));
+    });
+    if (status.isOk()) std::memcpy(to + offset, half(piece), length(offset));
   }
-  return Status::ok();
+  return finishCopies(status);
 }
 
 Status CudaStreamBridge::toGpu(void* gpu, const void* host, size_t bytes, const char* what) {
+  if (bytes == 0) return Status::ok();
+  if (bounce_ == nullptr)
+    return internalError(strCat(what, ": the stream's staging memory was not prepared"));
   const StreamDriver& d = driver();
   auto* to = static_cast<uint8_t*>(gpu);
   const auto* from = static_cast<const uint8_t*>(host);
-  auto half = [&](size_t piece) {
-    return static_cast<uint8_t*>(bounce_) + piece % 2 * kBounceHalf;
-  };
   auto length = [&](size_t offset) { return std::min(kBounceHalf, bytes - offset); };
   // Piece k is copied into its half while piece k-1's DMA runs from the
   // other; the half was last read by piece k-2's, waited for before k-1's.
-  for (size_t piece = 0, offset = 0; offset < bytes; ++piece, offset += kBounceHalf) {
+  Status status = Status::ok();
+  for (size_t piece = 0, offset = 0; status.isOk() && offset < bytes;
+       ++piece, offset += kBounceHalf) {
     std::memcpy(half(piece), from + offset, length(offset));
-    BRAID_RETURN_IF_ERROR(inContext(what, [&] {
+    status = inContext(what, [&] {
       CuResult r = d.streamSynchronize(copyStream_);
       if (r == kSuccess)
         r = d.memcpyHtoDAsync(devicePointer(to + offset), half(piece), length(offset), copyStream_);
       return r;
-    }));
+    });
   }
-  return inContext(what, [&] { return d.streamSynchronize(copyStream_); });
+  if (status.isOk()) status = inContext(what, [&] { return d.streamSynchronize(copyStream_); });
+  return finishCopies(status);
+}
+
+Status CudaStreamBridge::finishCopies(Status status) {
+  // After a failure a copy may still be queued: it ends before the next
+  // call (or bridge) writes the halves it reads or writes.
+  if (!status.isOk()) (void)inContext("", [&] { return driver().streamSynchronize(copyStream_); });
+  return status;
+}
+
+uint8_t* CudaStreamBridge::half(size_t piece) const {
+  return static_cast<uint8_t*>(bounce_) + piece % 2 * kBounceHalf;
 }
 
 }  // namespace braid

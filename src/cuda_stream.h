@@ -52,6 +52,12 @@ class CudaStreamBridge final : public GpuCopies {
   // the wait for this call. Returns at once. Refused on a stream that is
   // capturing a graph.
   Result<Gate> hold();
+  // braidNotSupported where the CUDA stream is capturing a graph (hold()
+  // asks too): callers ask first before they make anything for the call.
+  Status refuseIfCapturing();
+  // Takes the pinned memory staging copies go through (below), if this
+  // bridge has none yet: before hold(), for a call it will stage.
+  Status prepareStaging();
   // Waits (on braid's stream thread) until the CUDA stream reaches `gate`;
   // fails if the CUDA stream reports an error, or after `timeoutSeconds`.
   Status awaitReached(const Gate& gate, double timeoutSeconds);
@@ -61,7 +67,7 @@ class CudaStreamBridge final : public GpuCopies {
   // Staging copies on braid's own copy stream, which waits for nothing but
   // itself: a copy that waited for the whole context would wait for the
   // held CUDA stream, which waits for this call. They go through pinned
-  // memory the bridge took when it was made, in pieces, one piece's DMA
+  // memory taken by prepareStaging(), in pieces, one piece's DMA
   // beside the other's memcpy: a copy to or from pageable memory, like an
   // allocation, takes the driver's memory lock, which an application thread
   // may hold while it waits for the held stream (a copy to pageable memory
@@ -76,11 +82,15 @@ class CudaStreamBridge final : public GpuCopies {
  private:
   CudaStreamBridge() = default;
   Status inContext(const char* what, const std::function<int()>& work);
+  // `status`, once no staging copy is left queued.
+  Status finishCopies(Status status);
+  // The half of the pinned memory that piece `piece` of a copy uses.
+  uint8_t* half(size_t piece) const;
 
   void* stream_ = nullptr;        // the caller's CUstream
   void* context_ = nullptr;       // its CUcontext
   void* copyStream_ = nullptr;    // braid's, non-blocking
-  void* bounce_ = nullptr;        // pinned, kBounceBytes, from a pool never freed
+  void* bounce_ = nullptr;        // pinned, from a pool never freed; null until needed
   uint32_t* released_ = nullptr;  // pinned host memory the CUDA stream reads
   unsigned long long releasedOnGpu_ = 0;
   std::mutex holdMutex_;       // one hold() at a time: the signal and the wait stay together

@@ -138,10 +138,12 @@ Result<uint8_t*> GpuPath::scratch(int stream, int nth, size_t bytes) {
   std::lock_guard lock(scratchMutex_);
   Scratch& mine = scratch_[{stream, nth}];
   if (!mine.memory || mine.bytes < bytes) {
-    // The old memory is unused (runJobs waited for the device work of the
-    // stream's earlier calls) but freed only with the path: freeing GPU
-    // memory waits for the whole GPU, which a CUDA stream waiting for this
-    // very call may hold. Growth doubles, so little is kept.
+    // The old memory may still be in use: a call on a CUDA stream grows
+    // its scratch on the caller's thread (Communicator::prepareGpuCalls)
+    // while the stream's previous call runs. So it is freed only with the
+    // path, which also keeps frees out of calls: freeing GPU memory waits
+    // for the whole GPU, which a CUDA stream waiting for a call may hold.
+    // Growth doubles, so little is kept.
     BRAID_ASSIGN_OR_RETURN(auto grown, device_->allocate(std::max(bytes, 2 * mine.bytes)));
     if (mine.memory) retired_.push_back(std::move(mine.memory));
     mine.memory = std::move(grown);

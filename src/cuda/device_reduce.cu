@@ -402,27 +402,33 @@ Status loadKernelsOf(DataType type, int& loaded) {
       loadCombineKernel<T>(typename Element::template Combine<RedOp::kMin>{}),
       loadTransformKernel<T>(typename Element::Divide{}),
   };
+  Status status = Status::ok();
   for (const cudaError_t error : errors) {
-    if (error != cudaSuccess) {
+    if (error == cudaSuccess) {
+      ++loaded;
+    } else if (status.isOk()) {
       (void)cudaGetLastError();  // not left for the next launch to report
-      return cudaFailure("loading the reduction kernels of " + std::string(dataTypeName(type)),
-                         error);
+      status =
+          cudaFailure("loading the reduction kernels of " + std::string(dataTypeName(type)), error);
     }
-    ++loaded;
   }
-  return Status::ok();
+  return status;
 }
 
 }  // namespace
 
 Result<int> loadKernels() {
   int loaded = 0;
+  Status firstFailure = Status::ok();
+  // On past a type that fails: the others still load now, not at launch.
   for (int t = 0; t < kNumDataTypes; ++t) {
     const auto type = static_cast<DataType>(t);
-    BRAID_RETURN_IF_ERROR(withElementType(type, "loadKernels", [&](auto element) {
+    const Status status = withElementType(type, "loadKernels", [&](auto element) {
       return loadKernelsOf<decltype(element)>(type, loaded);
-    }));
+    });
+    if (firstFailure.isOk() && !status.isOk()) firstFailure = status;
   }
+  if (!firstFailure.isOk()) return firstFailure;
   return loaded;
 }
 

@@ -29,8 +29,8 @@ Status averageOnDevice(void* data, size_t count, DataType type, int divisor, voi
 // Device-to-device copy of bytes, ordered on the stream.
 Status copyOnDevice(void* dst, const void* src, size_t bytes, void* stream);
 
-// Loads every kernel above into the current device's context, once per
-// context. Since CUDA 12.2 the runtime loads a kernel at its first launch
+// Loads every kernel above into the current device's context (again: a
+// no-op). Since CUDA 12.2 the runtime loads a kernel at its first launch
 // (CUDA_MODULE_LOADING=LAZY), and loading may wait for the whole context.
 // braid launches its kernels while a CUDA stream waits for the call, so
 // such a wait would never end: callers load them before any stream waits.

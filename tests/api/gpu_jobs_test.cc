@@ -19,6 +19,7 @@
 // their last call, while peers may still be handling its last records.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -307,6 +308,27 @@ int scratchGrowsBeforeTheStreamWaits(Rank& r) {
                      return value(static_cast<int>(i / block), 0, i % block);
                    }) == -1);
   }
+  // Two in one group, each with scratch of its own (the second larger than
+  // any before), numbered as the calls are run.
+  const size_t small = kChunkBytes / sizeof(float), large = 3 * kChunkBytes / sizeof(float);
+  float* gathered = recv + n * small;
+  for (size_t i = 0; i < std::max(n * small, large); ++i)
+    send[i] = value(me, static_cast<int>(i / small), i % small);
+  for (size_t i = 0; i < n * (small + large); ++i) recv[i] = -1;
+  RANK_CHECK(30, braidGroupStart() == braidSuccess);
+  RANK_CHECK(31, braidAllToAll(send, recv, small, braidFloat32, r.comm, stream) == braidSuccess);
+  RANK_CHECK(32,
+             braidAllGather(send, gathered, large, braidFloat32, r.comm, stream) == braidSuccess);
+  RANK_CHECK(33, braidGroupEnd() == braidSuccess);
+  RANK_CHECK(34, braidStreamSynchronize(stream) == braidSuccess);
+  RANK_CHECK(35, firstWrong(recv, n * small, [&](size_t i) {
+                   return value(static_cast<int>(i / small), me, i % small);
+                 }) == -1);
+  RANK_CHECK(36, firstWrong(gathered, n * large, [&](size_t i) {
+                   const int from = static_cast<int>(i / large);
+                   const size_t j = i % large;  // element j of rank `from`'s send
+                   return value(from, static_cast<int>(j / small), j % small);
+                 }) == -1);
   RANK_CHECK(21, fake.streamSynchronize(cudaStream) == 0);
   fake.holdMemoryLock(0);
   RANK_CHECK(22, fake.memoryLockRefusals() == refusedBefore);

@@ -362,7 +362,7 @@ int fakeStreamsWaitingOnValue(int blockingOnly) {
  * copy to pageable memory queued after a braid call does (tensor.cpu()).
  * The calls that take that lock (allocating or mapping memory, copies to
  * or from pageable memory) then wait until no stream is held, and give up
- * after a second with FAKE_CUDA_ERROR_WOULD_DEADLOCK, where a GPU would
+ * after a second with FAKE_CUDA_ERROR_MEMORY_LOCK_HELD, where a GPU would
  * hang if braid made them while a stream waited for the call. `calls` says
  * which calls take the lock (FAKE_LOCK_*, or'ed); 0 turns it off. */
 static int memoryLockHeld;
