@@ -153,7 +153,9 @@ Status Communicator::prepareGpuCalls(std::span<const Operation> ops, int streamI
   for (const Operation& op : ops) {
     if (op.gpuOrdinal < 0) continue;
     BRAID_ASSIGN_OR_RETURN(GpuPath * gpu, gpuPathFor(op.gpuOrdinal));
+    // Send and Recv cross through pinned memory, never over cuda_ipc.
     if (op.args.kind == algo::CollectiveKind::kSendRecv) continue;
+    gpu->settleHandshakes(config_.cudaIpcConnectSeconds);
     const algo::CollectiveArgs args = planArgs(op);
     const algo::Algorithm& algorithm = op.algorithm ? *op.algorithm : selector_.choose(args);
     if (const size_t bytes = gpuScratchBytes(args, algorithm); bytes > 0)

@@ -1,7 +1,9 @@
 #include "src/gpu_path.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "braid_config.h"
 #include "src/common/log.h"
@@ -106,6 +108,7 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
       auto chosen =
           std::make_unique<transport::cuda_ipc::IpcOrFallback>(std::move(connection), *stagedTo);
       path->connections_.push_back(chosen.get());
+      path->ipcPairs_.push_back(chosen.get());
       path->owned_.push_back(std::move(chosen));
     } else {
       path->connections_.push_back(stagedTo.get());
@@ -132,6 +135,33 @@ DeviceWork GpuPath::work() const {
   w.average = &averageOnGpu;
 #endif
   return w;
+}
+
+void GpuPath::settleHandshakes(double seconds) {
+  if (ipcPairs_.empty() || seconds <= 0 || handshakesAsked_.exchange(true)) return;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(seconds));
+  for (;;) {
+    bool moved = false, undecided = false;
+    for (transport::cuda_ipc::IpcOrFallback* pair : ipcPairs_) {
+      if (pair->decided()) continue;
+      // A failure is the calls' to report; the pair has decided then.
+      Result<bool> progressed = pair->progress();
+      moved = moved || (progressed.isOk() && *progressed);
+      undecided = undecided || !pair->decided();
+    }
+    if (!undecided) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      BRAID_INFO("cuda_ipc: the ranks of this host did not all map each other's memory within ",
+                 seconds,
+                 " s (BRAID_CUDA_IPC_CONNECT_SECONDS); the rest is mapped during the "
+                 "first call");
+      return;
+    }
+    // The peers answer within microseconds once they reach their first GPU call.
+    if (!moved) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 Result<uint8_t*> GpuPath::scratch(int stream, int nth, size_t bytes) {

@@ -21,6 +21,7 @@
 // The cuda_ipc handshakes complete as the first call progresses.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,9 @@
 #include "transports/transport.h"
 
 namespace braid {
+namespace transport::cuda_ipc {
+class IpcOrFallback;
+}
 
 // The tag channel of the cuda_ipc records on a host connection: the
 // point-to-point channel of the pair probe's stream, which only ever runs
@@ -79,6 +83,12 @@ class GpuPath {
   // each batch on `stream` (each stream its own: their calls may run at
   // once; and each job of a group its own).
   Result<uint8_t*> scratch(int stream, int nth, size_t bytes);
+  // Progresses the cuda_ipc handshakes with the peers of this host until
+  // every pair has decided (mapped, fallen back, or broken) or `seconds`
+  // have passed, on the calling thread; only the first time it is asked.
+  // Mapping a peer's memory takes the driver's memory lock, so the first
+  // call on a CUDA stream has it done before the stream waits.
+  void settleHandshakes(double seconds);
 
  private:
   GpuPath() = default;
@@ -89,6 +99,8 @@ class GpuPath {
   std::vector<std::unique_ptr<transport::Connection>> owned_;
   std::vector<transport::Connection*> connections_;
   std::vector<transport::Connection*> stagedConnections_;
+  std::vector<transport::cuda_ipc::IpcOrFallback*> ipcPairs_;
+  std::atomic<bool> handshakesAsked_{false};
   struct Scratch {
     size_t bytes = 0;
     std::unique_ptr<transport::cuda_ipc::DeviceMemory> memory;

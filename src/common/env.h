@@ -74,6 +74,9 @@ struct Config {
   // BRAID_CUDA_IPC_SLOT_BYTES: each cuda_ipc slot; 0 = chunkBytes. Peers
   // say theirs in the handshake, so it need not be alike on every rank.
   size_t cudaIpcSlotBytes = 0;
+  // BRAID_CUDA_IPC_CONNECT_SECONDS: how long the first GPU call on a CUDA
+  // stream waits for the cuda_ipc handshakes (GpuPath::settleHandshakes).
+  double cudaIpcConnectSeconds = 5;
   // Cost model figures; 0 = measured at init.
   double linkAlphaMicroseconds = 0;     // BRAID_LINK_ALPHA_US
   double linkGigabytesPerSecond = 0;    // BRAID_LINK_GBPS

@@ -242,14 +242,15 @@ TEST_F(GpuJobs, CallsRunWhileAnotherThreadCapturesAGraph) {
 // While a CUDA stream waits for a call, an application thread may sit in a
 // copy to pageable memory queued after it (tensor.cpu()), holding the
 // driver's memory lock until the stream gets there; braid's threads must
-// then allocate nothing. The first GPU call of a communicator makes its GPU
-// path (the slots and events of every connection): on a CUDA stream it does
-// so on the calling thread, before the stream waits. Still made during
-// that first call: the mappings of the peers' memory, in the handshake; and,
-// where a message arrives while every slot holds one not yet received, the
-// memory it spills to (the blocks here fit in a connection's slots).
+// then neither allocate nor map memory. The first GPU call of a
+// communicator makes its GPU path (the slots and events of every
+// connection) and, waiting for the peers (BRAID_CUDA_IPC_CONNECT_SECONDS),
+// maps theirs: on a CUDA stream it does so on the calling thread, before the
+// stream waits. Still made during a call: the memory a message spills to
+// where it arrives while every slot holds one not yet received (the blocks
+// here fit in a connection's slots).
 int firstCallOnACudaStreamAllocatesBeforeTheStreamWaits(Rank& r) {
-  constexpr int kAllocationsAndPageableCopies = 1 | 2;               // FAKE_LOCK_* of the stand-in
+  constexpr int kEveryCallThatTakesTheLock = 1 | 2 | 4;              // FAKE_LOCK_* of the stand-in
   constexpr size_t kBlock = 4 * kChunkBytes / sizeof(float) - 1000;  // half the slots
   float *send = nullptr, *recv = nullptr;
   RANK_CHECK(10, r.allocateBlocks(send, recv));
@@ -261,7 +262,7 @@ int firstCallOnACudaStreamAllocatesBeforeTheStreamWaits(Rank& r) {
   for (size_t i = 0; i < kBlock; ++i) send[i] = value(r.rank(), 0, i);
   for (size_t i = 0; i < n * kBlock; ++i) recv[i] = -1;
   const unsigned long refusedBefore = fake.memoryLockRefusals();
-  fake.holdMemoryLock(kAllocationsAndPageableCopies);
+  fake.holdMemoryLock(kEveryCallThatTakesTheLock);
   RANK_CHECK(13, braidAllGather(send, recv, kBlock, braidFloat32, r.comm, stream) == braidSuccess);
   RANK_CHECK(14, braidStreamSynchronize(stream) == braidSuccess);
   RANK_CHECK(15, fake.streamSynchronize(cudaStream) == 0);

@@ -199,6 +199,24 @@ TEST(Config, CudaIpcSlotsFollowTheChunkUnlessSet) {
   }
 }
 
+TEST(Config, CudaIpcConnectWaitIsFiveSecondsUnlessSet) {
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->cudaIpcConnectSeconds, 5.0);
+  {
+    ScopedEnv wait("BRAID_CUDA_IPC_CONNECT_SECONDS", "0");
+    auto parsed = loadConfig();
+    ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+    EXPECT_EQ(parsed->cudaIpcConnectSeconds, 0.0);
+  }
+  for (const char* bad : {"-1", "3601", "soon"}) {
+    ScopedEnv wait("BRAID_CUDA_IPC_CONNECT_SECONDS", bad);
+    auto refused = loadConfig();  // an error naming the variable
+    EXPECT_NE(refused.status().message().find("BRAID_CUDA_IPC_CONNECT_SECONDS"), std::string::npos)
+        << bad;
+  }
+}
+
 TEST(Config, SingleCopyThresholdIs64KiBOrWhatDoesNotFitASmallerRing) {
   auto c = loadConfig();
   ASSERT_TRUE(c.isOk()) << c.status().message();

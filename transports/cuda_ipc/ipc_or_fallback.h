@@ -46,6 +46,8 @@ class IpcOrFallback final : public Connection {
 
   // Whether the messages go over the fallback (false while undecided).
   bool fellBack() const;
+  // Whether the pair has decided: mapped, fallen back, or broken first.
+  bool decided() const { return chosen_.load(std::memory_order_acquire) != nullptr; }
 
  private:
   struct Queued {
