@@ -201,6 +201,9 @@ Status CudaStreamBridge::prepareStaging() {
 }
 
 Status CudaStreamBridge::refuseIfCapturing() {
+  // A stream that captures a graph records the host function and the wait
+  // rather than running them: the call would never learn that the stream
+  // got there, and each replay would pass the wait without it.
   const StreamDriver& d = driver();
   int capture = kCaptureStatusNone;
   BRAID_RETURN_IF_ERROR(inContext("asking whether the CUDA stream captures a graph",

@@ -239,6 +239,25 @@ TEST_F(GpuJobs, CallsRunWhileAnotherThreadCapturesAGraph) {
   expectEveryRankPassed(runRanks(2, copyCollectivesDuringAGraphCapture));
 }
 
+// The stand-in's calls that take the driver's memory lock (FAKE_LOCK_*):
+// allocations, copies of pageable memory and mappings of peer memory.
+constexpr int kEveryCallThatTakesTheLock = 1 | 2 | 4;
+
+// A rank's blocks and a braid stream on a CUDA stream of its own; 0, or
+// the step that failed.
+struct OnACudaStream {
+  float* send = nullptr;
+  float* recv = nullptr;
+  void* cudaStream = nullptr;
+  braidStream_t stream = nullptr;
+  int setUp(Rank& r) {
+    RANK_CHECK(10, r.allocateBlocks(send, recv));
+    RANK_CHECK(11, fake.streamCreate(&cudaStream, 0) == 0);
+    RANK_CHECK(12, braidStreamCreateFromCuda(r.comm, cudaStream, &stream) == braidSuccess);
+    return 0;
+  }
+};
+
 // While a CUDA stream waits for a call, an application thread may sit in a
 // copy to pageable memory queued after it (tensor.cpu()), holding the
 // driver's memory lock until the stream gets there; braid's threads must
@@ -250,14 +269,12 @@ TEST_F(GpuJobs, CallsRunWhileAnotherThreadCapturesAGraph) {
 // where it arrives while every slot holds one not yet received (the blocks
 // here fit in a connection's slots).
 int firstCallOnACudaStreamAllocatesBeforeTheStreamWaits(Rank& r) {
-  constexpr int kEveryCallThatTakesTheLock = 1 | 2 | 4;              // FAKE_LOCK_* of the stand-in
   constexpr size_t kBlock = 4 * kChunkBytes / sizeof(float) - 1000;  // half the slots
-  float *send = nullptr, *recv = nullptr;
-  RANK_CHECK(10, r.allocateBlocks(send, recv));
-  void* cudaStream = nullptr;
-  RANK_CHECK(11, fake.streamCreate(&cudaStream, 0) == 0);
-  braidStream_t stream = nullptr;
-  RANK_CHECK(12, braidStreamCreateFromCuda(r.comm, cudaStream, &stream) == braidSuccess);
+  OnACudaStream on;
+  if (const int failed = on.setUp(r)) return failed;
+  float *send = on.send, *recv = on.recv;
+  void* cudaStream = on.cudaStream;
+  braidStream_t stream = on.stream;
   const int n = r.nranks();
   for (size_t i = 0; i < kBlock; ++i) send[i] = value(r.rank(), 0, i);
   for (size_t i = 0; i < n * kBlock; ++i) recv[i] = -1;
@@ -280,16 +297,14 @@ int firstCallOnACudaStreamAllocatesBeforeTheStreamWaits(Rank& r) {
 // stream waits: for each call larger than any before it, alone or in a
 // group.
 int scratchGrowsBeforeTheStreamWaits(Rank& r) {
-  constexpr int kAllocationsAndPageableCopies = 1 | 2;  // FAKE_LOCK_* of the stand-in
   const int n = r.nranks(), me = r.rank();
-  float *send = nullptr, *recv = nullptr;
-  RANK_CHECK(10, r.allocateBlocks(send, recv));
-  void* cudaStream = nullptr;
-  RANK_CHECK(11, fake.streamCreate(&cudaStream, 0) == 0);
-  braidStream_t stream = nullptr;
-  RANK_CHECK(12, braidStreamCreateFromCuda(r.comm, cudaStream, &stream) == braidSuccess);
+  OnACudaStream on;
+  if (const int failed = on.setUp(r)) return failed;
+  float *send = on.send, *recv = on.recv;
+  void* cudaStream = on.cudaStream;
+  braidStream_t stream = on.stream;
   const unsigned long refusedBefore = fake.memoryLockRefusals();
-  fake.holdMemoryLock(kAllocationsAndPageableCopies);
+  fake.holdMemoryLock(kEveryCallThatTakesTheLock);
   // Blocks of at most a quarter of a connection's slots: nothing spills.
   for (size_t block : {kChunkBytes / sizeof(float) / 2, 2 * kChunkBytes / sizeof(float)}) {
     for (size_t i = 0; i < n * block; ++i)
