@@ -23,101 +23,12 @@
 #include "../unit/fake_gpu_work.h"
 #include "../unit/fake_libcuda_loader.h"
 #include "braid.h"
+#include "cuda_stream_fixtures.h"
 #include "expect_braid.h"
 
 namespace {
 
-// The stand-in's entry points the test calls itself.
-struct FakeDriver {
-  int (*init)(unsigned);
-  int (*primaryCtxRetain)(void**, int);
-  int (*ctxSetCurrent)(void*);
-  int (*streamCreate)(void**, unsigned);
-  int (*streamDestroy)(void*);
-  int (*streamSynchronize)(void*);
-  int (*streamQuery)(void*);
-  int (*launchKernel)(void*, void (*)(void*), void*);
-  void (*failStream)(void*);
-  void (*setDeviceRange)(void*, size_t, int, int);
-  unsigned long (*copyCount)();
-  unsigned long (*freedWhileWaited)();
-  void (*setCapture)(void*, int);
-  void (*setGlobalCapture)(int);
-  void (*holdMemoryLock)(int);
-  unsigned long (*memoryLockRefusals)();
-
-  bool load() {
-    void* fake = braid::testing::openFakeLibcuda();
-    if (fake == nullptr) return false;
-    auto find = [&](auto& entry, const char* name) {
-      return braid::testing::findEntry(fake, entry, name);
-    };
-    return find(init, "cuInit") && find(primaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
-           find(ctxSetCurrent, "cuCtxSetCurrent") && find(streamCreate, "cuStreamCreate") &&
-           find(streamDestroy, "cuStreamDestroy_v2") &&
-           find(streamSynchronize, "cuStreamSynchronize") && find(streamQuery, "cuStreamQuery") &&
-           find(launchKernel, "fakeCudaLaunchKernel") && find(failStream, "fakeCudaFailStream") &&
-           find(setDeviceRange, "fakeCudaSetDeviceRange") && find(copyCount, "fakeCudaCopyCount") &&
-           find(freedWhileWaited, "fakeCudaHostFreedWhileWaited") &&
-           find(setCapture, "fakeCudaSetStreamCapture") &&
-           find(setGlobalCapture, "fakeCudaSetGlobalCapture") &&
-           find(holdMemoryLock, "fakeCudaHoldMemoryLockWhileStreamsWait") &&
-           find(memoryLockRefusals, "fakeCudaMemoryLockRefusals");
-  }
-
-  // A context current on this thread and a blocking stream (flags 0), as
-  // cudaStreamCreate makes: the copies of the legacy stream wait for it.
-  void* makeStream() {
-    void* context = nullptr;
-    void* stream = nullptr;
-    if (init(0) != 0 || primaryCtxRetain(&context, 0) != 0 || ctxSetCurrent(context) != 0 ||
-        streamCreate(&stream, 0) != 0)
-      return nullptr;
-    return stream;
-  }
-};
-
-FakeDriver fake;
-
-class CudaStream : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    ASSERT_TRUE(fake.load()) << "FAKE_LIBCUDA is not set or not the stand-in (meson sets it)";
-    // braid looks for a newly loaded driver at most once a millisecond.
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  }
-};
-
-using braid::testing::SlowFill;
-
-// "GPU work" after the call: copies what the call left in `from`.
-struct Snapshot {
-  const float* from;
-  float* to;
-  int count;
-  static void run(void* self) {
-    auto* s = static_cast<Snapshot*>(self);
-    for (int i = 0; i < s->count; ++i) s->to[i] = s->from[i];
-  }
-};
-
-// "GPU work": x = x + 1 on every element.
-struct AddOne {
-  float* data;
-  int count;
-  static void run(void* self) {
-    auto* a = static_cast<AddOne*>(self);
-    for (int i = 0; i < a->count; ++i) a->data[i] += 1.0f;
-  }
-};
-
-braidComm_t oneRank() {
-  braidUniqueId id;
-  braidComm_t comm = nullptr;
-  if (braidGetUniqueId(&id) != braidSuccess || braidCommInitRank(&comm, 1, id, 0) != braidSuccess)
-    return nullptr;
-  return comm;
-}
+using namespace braid::testing::cuda_stream;
 
 #ifdef BRAID_TEST_STAGING
 
@@ -255,48 +166,6 @@ TEST_F(CudaStream, TwoRanksExchangeGpuBuffersInAGroupOnTheirCudaStreams) {
 }
 
 // One rank, a CUDA stream of the stand-in, and a braid stream on it.
-class OneRankOnACudaStream : public CudaStream {
- protected:
-  void SetUp() override {
-    comm_ = oneRank();
-    ASSERT_NE(comm_, nullptr) << braidGetLastError(nullptr);
-    cudaStream_ = fake.makeStream();
-    ASSERT_NE(cudaStream_, nullptr);
-    ASSERT_EQ(braidStreamCreateFromCuda(comm_, cudaStream_, &stream_), braidSuccess)
-        << braidGetLastError(nullptr);
-  }
-  void TearDown() override {
-    EXPECT_BRAID_OK(braidStreamDestroy(stream_));
-    if (comm_ != nullptr) {
-      EXPECT_BRAID_OK(aborted_ ? braidCommAbort(comm_) : braidCommDestroy(comm_));
-    }
-    if (cudaStream_ != nullptr) {
-      EXPECT_EQ(fake.streamDestroy(cudaStream_), 0);
-    }
-  }
-  braidComm_t comm_ = nullptr;
-  void* cudaStream_ = nullptr;
-  braidStream_t stream_ = nullptr;
-  bool aborted_ = false;  // the communicator failed: abort it rather than destroy it
-};
-
-// An AllReduce of host buffers on `stream`, made from `cudaStream`, runs
-// after a slow write of its input queued before it, and a read queued after
-// it sees the result.
-void expectAnAllReduceInOrder(braidComm_t comm, braidStream_t stream, void* cudaStream) {
-  float in[16], out[16] = {}, seen[16] = {};
-  for (float& x : in) x = -1.0f;
-  SlowFill fill{in, 16, 7.0f};
-  ASSERT_EQ(fake.launchKernel(cudaStream, SlowFill::run, &fill), 0);
-  EXPECT_BRAID_OK(braidAllReduce(in, out, 16, braidFloat32, braidSum, comm, stream));
-  Snapshot snapshot{out, seen, 16};
-  ASSERT_EQ(fake.launchKernel(cudaStream, Snapshot::run, &snapshot), 0);
-  ASSERT_EQ(fake.streamSynchronize(cudaStream), 0);
-  EXPECT_BRAID_OK(braidStreamSynchronize(stream));
-  EXPECT_EQ(seen[0], 7.0f);
-  EXPECT_EQ(seen[15], 22.0f);
-}
-
 TEST_F(OneRankOnACudaStream, HostBuffersAreOrderedToo) {
   expectAnAllReduceInOrder(comm_, stream_, cudaStream_);
 }
@@ -429,43 +298,6 @@ TEST_F(OneRankOnACudaStream, AGroupRunsAtItsEndBetweenTheWorkBeforeAndAfterIt) {
   fake.setDeviceRange(nullptr, 0, 0, 0);
 }
 
-// While a CUDA stream waits for a call, an application thread may sit in a
-// copy to pageable memory queued after the call (tensor.cpu()), holding the
-// driver's memory lock until the stream gets there. A call staged through
-// host memory must then take no such lock on braid's thread: its copies go
-// through pinned memory made with the stream, never to or from pageable
-// memory, nor through memory allocated during the call. Buffers of several
-// times the pinned memory, alone and in a group.
-TEST_F(OneRankOnACudaStream, StagingTakesNoMemoryLockWhileTheStreamWaits) {
-  constexpr int kEveryCallThatTakesTheLock = 1 | 2 | 4;  // FAKE_LOCK_* of the stand-in
-  constexpr size_t kCount = (size_t{9} << 20) / sizeof(float) + 3;
-  std::vector<float> gpu(4 * kCount);
-  fake.setDeviceRange(gpu.data(), gpu.size() * sizeof(float), 0, 0);
-  for (size_t i = 0; i < kCount; ++i) gpu[i] = static_cast<float>(i % 1000);
-  const unsigned long refusedBefore = fake.memoryLockRefusals();
-  fake.holdMemoryLock(kEveryCallThatTakesTheLock);
-  EXPECT_BRAID_OK(braidAllReduce(gpu.data(), gpu.data() + kCount, kCount, braidFloat32, braidSum,
-                                 comm_, stream_));
-  EXPECT_BRAID_OK(braidGroupStart());
-  EXPECT_BRAID_OK(
-      braidBroadcast(gpu.data(), gpu.data() + 2 * kCount, kCount, braidFloat32, 0, comm_, stream_));
-  EXPECT_BRAID_OK(
-      braidAllGather(gpu.data(), gpu.data() + 3 * kCount, kCount, braidFloat32, comm_, stream_));
-  EXPECT_BRAID_OK(braidGroupEnd());
-  EXPECT_BRAID_OK(braidStreamSynchronize(stream_));
-  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
-  fake.holdMemoryLock(0);
-  EXPECT_EQ(fake.memoryLockRefusals() - refusedBefore, 0u);
-  for (size_t i = 0; i < kCount; i += 4099) {
-    ASSERT_EQ(gpu[kCount + i], static_cast<float>(i % 1000)) << i;
-    ASSERT_EQ(gpu[2 * kCount + i], static_cast<float>(i % 1000)) << i;
-    ASSERT_EQ(gpu[3 * kCount + i], static_cast<float>(i % 1000)) << i;
-  }
-  EXPECT_EQ(gpu[2 * kCount - 1], gpu[kCount - 1]);
-  EXPECT_EQ(gpu[4 * kCount - 1], gpu[kCount - 1]);
-  fake.setDeviceRange(nullptr, 0, 0, 0);
-}
-
 // A failure inside the group comes back from braidStreamSynchronize, and
 // the CUDA stream goes on (never left waiting for the group).
 TEST_F(OneRankOnACudaStream, AGroupThatFailsLetsTheCudaStreamGoOn) {
@@ -478,116 +310,6 @@ TEST_F(OneRankOnACudaStream, AGroupThatFailsLetsTheCudaStreamGoOn) {
   ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
   EXPECT_NE(braidStreamSynchronize(stream_), braidSuccess);
   aborted_ = true;
-}
-
-// A stream that captures a CUDA graph would record the call's signal and
-// wait instead of running them: the call is refused at once, and nothing is
-// left on the stream.
-TEST_F(OneRankOnACudaStream, ACallOnAStreamThatCapturesAGraphIsRefused) {
-  float x[4] = {1, 2, 3, 4}, y[4] = {};
-  fake.setCapture(cudaStream_, 1);  // CU_STREAM_CAPTURE_STATUS_ACTIVE
-  EXPECT_BRAID_ERROR(braidAllReduce(x, y, 4, braidFloat32, braidSum, comm_, stream_),
-                     braidNotSupported, "capturing a CUDA graph", "outside the capture");
-  EXPECT_BRAID_OK(braidGroupStart());
-  EXPECT_BRAID_OK(braidAllReduce(x, y, 4, braidFloat32, braidSum, comm_, stream_));
-  EXPECT_BRAID_ERROR(braidGroupEnd(), braidNotSupported, "capturing a CUDA graph");
-  fake.setCapture(cudaStream_, 0);
-  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
-  EXPECT_BRAID_OK(braidStreamSynchronize(stream_));
-  EXPECT_EQ(y[0], 0.0f);  // neither ran
-  expectAnAllReduceInOrder(comm_, stream_, cudaStream_);
-}
-
-// A group refused at braidGroupEnd (one of its streams captures a graph)
-// runs none of its calls, on any of its streams: a call that ran on one rank
-// alone would leave its peers waiting. The streams' batches are queued in
-// an order that depends on where the streams were allocated, so the group
-// has calls on several plain streams and several streams of the capturing
-// CUDA stream, made in turn.
-TEST_F(OneRankOnACudaStream, AGroupRefusedAtItsEndRunsNoneOfItsCalls) {
-  constexpr int kStreams = 6;
-  braidStream_t plain[kStreams] = {}, held[kStreams] = {};
-  for (int i = 0; i < kStreams; ++i) {
-    ASSERT_EQ(braidStreamCreate(comm_, &plain[i]), braidSuccess) << braidGetLastError(nullptr);
-    ASSERT_EQ(braidStreamCreateFromCuda(comm_, cudaStream_, &held[i]), braidSuccess)
-        << braidGetLastError(nullptr);
-  }
-  float x[4] = {1, 2, 3, 4}, out[2 * kStreams][4] = {};
-  fake.setCapture(cudaStream_, 1);
-  EXPECT_BRAID_OK(braidGroupStart());
-  for (int i = 0; i < kStreams; ++i) {
-    EXPECT_BRAID_OK(braidAllReduce(x, out[2 * i], 4, braidFloat32, braidSum, comm_, plain[i]));
-    EXPECT_BRAID_OK(braidAllReduce(x, out[2 * i + 1], 4, braidFloat32, braidSum, comm_, held[i]));
-  }
-  EXPECT_BRAID_ERROR(braidGroupEnd(), braidNotSupported, "capturing a CUDA graph");
-  fake.setCapture(cudaStream_, 0);
-  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
-  for (int i = 0; i < kStreams; ++i) {
-    EXPECT_BRAID_OK(braidStreamSynchronize(plain[i]));
-    EXPECT_BRAID_OK(braidStreamSynchronize(held[i]));
-  }
-  for (int k = 0; k < 2 * kStreams; ++k) EXPECT_EQ(out[k][0], 0.0f) << "call " << k << " ran";
-  for (int i = 0; i < kStreams; ++i) {
-    EXPECT_BRAID_OK(braidStreamDestroy(plain[i]));
-    EXPECT_BRAID_OK(braidStreamDestroy(held[i]));
-  }
-  // The CUDA stream goes on, its calls in order.
-  expectAnAllReduceInOrder(comm_, stream_, cudaStream_);
-}
-
-// While another thread captures a CUDA graph in global mode, the driver
-// refuses allocations, queries and synchronizations on threads whose mode is
-// global: braid's are made in relaxed mode, so a braid stream on a CUDA
-// stream is made, and calls of GPU buffers run on it and on the caller's
-// thread (staged through host memory, with one rank), as at any other time.
-TEST_F(CudaStream, CallsOfGpuBuffersRunWhileAnotherThreadCapturesAGraph) {
-  braidComm_t comm = oneRank();
-  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
-  void* cudaStream = fake.makeStream();
-  ASSERT_NE(cudaStream, nullptr);
-  static float gpu[12];
-  fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
-  for (int i = 0; i < 12; ++i) gpu[i] = i < 4 ? static_cast<float>(i + 1) : 0.0f;
-  fake.setGlobalCapture(1);
-  braidStream_t stream = nullptr;
-  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, cudaStream, &stream));
-  EXPECT_BRAID_OK(braidAllReduce(gpu, gpu + 4, 4, braidFloat32, braidSum, comm, stream));
-  EXPECT_BRAID_OK(braidStreamSynchronize(stream));
-  EXPECT_BRAID_OK(braidAllReduce(gpu, gpu + 8, 4, braidFloat32, braidSum, comm, nullptr));
-  fake.setGlobalCapture(0);
-  ASSERT_EQ(fake.streamSynchronize(cudaStream), 0);
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(gpu[4 + i], static_cast<float>(i + 1));
-    EXPECT_EQ(gpu[8 + i], static_cast<float>(i + 1));
-  }
-  fake.setDeviceRange(nullptr, 0, 0, 0);
-  EXPECT_BRAID_OK(braidStreamDestroy(stream));
-  EXPECT_BRAID_OK(braidCommDestroy(comm));
-  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
-}
-
-// With CUDA_DEVICE_MAX_CONNECTIONS=1 every CUDA stream shares one hardware
-// queue, where the stream's wait for the call would hold braid's own GPU
-// work behind it: GPU buffers on such a stream are refused, naming the
-// variable; host buffers, which need no GPU work, still run in order.
-TEST_F(CudaStream, WithOneHardwareQueueGpuBuffersOnACudaStreamAreRefused) {
-  ASSERT_EQ(setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1), 0);
-  braidComm_t comm = oneRank();
-  ASSERT_NE(comm, nullptr) << braidGetLastError(nullptr);
-  void* cudaStream = fake.makeStream();
-  ASSERT_NE(cudaStream, nullptr);
-  braidStream_t stream = nullptr;
-  EXPECT_BRAID_OK(braidStreamCreateFromCuda(comm, cudaStream, &stream));
-  ASSERT_EQ(unsetenv("CUDA_DEVICE_MAX_CONNECTIONS"), 0);
-  static float gpu[8];
-  fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
-  EXPECT_BRAID_ERROR(braidAllReduce(gpu, gpu + 4, 4, braidFloat32, braidSum, comm, stream),
-                     braidNotSupported, "CUDA_DEVICE_MAX_CONNECTIONS=1", "braidStreamCreate");
-  fake.setDeviceRange(nullptr, 0, 0, 0);
-  expectAnAllReduceInOrder(comm, stream, cudaStream);
-  EXPECT_BRAID_OK(braidStreamDestroy(stream));
-  EXPECT_BRAID_OK(braidCommDestroy(comm));
-  EXPECT_EQ(fake.streamDestroy(cudaStream), 0);
 }
 
 #else
