@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "src/common/deadline.h"
@@ -138,6 +139,17 @@ class Connection {
 
   // The rank at the other end, for messages.
   virtual int peer() const = 0;
+
+  // Makes ahead what posting messages of these sizes (a call's sends to
+  // the peer and receives from it, any number, in any order) will use, so
+  // that posting them allocates nothing a caller could not allocate then
+  // (pinned memory while a CUDA stream waits for the call). Any thread; a
+  // no-op where posting allocates nothing of the kind.
+  virtual Status reserve(std::span<const size_t> sends, std::span<const size_t> recvs) {
+    (void)sends;
+    (void)recvs;
+    return Status::ok();
+  }
 };
 
 }  // namespace braid::transport

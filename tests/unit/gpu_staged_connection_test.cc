@@ -121,7 +121,7 @@ TEST_F(StagedPair, ABounceBufferIsReusedOnlyAfterItsCopyRan) {
   synchronize();
   EXPECT_TRUE(d1.holds(1));
   EXPECT_TRUE(d2.holds(2));
-  // Two bounce buffers: the second receive could not wait for the first's.
+  // Two bounce buffers: the second receive did not wait for the first's.
   EXPECT_EQ(B->bounceBuffers(), 2u);
   // Later messages reuse them, once progress saw their copies done.
   (void)B->progress();
@@ -131,6 +131,173 @@ TEST_F(StagedPair, ABounceBufferIsReusedOnlyAfterItsCopyRan) {
   synchronize();
   EXPECT_TRUE(d2.holds(1));
   EXPECT_EQ(B->bounceBuffers(), 2u);
+}
+
+// Pinned memory is bounded: messages posted while every bounce buffer of
+// their direction is in use wait for one to come back, sends in their order,
+// rather than each pinning one of its own.
+TEST_F(StagedPair, ManyMessagesShareABoundedNumberOfBounceBuffers) {
+  StagedConnection::Options two;
+  two.minBounceBytes = 4096;
+  two.bouncesPerDirection = 2;
+  A = std::make_unique<StagedConnection>(*hostA, devA, two);
+  B = std::make_unique<StagedConnection>(*hostB, devB, two);
+  devA->workDelay = devB->workDelay = std::chrono::microseconds(300);
+  constexpr int kMessages = 12;
+  constexpr size_t kBytes = 3000;
+  std::vector<std::unique_ptr<DeviceBuffer>> sources, destinations;
+  std::vector<RequestPtr> sends, recvs;
+  for (int m = 0; m < kMessages; ++m) {
+    sources.push_back(std::make_unique<DeviceBuffer>(*devA, kBytes));
+    destinations.push_back(std::make_unique<DeviceBuffer>(*devB, kBytes));
+    sources.back()->fill(static_cast<uint8_t>(m + 1));
+    // Each message has its own size, so that one delivered into another's
+    // receive shows.
+    const size_t bytes = kBytes - static_cast<size_t>(m);
+    recvs.push_back(B->postRecv(destinations.back()->data(), bytes, Tag{uint64_t(m + 1), 0}));
+    sends.push_back(A->postSend(sources.back()->data(), bytes, Tag{uint64_t(m + 1), 0}));
+  }
+  EXPECT_EQ(A->bounceBuffers(), 2u);
+  EXPECT_EQ(B->bounceBuffers(), 2u);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto pending = [&] {
+    for (const auto& r : sends)
+      if (r->state() == State::kPending) return true;
+    for (const auto& r : recvs)
+      if (r->state() == State::kPending) return true;
+    return false;
+  };
+  while (pending() && std::chrono::steady_clock::now() < until) {
+    (void)A->progress();
+    (void)B->progress();
+  }
+  for (int m = 0; m < kMessages; ++m) {
+    ASSERT_EQ(sends[m]->state(), State::kDone) << m << ": " << sends[m]->error().message();
+    ASSERT_EQ(recvs[m]->state(), State::kDone) << m << ": " << recvs[m]->error().message();
+  }
+  synchronize();
+  for (int m = 0; m < kMessages; ++m) {
+    const size_t bytes = kBytes - static_cast<size_t>(m);
+    EXPECT_EQ(std::memcmp(destinations[m]->data(), sources[m]->data(), bytes), 0) << m;
+  }
+  EXPECT_EQ(A->bounceBuffers(), 2u);
+  EXPECT_EQ(B->bounceBuffers(), 2u);
+}
+
+// reserve() pins every buffer ahead, each way, so that messages up to the
+// sizes reserved pin nothing more, however many are posted at once.
+TEST_F(StagedPair, AfterReserveMessagesThatFitPinNothing) {
+  StagedConnection::Options four;
+  four.minBounceBytes = 4096;
+  four.bouncesPerDirection = 4;
+  A = std::make_unique<StagedConnection>(*hostA, devA, four);
+  B = std::make_unique<StagedConnection>(*hostB, devB, four);
+  // Ten messages each way, of two sizes: the four largest are reserved.
+  std::vector<size_t> sizes;
+  for (int m = 0; m < 10; ++m) sizes.push_back(m % 2 ? 20000 : 100);
+  ASSERT_TRUE(A->reserve(sizes, {}).isOk());
+  ASSERT_TRUE(B->reserve({}, sizes).isOk());
+  EXPECT_EQ(A->bounceBuffers(), 4u);
+  EXPECT_EQ(B->bounceBuffers(), 4u);
+  ASSERT_TRUE(A->reserve(sizes, {}).isOk());  // made already
+  EXPECT_EQ(A->bounceBuffers(), 4u);
+  const size_t pinnedA = devA->hostAllocations.load(), pinnedB = devB->hostAllocations.load();
+  DeviceBuffer source(*devA, 20000), destination(*devB, 20000 * 10);
+  source.fill(9);
+  std::vector<RequestPtr> requests;
+  for (uint64_t m = 0; m < 10; ++m) {
+    const size_t bytes = m % 2 ? 20000 : 100;
+    requests.push_back(B->postRecv(destination.data() + m * 20000, bytes, Tag{m + 1, 0}));
+    requests.push_back(A->postSend(source.data(), bytes, Tag{m + 1, 0}));
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto pending = [&] {
+    for (const auto& r : requests)
+      if (r->state() == State::kPending) return true;
+    return false;
+  };
+  while (pending() && std::chrono::steady_clock::now() < until) {
+    (void)A->progress();
+    (void)B->progress();
+  }
+  for (const auto& r : requests) ASSERT_EQ(r->state(), State::kDone) << r->error().message();
+  synchronize();
+  for (uint64_t m = 0; m < 10; ++m)
+    EXPECT_EQ(std::memcmp(destination.data() + m * 20000, source.data(), m % 2 ? 20000 : 100), 0)
+        << m;
+  EXPECT_EQ(devA->hostAllocations.load(), pinnedA);
+  EXPECT_EQ(devB->hostAllocations.load(), pinnedB);
+}
+
+// Where buffers were reserved, a receive that finds none free waits for
+// one on its way back (its bytes being copied into the GPU, maybe by an
+// earlier call) rather than pin one more while a CUDA stream may wait.
+TEST_F(StagedPair, AReservedReceiveWaitsForABufferOnItsWayBack) {
+  devB->workDelay = std::chrono::milliseconds(20);
+  const std::vector<size_t> one = {4096};
+  ASSERT_TRUE(B->reserve({}, one).isOk());
+  EXPECT_EQ(B->bounceBuffers(), 1u);
+  DeviceBuffer s1(*devA, 4096), s2(*devA, 4096), d1(*devB, 4096), d2(*devB, 4096);
+  s1.fill(1);
+  s2.fill(2);
+  auto send1 = A->postSend(s1.data(), 4096, Tag{1, 0});
+  auto recv1 = B->postRecv(d1.data(), 4096, Tag{1, 0});
+  drive({send1, recv1});
+  ASSERT_EQ(recv1->state(), State::kDone);
+  auto send2 = A->postSend(s2.data(), 4096, Tag{2, 0});
+  auto recv2 = B->postRecv(d2.data(), 4096, Tag{2, 0});
+  drive({send2, recv2});
+  ASSERT_EQ(recv2->state(), State::kDone) << recv2->error().message();
+  synchronize();
+  EXPECT_TRUE(d1.holds(1));
+  EXPECT_TRUE(d2.holds(2));
+  EXPECT_EQ(B->bounceBuffers(), 1u);
+}
+
+// A receive may wait for a buffer only where one surely comes back: here
+// the only buffer is held by the receive of message 2, which the peer sends
+// only after this rank answered message 1. The receive of message 1,
+// posted second, must not wait behind it: it pins a buffer of its own.
+TEST_F(StagedPair, AReceivePostedAfterThatOfALaterMessageDoesNotWaitForIt) {
+  StagedConnection::Options one;
+  one.minBounceBytes = 4096;
+  one.bouncesPerDirection = 1;
+  A = std::make_unique<StagedConnection>(*hostA, devA, one);
+  B = std::make_unique<StagedConnection>(*hostB, devB, one);
+  DeviceBuffer first(*devA, 1000), second(*devA, 1000), answer(*devB, 1000), got1(*devB, 1000),
+      got2(*devB, 1000), gotAnswer(*devA, 1000);
+  first.fill(1);
+  second.fill(2);
+  answer.fill(3);
+  auto recv2 = B->postRecv(got2.data(), 1000, Tag{2, 0});
+  auto recv1 = B->postRecv(got1.data(), 1000, Tag{1, 0});
+  auto send1 = A->postSend(first.data(), 1000, Tag{1, 0});
+  drive({send1, recv1});
+  ASSERT_EQ(recv1->state(), State::kDone) << recv1->error().message();
+  auto reply = B->postSend(answer.data(), 1000, Tag{1, 1});
+  auto replyRecv = A->postRecv(gotAnswer.data(), 1000, Tag{1, 1});
+  drive({reply, replyRecv});
+  ASSERT_EQ(replyRecv->state(), State::kDone) << replyRecv->error().message();
+  auto send2 = A->postSend(second.data(), 1000, Tag{2, 0});
+  drive({send2, recv2});
+  ASSERT_EQ(recv2->state(), State::kDone) << recv2->error().message();
+  synchronize();
+  EXPECT_TRUE(got1.holds(1));
+  EXPECT_TRUE(got2.holds(2));
+  EXPECT_TRUE(gotAnswer.holds(3));
+  EXPECT_EQ(B->bounceBuffers(), 3u);  // two receives, one send
+
+  // In the order the peer sends, a later receive waits for the earlier's
+  // buffer instead: no more is pinned.
+  auto recv4 = B->postRecv(got2.data(), 1000, Tag{4, 0});
+  auto recv3 = B->postRecv(got1.data(), 1000, Tag{3, 0});
+  auto recv5 = B->postRecv(got1.data(), 1000, Tag{5, 0});
+  auto send3 = A->postSend(first.data(), 1000, Tag{3, 0});
+  auto send4 = A->postSend(second.data(), 1000, Tag{4, 0});
+  auto send5 = A->postSend(first.data(), 1000, Tag{5, 0});
+  drive({recv3, recv4, recv5, send3, send4, send5});
+  for (const auto& r : {recv3, recv4, recv5}) ASSERT_EQ(r->state(), State::kDone);
+  EXPECT_EQ(B->bounceBuffers(), 3u);
 }
 
 // A reduction reads the incoming bytes straight from the bounce buffer.

@@ -137,6 +137,11 @@ void IpcOrFallback::abort(const Status& reason) {
   abortInCall(reason, 0);
 }
 
+Status IpcOrFallback::reserve(std::span<const size_t> sends, std::span<const size_t> recvs) {
+  Connection* chosen = chosen_.load(std::memory_order_acquire);
+  return (chosen != nullptr ? *chosen : fallback_).reserve(sends, recvs);
+}
+
 bool IpcOrFallback::prepareToSleep() {
   // The fallback may be progressed by others too (Send/Recv share it), who
   // complete a forwarded post's own request without waking this caller.

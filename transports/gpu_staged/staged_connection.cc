@@ -17,21 +17,66 @@ StagedConnection::~StagedConnection() {
   (void)device_->synchronize();
 }
 
-Result<StagedConnection::Bounce> StagedConnection::takeBounce(size_t bytes) {
-  if (bytes == 0) return Bounce{};
-  if (auto it = freeBounces_.lower_bound(bytes); it != freeBounces_.end()) {
-    Bounce b = std::move(it->second);
-    freeBounces_.erase(it);
-    return b;
-  }
+std::optional<StagedConnection::Bounce> StagedConnection::takeFree(Pool& pool, size_t bytes) {
+  auto it = pool.free.lower_bound(bytes);
+  if (it == pool.free.end()) return std::nullopt;
+  Bounce b = std::move(it->second);
+  pool.free.erase(it);
+  return b;
+}
+
+bool StagedConnection::hasRoom(const Pool& pool, size_t bytes) const {
+  // A buffer in use comes back; one that would fit none never does.
+  return pool.sizes.size() < static_cast<size_t>(options_.bouncesPerDirection) ||
+         pool.sizes.empty() || *pool.sizes.rbegin() < bytes;
+}
+
+Result<StagedConnection::Bounce> StagedConnection::pinBounce(Pool& pool, size_t bytes) {
   const size_t size = std::max(bytes, options_.minBounceBytes);
   BRAID_ASSIGN_OR_RETURN(auto memory, device_->allocateHost(size));
   ++bounceBuffers_;
+  pool.sizes.insert(size);
   return Bounce{std::move(memory), size};
 }
 
-void StagedConnection::giveBack(Bounce bounce) {
-  if (bounce.memory) freeBounces_.emplace(bounce.bytes, std::move(bounce));
+void StagedConnection::giveBack(Pool& pool, Bounce bounce) {
+  if (!bounce.memory) return;
+  pool.free.emplace(bounce.bytes, std::move(bounce));
+  ++bouncesReturned_;
+}
+
+void StagedConnection::retire(Pool& pool, Bounce bounce) {
+  if (!bounce.memory) return;
+  pool.sizes.erase(pool.sizes.find(bounce.bytes));
+  retired_.push_back(std::move(bounce));
+}
+
+Status StagedConnection::reserve(std::span<const size_t> sends, std::span<const size_t> recvs) {
+  std::lock_guard lock(mutex_);
+  // A dead connection fails the call's posts, with its own reason.
+  if (!dead_.isOk()) return Status::ok();
+  for (auto [pool, sizes] : {std::pair{&sendPool_, sends}, std::pair{&recvPool_, recvs}}) {
+    pool->reserved = pool->reserved || !sizes.empty();
+    std::vector<size_t> wanted(sizes.begin(), sizes.end());
+    std::sort(wanted.begin(), wanted.end(), std::greater<>());
+    wanted.resize(std::min(wanted.size(), static_cast<size_t>(options_.bouncesPerDirection)));
+    // The largest wanted takes the largest buffer, and so on down; what no
+    // buffer is left for is pinned.
+    const std::vector<size_t> owned(pool->sizes.rbegin(), pool->sizes.rend());
+    std::vector<size_t> missing;
+    size_t next = 0;
+    for (size_t bytes : wanted) {
+      if (next < owned.size() && owned[next] >= bytes)
+        ++next;
+      else if (bytes > 0)
+        missing.push_back(bytes);
+    }
+    for (size_t bytes : missing) {
+      BRAID_ASSIGN_OR_RETURN(Bounce bounce, pinBounce(*pool, bytes));
+      giveBack(*pool, std::move(bounce));
+    }
+  }
+  return Status::ok();
 }
 
 Result<std::unique_ptr<cuda_ipc::DeviceEvent>> StagedConnection::takeEvent() {
@@ -53,32 +98,52 @@ RequestPtr StagedConnection::failed(Status error) {
   return request;
 }
 
+Result<bool> StagedConnection::startSend(Send& s) {
+  if (s.bytes == 0) return true;
+  Bounce bounce;
+  if (auto free = takeFree(sendPool_, s.bytes)) {
+    bounce = std::move(*free);
+  } else if (hasRoom(sendPool_, s.bytes)) {
+    BRAID_ASSIGN_OR_RETURN(bounce, pinBounce(sendPool_, s.bytes));
+  } else {
+    return false;  // an earlier send's comes back once it has left
+  }
+  auto event = takeEvent();
+  if (!event.isOk()) {
+    giveBack(sendPool_, std::move(bounce));
+    return event.status();
+  }
+  Status queued = device_->enqueueCopy(bounce.data(), s.data, s.bytes);
+  if (queued.isOk()) queued = device_->enqueueRecord(**event);
+  if (!queued.isOk()) {
+    // The copy may be queued: the bounce buffer is not reused.
+    giveBack(std::move(*event));
+    retire(sendPool_, std::move(bounce));
+    return queued;
+  }
+  s.bounce = std::move(bounce);
+  s.copied = std::move(*event);
+  return true;
+}
+
 RequestPtr StagedConnection::postSend(const void* data, size_t bytes, Tag tag) {
   std::lock_guard lock(mutex_);
   if (!dead_.isOk()) return failed(dead_);
   Send s;
   s.request = std::make_shared<Request>();
+  s.data = data;
   s.bytes = bytes;
   s.tag = tag;
-  if (bytes > 0) {
-    auto bounce = takeBounce(bytes);
-    if (!bounce.isOk()) return failed(bounce.status());
-    s.bounce = std::move(*bounce);
-    auto event = takeEvent();
-    if (!event.isOk()) {
-      giveBack(std::move(s.bounce));
-      return failed(event.status());
-    }
-    s.copied = std::move(*event);
-    Status queued = device_->enqueueCopy(s.bounce.data(), data, bytes);
-    if (queued.isOk()) queued = device_->enqueueRecord(*s.copied);
-    if (!queued.isOk()) {
-      // The copy may be queued: the bounce buffer is not reused.
-      giveBack(std::move(s.copied));
-      retired_.push_back(std::move(s.bounce));
-      return failed(queued);
-    }
+  // Buffers go to sends in their order: one taken past a send that waits
+  // could not leave before it.
+  if (sendsWaiting_ > 0) {
+    s.waiting = true;
+  } else {
+    auto started = startSend(s);
+    if (!started.isOk()) return failed(started.status());
+    s.waiting = !*started;
   }
+  sendsWaiting_ += s.waiting;
   RequestPtr request = s.request;
   sends_.push_back(std::move(s));
   return request;
@@ -88,23 +153,94 @@ RequestPtr StagedConnection::postRecv(void* data, size_t bytes, Tag tag) {
   return postRecvReduce(data, nullptr, bytes, tag, Combiner{});
 }
 
+bool StagedConnection::RecvHolders::mayWait(const Recv& r) const {
+  if (largestArrived >= r.bytes) return true;
+  const auto channel = static_cast<uint8_t>(r.tag.value >> 56);
+  for (const Pending& p : pending)
+    if (p.channel == channel && p.tag < r.tag.value && p.bytes >= r.bytes) return true;
+  return false;
+}
+
+StagedConnection::RecvHolders StagedConnection::recvHolders() const {
+  RecvHolders h;
+  for (const Recv& r : recvs_) {
+    if (!r.bounce.memory) continue;
+    if (r.onHost->state() == Request::State::kPending)
+      h.pending.push_back({static_cast<uint8_t>(r.tag.value >> 56), r.tag.value, r.bounce.bytes});
+    else  // its buffer comes back once the device has copied it out
+      h.largestArrived = std::max(h.largestArrived, r.bounce.bytes);
+  }
+  return h;
+}
+
+Result<bool> StagedConnection::startRecv(Recv& r, RecvHolders& holders) {
+  Bounce bounce;
+  if (r.bytes > 0) {
+    if (auto free = takeFree(recvPool_, r.bytes)) {
+      bounce = std::move(*free);
+    } else if (recvPool_.reserved && holders.largestArrived >= r.bytes) {
+      // One comes back without the peer's help: a call reserved for (one
+      // of an earlier call, still being copied out) pins nothing more.
+      return false;
+    } else if (hasRoom(recvPool_, r.bytes) || !holders.mayWait(r)) {
+      BRAID_ASSIGN_OR_RETURN(bounce, pinBounce(recvPool_, r.bytes));
+    } else {
+      return false;
+    }
+    holders.pending.push_back({static_cast<uint8_t>(r.tag.value >> 56), r.tag.value, bounce.bytes});
+  }
+  r.bounce = std::move(bounce);
+  r.onHost = host_.postRecv(r.bounce.data(), r.bytes, r.tag);
+  return true;
+}
+
 RequestPtr StagedConnection::postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
                                             const Combiner& combiner) {
   std::lock_guard lock(mutex_);
   if (!dead_.isOk()) return failed(dead_);
   Recv r;
   r.request = std::make_shared<Request>();
+  r.tag = tag;
   r.dst = dst;
   r.local = local;
   r.bytes = bytes;
   r.combiner = combiner;
-  auto bounce = takeBounce(bytes);
-  if (!bounce.isOk()) return failed(bounce.status());
-  r.bounce = std::move(*bounce);
-  r.onHost = host_.postRecv(r.bounce.data(), bytes, tag);
   RequestPtr request = r.request;
-  recvs_.push_back(std::move(r));
+  RecvHolders holders = recvHolders();
+  auto started = startRecv(r, holders);
+  if (!started.isOk()) return failed(started.status());
+  if (*started)
+    recvs_.push_back(std::move(r));
+  else
+    waitingRecvs_.emplace(tag.value, std::move(r));
   return request;
+}
+
+// Buffers that came back go to the sends that wait, in their order, then to
+// the receives that wait, earliest message first; a receive that may not
+// wait (see the header) pins one more.
+Status StagedConnection::startWaiting(bool& moved) {
+  for (auto it = sends_.end() - static_cast<std::ptrdiff_t>(sendsWaiting_); it != sends_.end();
+       ++it) {
+    BRAID_ASSIGN_OR_RETURN(bool started, startSend(*it));
+    if (!started) break;
+    it->waiting = false;
+    --sendsWaiting_;
+    moved = true;
+  }
+  if (waitingRecvs_.empty()) return Status::ok();
+  RecvHolders holders = recvHolders();
+  for (auto it = waitingRecvs_.begin(); it != waitingRecvs_.end();) {
+    BRAID_ASSIGN_OR_RETURN(bool started, startRecv(it->second, holders));
+    if (!started) {
+      ++it;
+      continue;
+    }
+    recvs_.push_back(std::move(it->second));
+    it = waitingRecvs_.erase(it);
+    moved = true;
+  }
+  return Status::ok();
 }
 
 // Each send whose copy has run goes to the host connection, in the order
@@ -112,6 +248,7 @@ RequestPtr StagedConnection::postRecvReduce(void* dst, const void* local, size_t
 Status StagedConnection::postCopiedSends(bool& moved) {
   for (Send& s : sends_) {
     if (s.onHost) continue;
+    if (s.waiting) break;
     if (s.copied) {
       BRAID_ASSIGN_OR_RETURN(bool copied, device_->hasRun(*s.copied));
       if (!copied) break;
@@ -133,7 +270,7 @@ void StagedConnection::finishSends(bool& moved) {
       it->request->fail(it->onHost->error(), it->onHost->failure(), it->onHost->mismatch());
     else
       it->request->complete();
-    giveBack(std::move(it->bounce));
+    giveBack(sendPool_, std::move(it->bounce));
     it = sends_.erase(it);
     moved = true;
   }
@@ -151,7 +288,7 @@ Status StagedConnection::finishRecvs(bool& moved) {
         continue;
       }
       giveBack(std::move(r.drained));
-      giveBack(std::move(r.bounce));
+      giveBack(recvPool_, std::move(r.bounce));
       it = recvs_.erase(it);
       continue;
     }
@@ -163,7 +300,7 @@ Status StagedConnection::finishRecvs(bool& moved) {
     moved = true;
     if (state == Request::State::kFailed) {
       r.request->fail(r.onHost->error(), r.onHost->failure(), r.onHost->mismatch());
-      giveBack(std::move(r.bounce));
+      giveBack(recvPool_, std::move(r.bounce));
       it = recvs_.erase(it);
       continue;
     }
@@ -179,7 +316,7 @@ Status StagedConnection::finishRecvs(bool& moved) {
     if (queued.isOk()) queued = device_->enqueueRecord(*r.drained);
     if (!queued.isOk()) {
       r.drained.reset();
-      retired_.push_back(std::move(r.bounce));  // a copy of it may be queued
+      retire(recvPool_, std::move(r.bounce));  // a copy of it may be queued
       r.request->fail(queued);
       it = recvs_.erase(it);
       return queued;
@@ -202,8 +339,17 @@ Result<bool> StagedConnection::progress() {
   // passes through; an error of the device ends this connection.
   auto hostMoved = host_.progress();
   if (hostMoved.isOk()) moved = *hostMoved || moved;
+  const uint64_t returnedBefore = bouncesReturned_;
   finishSends(moved);
   if (device.isOk()) device = finishRecvs(moved);
+  // What waits can start only once something came back or moved; a
+  // receive that starts may find its message arrived already.
+  if (device.isOk() && (moved || bouncesReturned_ != returnedBefore)) {
+    bool started = false;
+    device = startWaiting(started);
+    if (device.isOk() && started) device = finishRecvs(moved);
+    moved = moved || started;
+  }
   if (!device.isOk()) {
     failAll(device);
     return dead_;
@@ -218,6 +364,10 @@ bool StagedConnection::prepareToSleep() {
     // A copy the GPU is running wakes no fd: keep polling until it has run.
     for (const Send& s : sends_)
       if (!s.onHost && s.copied) return false;
+    // A post that waits for a bounce buffer waits for the device, maybe.
+    if (sendsWaiting_ > 0 || !waitingRecvs_.empty())
+      for (const Recv& r : recvs_)
+        if (r.drained) return false;
   }
   return host_.prepareToSleep();
 }
@@ -235,14 +385,17 @@ void StagedConnection::failAll(const Status& reason) {
   host_.abort(reason);
   for (Send& s : sends_) {
     if (s.request->state() == Request::State::kPending) s.request->fail(dead_);
-    retired_.push_back(std::move(s.bounce));
+    retire(sendPool_, std::move(s.bounce));
   }
   sends_.clear();
+  sendsWaiting_ = 0;
   for (Recv& r : recvs_) {
     if (r.request->state() == Request::State::kPending) r.request->fail(dead_);
-    retired_.push_back(std::move(r.bounce));
+    retire(recvPool_, std::move(r.bounce));
   }
   recvs_.clear();
+  for (auto& [tag, r] : waitingRecvs_) r.request->fail(dead_);
+  waitingRecvs_.clear();
 }
 
 void StagedConnection::abort(const Status& reason) {

@@ -21,6 +21,19 @@
 // events are kept for reuse until the connection goes: freeing pinned
 // memory may wait for the whole GPU, which a CUDA stream waiting for this
 // very call may hold.
+//
+// Pinned memory is bounded: each direction holds at most
+// Options::bouncesPerDirection buffers, and a message posted while all are
+// in use waits for one to come back rather than pinning more (a send until
+// an earlier send has left; sends keep their order). reserve() makes them
+// all ahead, so that a call whose messages fit allocates nothing while a
+// CUDA stream waits for it. A receive takes a buffer only where waiting
+// cannot deadlock: while another receive's buffer will come back without
+// the peer's help (its message arrived), or while the buffer of a receive
+// of an earlier message of the same channel is in use, which the peer,
+// sending in the order of its tags, sends first. Otherwise it pins one
+// more, as a schedule that posts a later receive before an earlier one may
+// need.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +41,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
+#include <span>
 #include <vector>
 
 #include "transports/cuda_ipc/ipc_device.h"
@@ -40,6 +56,8 @@ class StagedConnection final : public Connection {
   struct Options {
     // Smallest bounce buffer: messages up to this size share buffers.
     size_t minBounceBytes = 512 * 1024;
+    // Buffers of each direction before a message waits for one (see above).
+    int bouncesPerDirection = 8;
   };
 
   // `host` carries the bytes and must outlive this connection; other users
@@ -63,6 +81,8 @@ class StagedConnection final : public Connection {
   }
   bool mayHaveUnclaimed() const override { return host_.mayHaveUnclaimed(); }
   int peer() const override { return host_.peer(); }
+  // Pins buffers for the largest bouncesPerDirection messages each way.
+  Status reserve(std::span<const size_t> sends, std::span<const size_t> recvs) override;
 
   // Pinned bounce buffers made so far (tests).
   size_t bounceBuffers() const;
@@ -73,8 +93,16 @@ class StagedConnection final : public Connection {
     size_t bytes = 0;
     void* data() const { return memory ? memory->data() : nullptr; }
   };
+  // The buffers of one direction.
+  struct Pool {
+    std::multimap<size_t, Bounce> free;  // by size
+    std::multiset<size_t> sizes;         // of every buffer, free or in use
+    bool reserved = false;               // reserve() made buffers here
+  };
   struct Send {
     RequestPtr request;
+    const void* data = nullptr;  // on the GPU
+    bool waiting = false;        // for a bounce buffer; its copy is not queued
     Bounce bounce;
     std::unique_ptr<cuda_ipc::DeviceEvent> copied;  // null: nothing to copy
     size_t bytes = 0;
@@ -83,6 +111,8 @@ class StagedConnection final : public Connection {
   };
   struct Recv {
     RequestPtr request;
+    Tag tag;
+    bool waiting = false;  // for a bounce buffer; not yet posted to the host
     Bounce bounce;
     RequestPtr onHost;
     void* dst = nullptr;
@@ -92,11 +122,37 @@ class StagedConnection final : public Connection {
     std::unique_ptr<cuda_ipc::DeviceEvent> drained;  // set once its copy is queued
   };
 
-  Result<Bounce> takeBounce(size_t bytes);
-  void giveBack(Bounce bounce);
+  // The smallest free buffer of `pool` of at least `bytes`, if any.
+  static std::optional<Bounce> takeFree(Pool& pool, size_t bytes);
+  // Whether `pool` may pin one more for `bytes`: it holds fewer than
+  // bouncesPerDirection, or none that fits.
+  bool hasRoom(const Pool& pool, size_t bytes) const;
+  Result<Bounce> pinBounce(Pool& pool, size_t bytes);
+  void giveBack(Pool& pool, Bounce bounce);
+  // A buffer that queued copies may still use: never used again.
+  void retire(Pool& pool, Bounce bounce);
   Result<std::unique_ptr<cuda_ipc::DeviceEvent>> takeEvent();
   void giveBack(std::unique_ptr<cuda_ipc::DeviceEvent> event);
   RequestPtr failed(Status error);
+  // Takes a buffer for `s` and queues its copy; false: no buffer yet.
+  Result<bool> startSend(Send& s);
+  // The receives holding buffers, for the choice between waiting and
+  // pinning one more (see above).
+  struct RecvHolders {
+    struct Pending {
+      uint8_t channel;
+      uint64_t tag;
+      size_t bytes;  // of its buffer
+    };
+    std::vector<Pending> pending;  // whose message has yet to arrive
+    size_t largestArrived = 0;     // a buffer that comes back without the peer
+    bool mayWait(const Recv& r) const;
+  };
+  // Takes a buffer for `r` and posts it to the host, or pins one more
+  // where waiting is not safe; false: it waits. Adds it to `holders`.
+  Result<bool> startRecv(Recv& r, RecvHolders& holders);
+  RecvHolders recvHolders() const;
+  Status startWaiting(bool& moved);
   Status postCopiedSends(bool& moved);
   void finishSends(bool& moved);
   Status finishRecvs(bool& moved);
@@ -106,9 +162,12 @@ class StagedConnection final : public Connection {
   std::shared_ptr<cuda_ipc::IpcDevice> device_;
   Options options_;
   mutable std::mutex mutex_;
-  std::deque<Send> sends_;  // in the order posted
-  std::vector<Recv> recvs_;
-  std::multimap<size_t, Bounce> freeBounces_;  // by size
+  std::deque<Send> sends_;                      // in the order posted
+  size_t sendsWaiting_ = 0;                     // the last ones of sends_
+  std::vector<Recv> recvs_;                     // posted to the host
+  std::multimap<uint64_t, Recv> waitingRecvs_;  // by tag value
+  uint64_t bouncesReturned_ = 0;
+  Pool sendPool_, recvPool_;
   std::vector<std::unique_ptr<cuda_ipc::DeviceEvent>> freeEvents_;
   std::vector<Bounce> retired_;  // may still be in queued copies; never reused
   size_t bounceBuffers_ = 0;
