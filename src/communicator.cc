@@ -133,19 +133,54 @@ algo::CollectiveArgs Communicator::planArgs(const Operation& op) const {
   return args;
 }
 
-size_t Communicator::gpuScratchBytes(const algo::CollectiveArgs& args,
-                                     const algo::Algorithm& algorithm) {
-  std::lock_guard lock(scratchNeedsMutex_);
-  for (auto it = scratchNeeds_.begin(); it != scratchNeeds_.end(); ++it)
-    if (it->args == args && it->algorithm == &algorithm) {
-      std::rotate(it, it + 1, scratchNeeds_.end());
-      return scratchNeeds_.back().bytes;
+namespace {
+
+// The sizes of the pieces of `messages` cut as splitTransfers cuts them (at
+// most `pieceBytes` each; 0: whole), the `most` largest, largest first.
+std::vector<size_t> largestPieces(const std::vector<size_t>& messages, size_t pieceBytes,
+                                  size_t most) {
+  std::vector<size_t> pieces;
+  for (size_t bytes : messages) {
+    if (pieceBytes == 0 || bytes <= pieceBytes) {
+      pieces.push_back(bytes);
+      continue;
     }
-  if (scratchNeeds_.size() == kCachedPlans) scratchNeeds_.erase(scratchNeeds_.begin());
-  // Pieces for staged peers (planFor) move the same bytes: the scratch is
-  // the unsplit schedule's.
-  scratchNeeds_.push_back({args, &algorithm, algorithm.plan(args).scratchBytes});
-  return scratchNeeds_.back().bytes;
+    pieces.insert(pieces.end(), std::min(most, (bytes + pieceBytes - 1) / pieceBytes), pieceBytes);
+  }
+  std::sort(pieces.begin(), pieces.end(), std::greater<>());
+  pieces.resize(std::min(pieces.size(), most));
+  return pieces;
+}
+
+}  // namespace
+
+std::shared_ptr<const Communicator::GpuCallNeeds> Communicator::gpuCallNeeds(
+    const algo::CollectiveArgs& args, const algo::Algorithm& algorithm, size_t pieceBytes) {
+  std::lock_guard lock(gpuCallNeedsMutex_);
+  for (auto it = gpuCallNeeds_.begin(); it != gpuCallNeeds_.end(); ++it)
+    if ((*it)->args == args && (*it)->algorithm == &algorithm && (*it)->pieceBytes == pieceBytes) {
+      std::rotate(it, it + 1, gpuCallNeeds_.end());
+      return gpuCallNeeds_.back();
+    }
+  if (gpuCallNeeds_.size() == kCachedPlans) gpuCallNeeds_.erase(gpuCallNeeds_.begin());
+  auto needs = std::make_shared<GpuCallNeeds>();
+  needs->args = args;
+  needs->algorithm = &algorithm;
+  needs->pieceBytes = pieceBytes;
+  // Pieces (planFor) move the same bytes: the scratch is the unsplit
+  // schedule's, and the messages are its own, cut alike.
+  const algo::Schedule schedule = algorithm.plan(args);
+  needs->scratchBytes = schedule.scratchBytes;
+  std::map<int, std::pair<std::vector<size_t>, std::vector<size_t>>> messages;
+  for (const algo::Step& step : schedule.steps) {
+    if (step.kind == algo::StepKind::kSend) messages[step.peer].first.push_back(step.src.bytes);
+    if (algo::receives(step.kind)) messages[step.peer].second.push_back(step.dst.bytes);
+  }
+  for (const auto& [peer, both] : messages)
+    needs->peers.push_back({peer, largestPieces(both.first, pieceBytes, kReservedMessages),
+                            largestPieces(both.second, pieceBytes, kReservedMessages)});
+  gpuCallNeeds_.push_back(std::move(needs));
+  return gpuCallNeeds_.back();
 }
 
 Status Communicator::prepareGpuCalls(std::span<const Operation> ops, int streamIndex) {
@@ -153,13 +188,27 @@ Status Communicator::prepareGpuCalls(std::span<const Operation> ops, int streamI
   for (const Operation& op : ops) {
     if (op.gpuOrdinal < 0) continue;
     BRAID_ASSIGN_OR_RETURN(GpuPath * gpu, gpuPathFor(op.gpuOrdinal));
-    // Send and Recv cross through pinned memory, never over cuda_ipc.
-    if (op.args.kind == algo::CollectiveKind::kSendRecv) continue;
+    // Send and Recv cross through pinned memory, never over cuda_ipc, in
+    // pieces (prepare()).
+    if (op.args.kind == algo::CollectiveKind::kSendRecv) {
+      if (op.peer < 0 || op.peer >= nranks_) continue;
+      const size_t bytes = op.args.bytes();
+      const std::vector<size_t> pieces =
+          largestPieces({bytes}, sendRecvPieceBytes(bytes, config_.chunkBytes), kReservedMessages);
+      transport::Connection* to = gpu->stagedConnections()[op.peer];
+      BRAID_RETURN_IF_ERROR(op.isSend ? to->reserve(pieces, {}) : to->reserve({}, pieces));
+      continue;
+    }
     gpu->settleHandshakes(config_.cudaIpcConnectSeconds);
     const algo::CollectiveArgs args = planArgs(op);
     const algo::Algorithm& algorithm = op.algorithm ? *op.algorithm : selector_.choose(args);
-    if (const size_t bytes = gpuScratchBytes(args, algorithm); bytes > 0)
-      BRAID_RETURN_IF_ERROR(gpu->scratch(streamIndex, gpuScratchTaken++, bytes).status());
+    const size_t pieceBytes = gpu->hasStagedPeers() ? config_.chunkBytes : 0;  // as prepare()
+    const auto needs = gpuCallNeeds(args, algorithm, pieceBytes);
+    if (needs->scratchBytes > 0)
+      BRAID_RETURN_IF_ERROR(
+          gpu->scratch(streamIndex, gpuScratchTaken++, needs->scratchBytes).status());
+    for (const GpuCallNeeds::Peer& peer : needs->peers)
+      BRAID_RETURN_IF_ERROR(gpu->connections()[peer.rank]->reserve(peer.sends, peer.recvs));
   }
   return Status::ok();
 }

@@ -187,9 +187,27 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
   // A collective's arguments as this rank plans it.
   algo::CollectiveArgs planArgs(const Operation& op) const;
-  // The GPU scratch a schedule of `algorithm` for `args` needs; the last
-  // kCachedPlans answers are kept.
-  size_t gpuScratchBytes(const algo::CollectiveArgs& args, const algo::Algorithm& algorithm);
+  // What a GPU call of `algorithm` for `args`, its messages cut into pieces
+  // of `pieceBytes` (0: whole), needs made before a CUDA stream waits for
+  // it: its GPU scratch, and for each peer the sizes of its largest
+  // messages each way, at most kReservedMessages of them, largest first.
+  struct GpuCallNeeds {
+    struct Peer {
+      int rank;
+      std::vector<size_t> sends, recvs;
+    };
+    algo::CollectiveArgs args;
+    const algo::Algorithm* algorithm = nullptr;
+    size_t pieceBytes = 0;
+    size_t scratchBytes = 0;
+    std::vector<Peer> peers;
+  };
+  // More than a connection holds in flight each way.
+  static constexpr size_t kReservedMessages = 16;
+  // The last kCachedPlans answers are kept.
+  std::shared_ptr<const GpuCallNeeds> gpuCallNeeds(const algo::CollectiveArgs& args,
+                                                   const algo::Algorithm& algorithm,
+                                                   size_t pieceBytes);
 
   // Builds the jobs of `ops` (caller holds the stream's order lock).
   Status prepare(std::span<const Operation> ops, int streamIndex, std::vector<Job>* jobs,
@@ -219,13 +237,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   double pureSpinSeconds_ = 0;    // set once the ranks per host are known
   double streamSpinSeconds_ = 0;  // likewise
   Selector selector_;
-  struct ScratchNeed {
-    algo::CollectiveArgs args;
-    const algo::Algorithm* algorithm;
-    size_t bytes;
-  };
-  std::mutex scratchNeedsMutex_;
-  std::vector<ScratchNeed> scratchNeeds_;  // most recent last
+  std::mutex gpuCallNeedsMutex_;
+  std::vector<std::shared_ptr<const GpuCallNeeds>> gpuCallNeeds_;  // most recent last
   // Tiny AllReduce and Barrier on stream 0 when all ranks share a host.
   std::unique_ptr<BoardCollectives> board_;
   // Set when a board call failed: the board serves no more calls (the

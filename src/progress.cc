@@ -55,6 +55,10 @@ ScheduleIndex indexSchedule(const algo::Schedule& schedule) {
     if (algo::receives(s.kind)) index.messageIndex[i] = recvs[s.peer]++;
     if (index.waiting[i] == 0) index.ready.push_back(static_cast<int>(i));
   }
+  // The runner takes ready steps from the back: the first steps start
+  // first, so a transport that holds few messages in flight (gpu_staged)
+  // is given the earliest ones, which its peer sends first.
+  std::reverse(index.ready.begin(), index.ready.end());
   index.dependentsBegin.assign(n + 1, 0);
   for (size_t i = 0; i < n; ++i)
     index.dependentsBegin[i + 1] = index.dependentsBegin[i] + dependentCount[i];

@@ -26,7 +26,7 @@ namespace braid {
 // each transfer's index among the call's messages with its peer.
 struct ScheduleIndex {
   std::vector<int32_t> waiting;          // unfinished dependencies of each step
-  std::vector<int> ready;                // the steps that wait for none
+  std::vector<int> ready;                // the steps that wait for none, last first
   std::vector<int32_t> dependentsBegin;  // step i's dependents: dependents[begin[i], begin[i+1])
   std::vector<int32_t> dependents;
   std::vector<uint32_t> messageIndex;  // k of the send or receive with its peer

@@ -239,25 +239,6 @@ TEST_F(GpuJobs, CallsRunWhileAnotherThreadCapturesAGraph) {
   expectEveryRankPassed(runRanks(2, copyCollectivesDuringAGraphCapture));
 }
 
-// The stand-in's calls that take the driver's memory lock (FAKE_LOCK_*):
-// allocations, copies of pageable memory and mappings of peer memory.
-constexpr int kEveryCallThatTakesTheLock = 1 | 2 | 4;
-
-// A rank's blocks and a braid stream on a CUDA stream of its own; 0, or
-// the step that failed.
-struct OnACudaStream {
-  float* send = nullptr;
-  float* recv = nullptr;
-  void* cudaStream = nullptr;
-  braidStream_t stream = nullptr;
-  int setUp(Rank& r) {
-    RANK_CHECK(10, r.allocateBlocks(send, recv));
-    RANK_CHECK(11, fake.streamCreate(&cudaStream, 0) == 0);
-    RANK_CHECK(12, braidStreamCreateFromCuda(r.comm, cudaStream, &stream) == braidSuccess);
-    return 0;
-  }
-};
-
 // While a CUDA stream waits for a call, an application thread may sit in a
 // copy to pageable memory queued after it (tensor.cpu()), holding the
 // driver's memory lock until the stream gets there; braid's threads must

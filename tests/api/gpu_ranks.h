@@ -326,4 +326,23 @@ inline int scatterFromTheLastRankChecked(Rank& r, float* send, float* recv) {
   return 0;
 }
 
+// The stand-in's calls that take the driver's memory lock (FAKE_LOCK_*):
+// allocations, copies of pageable memory and mappings of peer memory.
+constexpr int kEveryCallThatTakesTheLock = 1 | 2 | 4;
+
+// A rank's blocks and a braid stream on a CUDA stream of its own; 0, or
+// the step that failed.
+struct OnACudaStream {
+  float* send = nullptr;
+  float* recv = nullptr;
+  void* cudaStream = nullptr;
+  braidStream_t stream = nullptr;
+  int setUp(Rank& r) {
+    RANK_CHECK(10, r.allocateBlocks(send, recv));
+    RANK_CHECK(11, fake.streamCreate(&cudaStream, 0) == 0);
+    RANK_CHECK(12, braidStreamCreateFromCuda(r.comm, cudaStream, &stream) == braidSuccess);
+    return 0;
+  }
+};
+
 }  // namespace braid::testing::gpu_ranks

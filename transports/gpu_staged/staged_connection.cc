@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "src/common/log.h"
 #include "src/common/strcat.h"
 
 namespace braid::transport::gpu_staged {
@@ -33,6 +34,9 @@ bool StagedConnection::hasRoom(const Pool& pool, size_t bytes) const {
 
 Result<StagedConnection::Bounce> StagedConnection::pinBounce(Pool& pool, size_t bytes) {
   const size_t size = std::max(bytes, options_.minBounceBytes);
+  BRAID_TRACE("gpu_staged: pinning a bounce buffer of ", size, " bytes for ",
+              &pool == &sendPool_ ? "sends to" : "receives from", " rank ", host_.peer(), ", its ",
+              pool.sizes.size() + 1, "th that way");
   BRAID_ASSIGN_OR_RETURN(auto memory, device_->allocateHost(size));
   ++bounceBuffers_;
   pool.sizes.insert(size);
@@ -56,7 +60,15 @@ Status StagedConnection::reserve(std::span<const size_t> sends, std::span<const 
   // A dead connection fails the call's posts, with its own reason.
   if (!dead_.isOk()) return Status::ok();
   for (auto [pool, sizes] : {std::pair{&sendPool_, sends}, std::pair{&recvPool_, recvs}}) {
-    pool->reserved = pool->reserved || !sizes.empty();
+    if (sizes.empty()) continue;
+    pool->reserved = true;
+    // Made already (each call after the first): when the n-th largest
+    // buffer fits the largest message, so does each of the n largest.
+    const size_t n = std::min(sizes.size(), static_cast<size_t>(options_.bouncesPerDirection));
+    const size_t largest = *std::max_element(sizes.begin(), sizes.end());
+    if (pool->sizes.size() >= n &&
+        *std::next(pool->sizes.rbegin(), static_cast<std::ptrdiff_t>(n) - 1) >= largest)
+      continue;
     std::vector<size_t> wanted(sizes.begin(), sizes.end());
     std::sort(wanted.begin(), wanted.end(), std::greater<>());
     wanted.resize(std::min(wanted.size(), static_cast<size_t>(options_.bouncesPerDirection)));

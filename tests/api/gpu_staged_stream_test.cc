@@ -1,0 +1,83 @@
+// GPU calls on a CUDA stream whose messages go through pinned host memory
+// (transports/gpu_staged): to peers on other hosts, or to every peer with
+// BRAID_CUDA_IPC=0. While the CUDA stream waits for such a call, an
+// application thread may sit in a copy to pageable memory queued after it
+// (tensor.cpu()), holding the driver's memory lock, so braid's threads must
+// pin no memory then: the bounce buffers each connection needs are pinned
+// on the calling thread, before the stream waits (Communicator::
+// prepareGpuCalls, StagedConnection::reserve), and a call of any size uses
+// no more than those.
+#include <gtest/gtest.h>
+
+#include "braid.h"
+#include "gpu_ranks.h"
+
+namespace {
+
+using namespace braid::testing::gpu_ranks;
+
+class StagedOnACudaStream : public ForkedGpuRanks {};
+
+// Each call below is the first of its kind and size on the stream, made
+// while the stand-in holds the memory lock for every call that takes it:
+// an AllGather and an AllToAll of blocks of kCount floats (each message cut
+// into chunk-sized pieces; the stand-in runs no reduction kernels), and a
+// Send/Recv ring of pieces of an eighth of the message, larger than a
+// chunk.
+int stagedCallsPinNothingWhileTheStreamWaits(Rank& r) {
+  OnACudaStream on;
+  if (const int failed = on.setUp(r)) return failed;
+  float *send = on.send, *recv = on.recv;
+  const int n = r.nranks(), me = r.rank();
+  for (size_t i = 0; i < n * kCount; ++i)
+    send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
+  const unsigned long refusedBefore = fake.memoryLockRefusals();
+  fake.holdMemoryLock(kEveryCallThatTakesTheLock);
+
+  RANK_CHECK(13,
+             braidAllGather(send, recv, kCount, braidFloat32, r.comm, on.stream) == braidSuccess);
+  RANK_CHECK(14, braidStreamSynchronize(on.stream) == braidSuccess);
+  RANK_CHECK(15, firstWrong(recv, n * kCount, [&](size_t i) {
+                   return value(static_cast<int>(i / kCount), 0, i % kCount);
+                 }) == -1);
+
+  RANK_CHECK(16,
+             braidAllToAll(send, recv, kCount, braidFloat32, r.comm, on.stream) == braidSuccess);
+  RANK_CHECK(17, braidStreamSynchronize(on.stream) == braidSuccess);
+  RANK_CHECK(18, firstWrong(recv, n * kCount, [&](size_t i) {
+                   return value(static_cast<int>(i / kCount), me, i % kCount);
+                 }) == -1);
+
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  RANK_CHECK(19, braidGroupStart() == braidSuccess);
+  RANK_CHECK(20, braidSend(send, kCount, braidFloat32, next, r.comm, on.stream) == braidSuccess);
+  RANK_CHECK(21, braidRecv(recv, kCount, braidFloat32, prev, r.comm, on.stream) == braidSuccess);
+  RANK_CHECK(22, braidGroupEnd() == braidSuccess);
+  RANK_CHECK(23, braidStreamSynchronize(on.stream) == braidSuccess);
+  RANK_CHECK(24, firstWrong(recv, kCount, [&](size_t i) { return value(prev, 0, i); }) == -1);
+
+  RANK_CHECK(25, fake.streamSynchronize(on.cudaStream) == 0);
+  fake.holdMemoryLock(0);
+  RANK_CHECK(26, fake.memoryLockRefusals() == refusedBefore);
+  RANK_CHECK(27, braidStreamDestroy(on.stream) == braidSuccess);
+  return 0;
+}
+
+TEST_F(StagedOnACudaStream, CallsOfOneHostWithoutCudaIpcPinNothingWhileTheStreamWaits) {
+  RankSetup setup;
+  setup.environment = {"BRAID_CUDA_IPC=0"};
+  expectEveryRankPassed(runRanks(2, stagedCallsPinNothingWhileTheStreamWaits, setup));
+}
+
+// Ranks 0 and 1 share a host (cuda_ipc), rank 2 has its own.
+const char* twoHosts(int rank) {
+  return rank < 2 ? "host-a" : "host-b";
+}
+
+TEST_F(StagedOnACudaStream, CallsAcrossHostsPinNothingWhileTheStreamWaits) {
+  RankSetup setup;
+  setup.hostOf = twoHosts;
+  expectEveryRankPassed(runRanks(3, stagedCallsPinNothingWhileTheStreamWaits, setup));
+}
+
+}  // namespace
