@@ -135,10 +135,15 @@ algo::CollectiveArgs Communicator::planArgs(const Operation& op) const {
 
 namespace {
 
-// The sizes of the pieces of `messages` cut as splitTransfers cuts them (at
-// most `pieceBytes` each; 0: whole), the `most` largest, largest first.
+// The sizes of the pieces of `messages` cut as splitTransfers cuts them
+// (pieces of `pieceBytes` rounded down to whole elements; 0: whole), the
+// `most` largest, largest first.
 std::vector<size_t> largestPieces(const std::vector<size_t>& messages, size_t pieceBytes,
-                                  size_t most) {
+                                  size_t elementSize, size_t most) {
+  if (pieceBytes > 0) {
+    elementSize = std::max<size_t>(elementSize, 1);
+    pieceBytes = std::max(elementSize, pieceBytes / elementSize * elementSize);
+  }
   std::vector<size_t> pieces;
   for (size_t bytes : messages) {
     if (pieceBytes == 0 || bytes <= pieceBytes) {
@@ -177,8 +182,9 @@ std::shared_ptr<const Communicator::GpuCallNeeds> Communicator::gpuCallNeeds(
     if (algo::receives(step.kind)) messages[step.peer].second.push_back(step.dst.bytes);
   }
   for (const auto& [peer, both] : messages)
-    needs->peers.push_back({peer, largestPieces(both.first, pieceBytes, kReservedMessages),
-                            largestPieces(both.second, pieceBytes, kReservedMessages)});
+    needs->peers.push_back(
+        {peer, largestPieces(both.first, pieceBytes, args.elementSize(), kReservedMessages),
+         largestPieces(both.second, pieceBytes, args.elementSize(), kReservedMessages)});
   gpuCallNeeds_.push_back(std::move(needs));
   return gpuCallNeeds_.back();
 }
@@ -194,7 +200,8 @@ Status Communicator::prepareGpuCalls(std::span<const Operation> ops, int streamI
       if (op.peer < 0 || op.peer >= nranks_) continue;
       const size_t bytes = op.args.bytes();
       const std::vector<size_t> pieces =
-          largestPieces({bytes}, sendRecvPieceBytes(bytes, config_.chunkBytes), kReservedMessages);
+          largestPieces({bytes}, sendRecvPieceBytes(bytes, config_.chunkBytes),
+                        dataTypeSize(op.args.dtype), kReservedMessages);
       transport::Connection* to = gpu->stagedConnections()[op.peer];
       BRAID_RETURN_IF_ERROR(op.isSend ? to->reserve(pieces, {}) : to->reserve({}, pieces));
       continue;

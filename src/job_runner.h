@@ -344,10 +344,14 @@ class JobRunner {
     }
   }
 
+  // Dependents become ready last first (they are listed in step order), so
+  // that advance(), which takes from the back, starts them in their order:
+  // a transport that holds few messages in flight (gpu_staged) is given
+  // the earliest pieces, which its peer sends first.
   void finish(int i) {
     --remaining_;
     const auto& begin = index_->dependentsBegin;
-    for (int32_t d = begin[i]; d < begin[i + 1]; ++d)
+    for (int32_t d = begin[i + 1] - 1; d >= begin[i]; --d)
       if (--waiting_[index_->dependents[d]] == 0) ready_.push_back(index_->dependents[d]);
   }
 

@@ -69,6 +69,46 @@ TEST_F(StagedOnACudaStream, CallsOfOneHostWithoutCudaIpcPinNothingWhileTheStream
   expectEveryRankPassed(runRanks(2, stagedCallsPinNothingWhileTheStreamWaits, setup));
 }
 
+// Bruck's AllGather and AllToAll receive several pieces that become ready
+// at once in the middle of the call (after the blocks they forward): they
+// start in their order too, so the earliest take the buffers.
+TEST_F(StagedOnACudaStream, BrucksCallsAmongThreeRanksPinNothingWhileTheStreamWaits) {
+  RankSetup setup;
+  setup.environment = {"BRAID_CUDA_IPC=0", "BRAID_ALGO=alltoall=bruck,allgather=bruck"};
+  expectEveryRankPassed(runRanks(3, stagedCallsPinNothingWhileTheStreamWaits, setup));
+}
+
+// Pieces are whole elements: with a chunk of 400003 bytes, a Send of
+// 200001 floats (800004 bytes) crosses in three pieces, two of 400000
+// bytes and a last of 4, and all three are pinned ahead.
+int sendRecvInPiecesOfWholeElements(Rank& r) {
+  constexpr size_t kOdd = 200001;
+  OnACudaStream on;
+  if (const int failed = on.setUp(r)) return failed;
+  const int n = r.nranks(), me = r.rank();
+  for (size_t i = 0; i < kOdd; ++i) on.send[i] = value(me, 0, i);
+  const unsigned long refusedBefore = fake.memoryLockRefusals();
+  fake.holdMemoryLock(kEveryCallThatTakesTheLock);
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  RANK_CHECK(13, braidGroupStart() == braidSuccess);
+  RANK_CHECK(14, braidSend(on.send, kOdd, braidFloat32, next, r.comm, on.stream) == braidSuccess);
+  RANK_CHECK(15, braidRecv(on.recv, kOdd, braidFloat32, prev, r.comm, on.stream) == braidSuccess);
+  RANK_CHECK(16, braidGroupEnd() == braidSuccess);
+  RANK_CHECK(17, braidStreamSynchronize(on.stream) == braidSuccess);
+  RANK_CHECK(18, fake.streamSynchronize(on.cudaStream) == 0);
+  fake.holdMemoryLock(0);
+  RANK_CHECK(19, fake.memoryLockRefusals() == refusedBefore);
+  RANK_CHECK(20, firstWrong(on.recv, kOdd, [&](size_t i) { return value(prev, 0, i); }) == -1);
+  RANK_CHECK(21, braidStreamDestroy(on.stream) == braidSuccess);
+  return 0;
+}
+
+TEST_F(StagedOnACudaStream, PiecesOfWholeElementsArePinnedAhead) {
+  RankSetup setup;
+  setup.environment = {"BRAID_CUDA_IPC=0", "BRAID_CHUNK_BYTES=400003"};
+  expectEveryRankPassed(runRanks(2, sendRecvInPiecesOfWholeElements, setup));
+}
+
 // Ranks 0 and 1 share a host (cuda_ipc), rank 2 has its own.
 const char* twoHosts(int rank) {
   return rank < 2 ? "host-a" : "host-b";

@@ -52,6 +52,8 @@ class FakeIpcDevice final : public IpcDevice {
   std::atomic<bool> failEnqueues{false};
   // Runs before each openMemory; an error it returns is openMemory's.
   std::function<Status()> beforeOpen;
+  // Runs before each allocateHost (pinning memory, which may wait long).
+  std::function<void()> beforeAllocateHost;
 
   Result<std::unique_ptr<DeviceMemory>> allocate(size_t bytes) override {
     ++allocations;
@@ -72,6 +74,7 @@ class FakeIpcDevice final : public IpcDevice {
 
   // Host memory the device reaches, as pinned memory is.
   Result<std::unique_ptr<HostMemory>> allocateHost(size_t bytes) override {
+    if (beforeAllocateHost) beforeAllocateHost();
     ++hostAllocations;
     return std::unique_ptr<HostMemory>(new Pinned(*this, bytes == 0 ? 1 : bytes));
   }

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <initializer_list>
 #include <tuple>
 #include <vector>
@@ -227,6 +228,27 @@ TEST_F(StagedPair, AfterReserveMessagesThatFitPinNothing) {
         << m;
   EXPECT_EQ(devA->hostAllocations.load(), pinnedA);
   EXPECT_EQ(devB->hostAllocations.load(), pinnedB);
+}
+
+// reserve() pins without the connection's lock: pinning may wait for the
+// driver's memory lock, held by an application thread until a CUDA stream
+// gets past the call that runs now, and that call must still progress
+// this connection meanwhile.
+TEST_F(StagedPair, ReservePinsWithoutHoldingTheConnection) {
+  std::future<void> progressed;
+  bool progressedWhilePinning = false;
+  devA->beforeAllocateHost = [&] {
+    if (progressed.valid()) return;
+    progressed = std::async(std::launch::async, [&] { (void)A->progress(); });
+    progressedWhilePinning =
+        progressed.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+  };
+  const std::vector<size_t> sizes = {5000, 5000};
+  ASSERT_TRUE(A->reserve(sizes, sizes).isOk());
+  ASSERT_TRUE(progressed.valid());
+  progressed.wait();
+  EXPECT_TRUE(progressedWhilePinning);
+  EXPECT_EQ(A->bounceBuffers(), 4u);
 }
 
 // Where buffers were reserved, a receive that finds none free waits for

@@ -139,7 +139,7 @@ void IpcOrFallback::abort(const Status& reason) {
 
 Status IpcOrFallback::reserve(std::span<const size_t> sends, std::span<const size_t> recvs) {
   Connection* chosen = chosen_.load(std::memory_order_acquire);
-  return (chosen != nullptr ? *chosen : fallback_).reserve(sends, recvs);
+  return chosen != nullptr ? chosen->reserve(sends, recvs) : Status::ok();
 }
 
 bool IpcOrFallback::prepareToSleep() {

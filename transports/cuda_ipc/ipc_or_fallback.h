@@ -43,8 +43,9 @@ class IpcOrFallback final : public Connection {
   }
   bool mayHaveUnclaimed() const override { return current().mayHaveUnclaimed(); }
   int peer() const override { return ipc_->peer(); }
-  // On the connection chosen, or on the fallback while undecided: a pair
-  // that falls back mid-call then finds its pinned memory made.
+  // On the connection chosen; nothing while undecided, since the fallback's
+  // pinned memory (for whole messages here) would be kept for a pair that
+  // most likely maps. A pair that falls back mid-call pins it then.
   Status reserve(std::span<const size_t> sends, std::span<const size_t> recvs) override;
 
   // Whether the messages go over the fallback (false while undecided).

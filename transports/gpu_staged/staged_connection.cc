@@ -34,13 +34,23 @@ bool StagedConnection::hasRoom(const Pool& pool, size_t bytes) const {
 
 Result<StagedConnection::Bounce> StagedConnection::pinBounce(Pool& pool, size_t bytes) {
   const size_t size = std::max(bytes, options_.minBounceBytes);
-  BRAID_TRACE("gpu_staged: pinning a bounce buffer of ", size, " bytes for ",
-              &pool == &sendPool_ ? "sends to" : "receives from", " rank ", host_.peer(), ", its ",
-              pool.sizes.size() + 1, "th that way");
   BRAID_ASSIGN_OR_RETURN(auto memory, device_->allocateHost(size));
+  Bounce bounce{std::move(memory), size};
+  count(pool, bounce);
+  return bounce;
+}
+
+void StagedConnection::count(Pool& pool, const Bounce& bounce) {
   ++bounceBuffers_;
-  pool.sizes.insert(size);
-  return Bounce{std::move(memory), size};
+  pool.sizes.insert(bounce.bytes);
+  BRAID_TRACE("gpu_staged: pinned a bounce buffer of ", bounce.bytes, " bytes for ",
+              &pool == &sendPool_ ? "sends to" : "receives from", " rank ", host_.peer(), ", ",
+              pool.sizes.size(), " that way now");
+}
+
+void StagedConnection::keep(Pool& pool, Bounce bounce) {
+  count(pool, bounce);
+  giveBack(pool, std::move(bounce));
 }
 
 void StagedConnection::giveBack(Pool& pool, Bounce bounce) {
@@ -55,37 +65,51 @@ void StagedConnection::retire(Pool& pool, Bounce bounce) {
   retired_.push_back(std::move(bounce));
 }
 
+std::vector<size_t> StagedConnection::missingBuffers(Pool& pool, std::span<const size_t> sizes) {
+  if (sizes.empty()) return {};
+  pool.reserved = true;
+  const auto most = static_cast<size_t>(options_.bouncesPerDirection);
+  // Made already (each call after the first): when the n-th largest buffer
+  // fits the largest message, so does each of the n largest.
+  const size_t n = std::min(sizes.size(), most);
+  const size_t largest = *std::max_element(sizes.begin(), sizes.end());
+  if (pool.sizes.size() >= n &&
+      *std::next(pool.sizes.rbegin(), static_cast<std::ptrdiff_t>(n) - 1) >= largest)
+    return {};
+  std::vector<size_t> wanted(sizes.begin(), sizes.end());
+  std::sort(wanted.begin(), wanted.end(), std::greater<>());
+  wanted.resize(n);
+  // The largest wanted takes the largest buffer, and so on down; what no
+  // buffer is left for is missing.
+  const std::vector<size_t> owned(pool.sizes.rbegin(), pool.sizes.rend());
+  std::vector<size_t> missing;
+  size_t next = 0;
+  for (size_t bytes : wanted) {
+    if (next < owned.size() && owned[next] >= bytes)
+      ++next;
+    else if (bytes > 0)
+      missing.push_back(bytes);
+  }
+  return missing;
+}
+
 Status StagedConnection::reserve(std::span<const size_t> sends, std::span<const size_t> recvs) {
-  std::lock_guard lock(mutex_);
-  // A dead connection fails the call's posts, with its own reason.
-  if (!dead_.isOk()) return Status::ok();
   for (auto [pool, sizes] : {std::pair{&sendPool_, sends}, std::pair{&recvPool_, recvs}}) {
-    if (sizes.empty()) continue;
-    pool->reserved = true;
-    // Made already (each call after the first): when the n-th largest
-    // buffer fits the largest message, so does each of the n largest.
-    const size_t n = std::min(sizes.size(), static_cast<size_t>(options_.bouncesPerDirection));
-    const size_t largest = *std::max_element(sizes.begin(), sizes.end());
-    if (pool->sizes.size() >= n &&
-        *std::next(pool->sizes.rbegin(), static_cast<std::ptrdiff_t>(n) - 1) >= largest)
-      continue;
-    std::vector<size_t> wanted(sizes.begin(), sizes.end());
-    std::sort(wanted.begin(), wanted.end(), std::greater<>());
-    wanted.resize(std::min(wanted.size(), static_cast<size_t>(options_.bouncesPerDirection)));
-    // The largest wanted takes the largest buffer, and so on down; what no
-    // buffer is left for is pinned.
-    const std::vector<size_t> owned(pool->sizes.rbegin(), pool->sizes.rend());
     std::vector<size_t> missing;
-    size_t next = 0;
-    for (size_t bytes : wanted) {
-      if (next < owned.size() && owned[next] >= bytes)
-        ++next;
-      else if (bytes > 0)
-        missing.push_back(bytes);
+    {
+      std::lock_guard lock(mutex_);
+      // A dead connection fails the call's posts, with its own reason.
+      if (!dead_.isOk()) return Status::ok();
+      missing = missingBuffers(*pool, sizes);
     }
+    // Pinned without the lock: pinning waits for the driver's memory lock,
+    // which an application thread may hold until a CUDA stream gets past
+    // the call that runs now, and that call needs this connection.
     for (size_t bytes : missing) {
-      BRAID_ASSIGN_OR_RETURN(Bounce bounce, pinBounce(*pool, bytes));
-      giveBack(*pool, std::move(bounce));
+      const size_t size = std::max(bytes, options_.minBounceBytes);
+      BRAID_ASSIGN_OR_RETURN(auto memory, device_->allocateHost(size));
+      std::lock_guard lock(mutex_);
+      keep(*pool, Bounce{std::move(memory), size});
     }
   }
   return Status::ok();

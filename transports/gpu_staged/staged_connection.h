@@ -128,6 +128,11 @@ class StagedConnection final : public Connection {
   // bouncesPerDirection, or none that fits.
   bool hasRoom(const Pool& pool, size_t bytes) const;
   Result<Bounce> pinBounce(Pool& pool, size_t bytes);
+  // Counts a new buffer in `pool`; keep() also makes it free.
+  void count(Pool& pool, const Bounce& bounce);
+  void keep(Pool& pool, Bounce bounce);
+  // What reserve() must pin for `sizes` in `pool`, largest first.
+  std::vector<size_t> missingBuffers(Pool& pool, std::span<const size_t> sizes);
   void giveBack(Pool& pool, Bounce bounce);
   // A buffer that queued copies may still use: never used again.
   void retire(Pool& pool, Bounce bounce);
