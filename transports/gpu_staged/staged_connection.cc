@@ -375,12 +375,13 @@ Result<bool> StagedConnection::progress() {
   // passes through; an error of the device ends this connection.
   auto hostMoved = host_.progress();
   if (hostMoved.isOk()) moved = *hostMoved || moved;
-  const uint64_t returnedBefore = bouncesReturned_;
   finishSends(moved);
   if (device.isOk()) device = finishRecvs(moved);
-  // What waits can start only once something came back or moved; a
+  // What waits can start only once something moved or a buffer came back
+  // since the last look (here, or in reserve() on another thread); a
   // receive that starts may find its message arrived already.
-  if (device.isOk() && (moved || bouncesReturned_ != returnedBefore)) {
+  if (device.isOk() && (moved || bouncesReturned_ != returnsSeen_)) {
+    returnsSeen_ = bouncesReturned_;
     bool started = false;
     device = startWaiting(started);
     if (device.isOk() && started) device = finishRecvs(moved);

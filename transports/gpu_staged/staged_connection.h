@@ -172,6 +172,7 @@ class StagedConnection final : public Connection {
   std::vector<Recv> recvs_;                     // posted to the host
   std::multimap<uint64_t, Recv> waitingRecvs_;  // by tag value
   uint64_t bouncesReturned_ = 0;
+  uint64_t returnsSeen_ = 0;  // by the last startWaiting()
   Pool sendPool_, recvPool_;
   std::vector<std::unique_ptr<cuda_ipc::DeviceEvent>> freeEvents_;
   std::vector<Bounce> retired_;  // may still be in queued copies; never reused
