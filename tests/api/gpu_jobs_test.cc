@@ -254,23 +254,17 @@ int firstCallOnACudaStreamAllocatesBeforeTheStreamWaits(Rank& r) {
   OnACudaStream on;
   if (const int failed = on.setUp(r)) return failed;
   float *send = on.send, *recv = on.recv;
-  void* cudaStream = on.cudaStream;
   braidStream_t stream = on.stream;
   const int n = r.nranks();
   for (size_t i = 0; i < kBlock; ++i) send[i] = value(r.rank(), 0, i);
   for (size_t i = 0; i < n * kBlock; ++i) recv[i] = -1;
-  const unsigned long refusedBefore = fake.memoryLockRefusals();
-  fake.holdMemoryLock(kEveryCallThatTakesTheLock);
+  on.holdTheMemoryLock();
   RANK_CHECK(13, braidAllGather(send, recv, kBlock, braidFloat32, r.comm, stream) == braidSuccess);
   RANK_CHECK(14, braidStreamSynchronize(stream) == braidSuccess);
-  RANK_CHECK(15, fake.streamSynchronize(cudaStream) == 0);
-  fake.holdMemoryLock(0);
-  RANK_CHECK(16, fake.memoryLockRefusals() == refusedBefore);
-  RANK_CHECK(17, firstWrong(recv, n * kBlock, [&](size_t i) {
+  RANK_CHECK(15, firstWrong(recv, n * kBlock, [&](size_t i) {
                    return value(static_cast<int>(i / kBlock), 0, i % kBlock);
                  }) == -1);
-  RANK_CHECK(18, braidStreamDestroy(stream) == braidSuccess);
-  return 0;
+  return on.releaseTheMemoryLock(r, 16);
 }
 
 // GPU scratch, which some schedules need (Bruck's AllToAll and AllGather
@@ -282,10 +276,8 @@ int scratchGrowsBeforeTheStreamWaits(Rank& r) {
   OnACudaStream on;
   if (const int failed = on.setUp(r)) return failed;
   float *send = on.send, *recv = on.recv;
-  void* cudaStream = on.cudaStream;
   braidStream_t stream = on.stream;
-  const unsigned long refusedBefore = fake.memoryLockRefusals();
-  fake.holdMemoryLock(kEveryCallThatTakesTheLock);
+  on.holdTheMemoryLock();
   // Blocks of at most a quarter of a connection's slots: nothing spills.
   for (size_t block : {kChunkBytes / sizeof(float) / 2, 2 * kChunkBytes / sizeof(float)}) {
     for (size_t i = 0; i < n * block; ++i)
@@ -326,11 +318,7 @@ int scratchGrowsBeforeTheStreamWaits(Rank& r) {
                    const size_t j = i % large;  // element j of rank `from`'s send
                    return value(from, static_cast<int>(j / small), j % small);
                  }) == -1);
-  RANK_CHECK(21, fake.streamSynchronize(cudaStream) == 0);
-  fake.holdMemoryLock(0);
-  RANK_CHECK(22, fake.memoryLockRefusals() == refusedBefore);
-  RANK_CHECK(23, braidStreamDestroy(stream) == braidSuccess);
-  return 0;
+  return on.releaseTheMemoryLock(r, 21);
 }
 
 TEST_F(GpuJobs, ScratchGrowsBeforeTheStreamWaits) {

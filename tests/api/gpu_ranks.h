@@ -337,10 +337,26 @@ struct OnACudaStream {
   float* recv = nullptr;
   void* cudaStream = nullptr;
   braidStream_t stream = nullptr;
+  unsigned long refusedBefore = 0;
   int setUp(Rank& r) {
     RANK_CHECK(10, r.allocateBlocks(send, recv));
     RANK_CHECK(11, fake.streamCreate(&cudaStream, 0) == 0);
     RANK_CHECK(12, braidStreamCreateFromCuda(r.comm, cudaStream, &stream) == braidSuccess);
+    return 0;
+  }
+  // The stand-in holds the driver's memory lock for every call that takes
+  // it, as an application thread in a copy queued after braid's calls does.
+  void holdTheMemoryLock() {
+    refusedBefore = fake.memoryLockRefusals();
+    fake.holdMemoryLock(kEveryCallThatTakesTheLock);
+  }
+  // Once the CUDA stream got past every call: the lock released, no call
+  // refused meanwhile, the braid stream destroyed. Steps `step` to `step+2`.
+  int releaseTheMemoryLock(Rank& r, int step) {
+    RANK_CHECK(step, fake.streamSynchronize(cudaStream) == 0);
+    fake.holdMemoryLock(0);
+    RANK_CHECK(step + 1, fake.memoryLockRefusals() == refusedBefore);
+    RANK_CHECK(step + 2, braidStreamDestroy(stream) == braidSuccess);
     return 0;
   }
 };

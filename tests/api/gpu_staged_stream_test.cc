@@ -31,8 +31,7 @@ int stagedCallsPinNothingWhileTheStreamWaits(Rank& r) {
   const int n = r.nranks(), me = r.rank();
   for (size_t i = 0; i < n * kCount; ++i)
     send[i] = value(me, static_cast<int>(i / kCount), i % kCount);
-  const unsigned long refusedBefore = fake.memoryLockRefusals();
-  fake.holdMemoryLock(kEveryCallThatTakesTheLock);
+  on.holdTheMemoryLock();
 
   RANK_CHECK(13,
              braidAllGather(send, recv, kCount, braidFloat32, r.comm, on.stream) == braidSuccess);
@@ -56,11 +55,7 @@ int stagedCallsPinNothingWhileTheStreamWaits(Rank& r) {
   RANK_CHECK(23, braidStreamSynchronize(on.stream) == braidSuccess);
   RANK_CHECK(24, firstWrong(recv, kCount, [&](size_t i) { return value(prev, 0, i); }) == -1);
 
-  RANK_CHECK(25, fake.streamSynchronize(on.cudaStream) == 0);
-  fake.holdMemoryLock(0);
-  RANK_CHECK(26, fake.memoryLockRefusals() == refusedBefore);
-  RANK_CHECK(27, braidStreamDestroy(on.stream) == braidSuccess);
-  return 0;
+  return on.releaseTheMemoryLock(r, 25);
 }
 
 TEST_F(StagedOnACudaStream, CallsOfOneHostWithoutCudaIpcPinNothingWhileTheStreamWaits) {
@@ -87,20 +82,15 @@ int sendRecvInPiecesOfWholeElements(Rank& r) {
   if (const int failed = on.setUp(r)) return failed;
   const int n = r.nranks(), me = r.rank();
   for (size_t i = 0; i < kOdd; ++i) on.send[i] = value(me, 0, i);
-  const unsigned long refusedBefore = fake.memoryLockRefusals();
-  fake.holdMemoryLock(kEveryCallThatTakesTheLock);
+  on.holdTheMemoryLock();
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   RANK_CHECK(13, braidGroupStart() == braidSuccess);
   RANK_CHECK(14, braidSend(on.send, kOdd, braidFloat32, next, r.comm, on.stream) == braidSuccess);
   RANK_CHECK(15, braidRecv(on.recv, kOdd, braidFloat32, prev, r.comm, on.stream) == braidSuccess);
   RANK_CHECK(16, braidGroupEnd() == braidSuccess);
   RANK_CHECK(17, braidStreamSynchronize(on.stream) == braidSuccess);
-  RANK_CHECK(18, fake.streamSynchronize(on.cudaStream) == 0);
-  fake.holdMemoryLock(0);
-  RANK_CHECK(19, fake.memoryLockRefusals() == refusedBefore);
-  RANK_CHECK(20, firstWrong(on.recv, kOdd, [&](size_t i) { return value(prev, 0, i); }) == -1);
-  RANK_CHECK(21, braidStreamDestroy(on.stream) == braidSuccess);
-  return 0;
+  RANK_CHECK(18, firstWrong(on.recv, kOdd, [&](size_t i) { return value(prev, 0, i); }) == -1);
+  return on.releaseTheMemoryLock(r, 19);
 }
 
 TEST_F(StagedOnACudaStream, PiecesOfWholeElementsArePinnedAhead) {

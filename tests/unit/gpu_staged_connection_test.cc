@@ -29,14 +29,23 @@ class StagedPair : public ::testing::Test {
     ASSERT_TRUE(hostA && hostB);
     devA = std::make_shared<FakeIpcDevice>();
     devB = std::make_shared<FakeIpcDevice>();
+    remake(StagedConnection::Options{}.bouncesPerDirection);
+  }
+
+  // Both ends anew, each holding at most `bounces` buffers each way.
+  void remake(int bounces) {
     StagedConnection::Options options;
     options.minBounceBytes = 4096;
+    options.bouncesPerDirection = bounces;
     A = std::make_unique<StagedConnection>(*hostA, devA, options);
     B = std::make_unique<StagedConnection>(*hostB, devB, options);
   }
 
   // Drives both ends until no request is pending (or 10 s).
   void drive(std::initializer_list<RequestPtr> requests) {
+    drive(std::vector<RequestPtr>(requests));
+  }
+  void drive(const std::vector<RequestPtr>& requests) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < until) {
       (void)A->progress();
@@ -138,11 +147,7 @@ TEST_F(StagedPair, ABounceBufferIsReusedOnlyAfterItsCopyRan) {
 // their direction is in use wait for one to come back, sends in their order,
 // rather than each pinning one of its own.
 TEST_F(StagedPair, ManyMessagesShareABoundedNumberOfBounceBuffers) {
-  StagedConnection::Options two;
-  two.minBounceBytes = 4096;
-  two.bouncesPerDirection = 2;
-  A = std::make_unique<StagedConnection>(*hostA, devA, two);
-  B = std::make_unique<StagedConnection>(*hostB, devB, two);
+  remake(2);
   devA->workDelay = devB->workDelay = std::chrono::microseconds(300);
   constexpr int kMessages = 12;
   constexpr size_t kBytes = 3000;
@@ -160,18 +165,9 @@ TEST_F(StagedPair, ManyMessagesShareABoundedNumberOfBounceBuffers) {
   }
   EXPECT_EQ(A->bounceBuffers(), 2u);
   EXPECT_EQ(B->bounceBuffers(), 2u);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  auto pending = [&] {
-    for (const auto& r : sends)
-      if (r->state() == State::kPending) return true;
-    for (const auto& r : recvs)
-      if (r->state() == State::kPending) return true;
-    return false;
-  };
-  while (pending() && std::chrono::steady_clock::now() < until) {
-    (void)A->progress();
-    (void)B->progress();
-  }
+  std::vector<RequestPtr> all = sends;
+  all.insert(all.end(), recvs.begin(), recvs.end());
+  drive(all);
   for (int m = 0; m < kMessages; ++m) {
     ASSERT_EQ(sends[m]->state(), State::kDone) << m << ": " << sends[m]->error().message();
     ASSERT_EQ(recvs[m]->state(), State::kDone) << m << ": " << recvs[m]->error().message();
@@ -188,11 +184,7 @@ TEST_F(StagedPair, ManyMessagesShareABoundedNumberOfBounceBuffers) {
 // reserve() pins every buffer ahead, each way, so that messages up to the
 // sizes reserved pin nothing more, however many are posted at once.
 TEST_F(StagedPair, AfterReserveMessagesThatFitPinNothing) {
-  StagedConnection::Options four;
-  four.minBounceBytes = 4096;
-  four.bouncesPerDirection = 4;
-  A = std::make_unique<StagedConnection>(*hostA, devA, four);
-  B = std::make_unique<StagedConnection>(*hostB, devB, four);
+  remake(4);
   // Ten messages each way, of two sizes: the four largest are reserved.
   std::vector<size_t> sizes;
   for (int m = 0; m < 10; ++m) sizes.push_back(m % 2 ? 20000 : 100);
@@ -211,16 +203,7 @@ TEST_F(StagedPair, AfterReserveMessagesThatFitPinNothing) {
     requests.push_back(B->postRecv(destination.data() + m * 20000, bytes, Tag{m + 1, 0}));
     requests.push_back(A->postSend(source.data(), bytes, Tag{m + 1, 0}));
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  auto pending = [&] {
-    for (const auto& r : requests)
-      if (r->state() == State::kPending) return true;
-    return false;
-  };
-  while (pending() && std::chrono::steady_clock::now() < until) {
-    (void)A->progress();
-    (void)B->progress();
-  }
+  drive(requests);
   for (const auto& r : requests) ASSERT_EQ(r->state(), State::kDone) << r->error().message();
   synchronize();
   for (uint64_t m = 0; m < 10; ++m)
@@ -281,11 +264,7 @@ TEST_F(StagedPair, AReservedReceiveWaitsForABufferOnItsWayBack) {
 // only after this rank answered message 1. The receive of message 1,
 // posted second, must not wait behind it: it pins a buffer of its own.
 TEST_F(StagedPair, AReceivePostedAfterThatOfALaterMessageDoesNotWaitForIt) {
-  StagedConnection::Options one;
-  one.minBounceBytes = 4096;
-  one.bouncesPerDirection = 1;
-  A = std::make_unique<StagedConnection>(*hostA, devA, one);
-  B = std::make_unique<StagedConnection>(*hostB, devB, one);
+  remake(1);
   DeviceBuffer first(*devA, 1000), second(*devA, 1000), answer(*devB, 1000), got1(*devB, 1000),
       got2(*devB, 1000), gotAnswer(*devA, 1000);
   first.fill(1);
