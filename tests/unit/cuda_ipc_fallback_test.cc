@@ -17,6 +17,7 @@
 #include "fake_ipc_device.h"
 #include "host_pair.h"
 #include "transports/cuda_ipc/ipc_or_fallback.h"
+#include "transports/gpu_staged/staged_connection.h"
 
 namespace braid::transport::cuda_ipc {
 namespace {
@@ -199,6 +200,33 @@ TEST_F(DeclinedPair, WhereBothCanMapThePairStaysOnCudaIpc) {
   EXPECT_FALSE(A->fellBack());
   EXPECT_FALSE(B->fellBack());
   EXPECT_GT(devA->copies.load(), 0u);
+}
+
+// reserve() reaches the connection the pair chose, and nothing while it is
+// undecided: the fallback would pin buffers of whole messages, kept until
+// the communicator goes, for a pair that most likely maps.
+TEST_F(DeclinedPair, ReservePinsOnTheFallbackOnlyOnceThePairFellBack) {
+  refuseOpens(*devA);
+  gpu_staged::StagedConnection::Options options;
+  options.minBounceBytes = 4096;
+  gpu_staged::StagedConnection stagedA(*hostA, devA, options), stagedB(*hostB, devB, options);
+  A = std::make_unique<IpcOrFallback>(makeIpc(*hostA, devA), stagedA);
+  B = std::make_unique<IpcOrFallback>(makeIpc(*hostB, devB), stagedB);
+  const std::vector<size_t> sizes = {10000};
+  ASSERT_TRUE(A->reserve(sizes, sizes).isOk());
+  EXPECT_EQ(stagedA.bounceBuffers(), 0u);
+  DeviceBuffer s(*devA, 20000), r(*devB, 20000);
+  auto sent = A->postSend(s.data(), 20000, Tag{1, 1});
+  auto got = B->postRecv(r.data(), 20000, Tag{1, 1});
+  drive(*A, *B, {sent, got});
+  ASSERT_EQ(got->state(), State::kDone) << got->error().message();
+  ASSERT_TRUE(A->fellBack());
+  EXPECT_EQ(stagedA.bounceBuffers(), 1u);  // the send's, pinned as it was posted
+  ASSERT_TRUE(A->reserve(sizes, sizes).isOk());
+  EXPECT_EQ(stagedA.bounceBuffers(), 2u);  // the send's fits; one for receives
+  // Before the fallbacks they use.
+  A.reset();
+  B.reset();
 }
 
 TEST_F(DeclinedPair, AbortBeforeTheHandshakeDecidedFailsWhatWaits) {
