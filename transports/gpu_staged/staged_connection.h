@@ -25,12 +25,12 @@
 // Pinned memory is bounded: each direction holds at most
 // Options::bouncesPerDirection buffers, and a message posted while all are
 // in use waits for one to come back rather than pinning more (a send until
-// an earlier send has left; sends keep their order). reserve() makes them
-// all ahead, so that a call whose messages fit allocates nothing while a
-// CUDA stream waits for it. A receive takes a buffer only where waiting
-// cannot deadlock: while another receive's buffer will come back without
-// the peer's help (its message arrived), or while the buffer of a receive
-// of an earlier message of the same channel is in use, which the peer,
+// an earlier send has left; sends keep their order). reserve() pins ahead
+// what a call's largest messages need, so that the call pins nothing while
+// a CUDA stream waits for it. A receive waits only where waiting cannot
+// deadlock: while a buffer that fits will come back without the peer's
+// help (its message arrived), or while a buffer that fits is held by the
+// receive of an earlier message of the same channel, which the peer,
 // sending in the order of its tags, sends first. Otherwise it pins one
 // more, as a schedule that posts a later receive before an earlier one may
 // need.
