@@ -32,9 +32,13 @@ Step pieceOf(const Step& step, size_t offset, size_t bytes) {
 
 }  // namespace
 
-Schedule splitTransfers(const Schedule& schedule, size_t pieceBytes, size_t elementSize) {
+size_t wholePieceBytes(size_t pieceBytes, size_t elementSize) {
   elementSize = std::max<size_t>(elementSize, 1);
-  const size_t piece = std::max(elementSize, pieceBytes / elementSize * elementSize);
+  return std::max(elementSize, pieceBytes / elementSize * elementSize);
+}
+
+Schedule splitTransfers(const Schedule& schedule, size_t pieceBytes, size_t elementSize) {
+  const size_t piece = wholePieceBytes(pieceBytes, elementSize);
   Schedule out;
   out.scratchBytes = schedule.scratchBytes;
   out.steps.reserve(schedule.steps.size());

@@ -24,4 +24,8 @@ namespace braid::algo {
 // them two by two. A schedule with nothing to split comes back unchanged.
 Schedule splitTransfers(const Schedule& schedule, size_t pieceBytes, size_t elementSize);
 
+// The size of the pieces splitTransfers cuts: `pieceBytes` rounded down to
+// whole elements, at least one.
+size_t wholePieceBytes(size_t pieceBytes, size_t elementSize);
+
 }  // namespace braid::algo

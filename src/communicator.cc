@@ -140,10 +140,7 @@ namespace {
 // `most` largest, largest first.
 std::vector<size_t> largestPieces(const std::vector<size_t>& messages, size_t pieceBytes,
                                   size_t elementSize, size_t most) {
-  if (pieceBytes > 0) {
-    elementSize = std::max<size_t>(elementSize, 1);
-    pieceBytes = std::max(elementSize, pieceBytes / elementSize * elementSize);
-  }
+  if (pieceBytes > 0) pieceBytes = algo::wholePieceBytes(pieceBytes, elementSize);
   std::vector<size_t> pieces;
   for (size_t bytes : messages) {
     if (pieceBytes == 0 || bytes <= pieceBytes) {

@@ -32,10 +32,14 @@ bool StagedConnection::hasRoom(const Pool& pool, size_t bytes) const {
          pool.sizes.empty() || *pool.sizes.rbegin() < bytes;
 }
 
-Result<StagedConnection::Bounce> StagedConnection::pinBounce(Pool& pool, size_t bytes) {
+Result<StagedConnection::Bounce> StagedConnection::allocateBounce(size_t bytes) {
   const size_t size = std::max(bytes, options_.minBounceBytes);
   BRAID_ASSIGN_OR_RETURN(auto memory, device_->allocateHost(size));
-  Bounce bounce{std::move(memory), size};
+  return Bounce{std::move(memory), size};
+}
+
+Result<StagedConnection::Bounce> StagedConnection::pinBounce(Pool& pool, size_t bytes) {
+  BRAID_ASSIGN_OR_RETURN(Bounce bounce, allocateBounce(bytes));
   count(pool, bounce);
   return bounce;
 }
@@ -106,10 +110,9 @@ Status StagedConnection::reserve(std::span<const size_t> sends, std::span<const 
     // which an application thread may hold until a CUDA stream gets past
     // the call that runs now, and that call needs this connection.
     for (size_t bytes : missing) {
-      const size_t size = std::max(bytes, options_.minBounceBytes);
-      BRAID_ASSIGN_OR_RETURN(auto memory, device_->allocateHost(size));
+      BRAID_ASSIGN_OR_RETURN(Bounce bounce, allocateBounce(bytes));
       std::lock_guard lock(mutex_);
-      keep(*pool, Bounce{std::move(memory), size});
+      keep(*pool, std::move(bounce));
     }
   }
   return Status::ok();
@@ -191,9 +194,9 @@ RequestPtr StagedConnection::postRecv(void* data, size_t bytes, Tag tag) {
 
 bool StagedConnection::RecvHolders::mayWait(const Recv& r) const {
   if (largestArrived >= r.bytes) return true;
-  const auto channel = static_cast<uint8_t>(r.tag.value >> 56);
   for (const Pending& p : pending)
-    if (p.channel == channel && p.tag < r.tag.value && p.bytes >= r.bytes) return true;
+    if (p.tag.channel() == r.tag.channel() && p.tag.value < r.tag.value && p.bytes >= r.bytes)
+      return true;
   return false;
 }
 
@@ -202,7 +205,7 @@ StagedConnection::RecvHolders StagedConnection::recvHolders() const {
   for (const Recv& r : recvs_) {
     if (!r.bounce.memory) continue;
     if (r.onHost->state() == Request::State::kPending)
-      h.pending.push_back({static_cast<uint8_t>(r.tag.value >> 56), r.tag.value, r.bounce.bytes});
+      h.pending.push_back({r.tag, r.bounce.bytes});
     else  // its buffer comes back once the device has copied it out
       h.largestArrived = std::max(h.largestArrived, r.bounce.bytes);
   }
@@ -223,7 +226,7 @@ Result<bool> StagedConnection::startRecv(Recv& r, RecvHolders& holders) {
     } else {
       return false;
     }
-    holders.pending.push_back({static_cast<uint8_t>(r.tag.value >> 56), r.tag.value, bounce.bytes});
+    holders.pending.push_back({r.tag, bounce.bytes});
   }
   r.bounce = std::move(bounce);
   r.onHost = host_.postRecv(r.bounce.data(), r.bytes, r.tag);

@@ -127,6 +127,8 @@ class StagedConnection final : public Connection {
   // Whether `pool` may pin one more for `bytes`: it holds fewer than
   // bouncesPerDirection, or none that fits.
   bool hasRoom(const Pool& pool, size_t bytes) const;
+  // A new buffer for `bytes`, counted in no pool; pinBounce() counts it.
+  Result<Bounce> allocateBounce(size_t bytes);
   Result<Bounce> pinBounce(Pool& pool, size_t bytes);
   // Counts a new buffer in `pool`; keep() also makes it free.
   void count(Pool& pool, const Bounce& bounce);
@@ -145,8 +147,7 @@ class StagedConnection final : public Connection {
   // pinning one more (see above).
   struct RecvHolders {
     struct Pending {
-      uint8_t channel;
-      uint64_t tag;
+      Tag tag;
       size_t bytes;  // of its buffer
     };
     std::vector<Pending> pending;  // whose message has yet to arrive
