@@ -22,6 +22,16 @@ bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   return aBytes > 0 && bBytes > 0 && pa < pb + bBytes && pb < pa + aBytes;
 }
 
+// The memory `p` lies in, or no memory (host) for none; an error of the
+// driver names the argument.
+braid::Result<braid::BufferMemory> memoryOf(const char* argument, const void* p) {
+  if (p == nullptr) return braid::BufferMemory{};
+  braid::Result<braid::BufferMemory> memory = braid::memoryKindOf(p);
+  if (!memory.isOk())
+    return Status(memory.status().code(), braid::strCat(argument, ": ", memory.status().message()));
+  return memory;
+}
+
 bool onGpu(const braid::BufferMemory& memory) {
   return memory.kind != braid::MemoryKind::kHost;
 }
@@ -151,10 +161,8 @@ Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
 // the bridge's copies, then lets the CUDA stream go on.
 Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   BRAID_RETURN_IF_ERROR(checkStreamOfComm(comm, stream));
-  const braid::BufferMemory sendMemory =
-      o.send ? braid::memoryKindOf(o.send) : braid::BufferMemory{};
-  const braid::BufferMemory recvMemory =
-      o.recv ? braid::memoryKindOf(o.recv) : braid::BufferMemory{};
+  BRAID_ASSIGN_OR_RETURN(const braid::BufferMemory sendMemory, memoryOf("sendbuff", o.send));
+  BRAID_ASSIGN_OR_RETURN(const braid::BufferMemory recvMemory, memoryOf("recvbuff", o.recv));
   const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
   if (placement.sendOnGpu || placement.recvOnGpu)
     BRAID_RETURN_IF_ERROR(stream->cuda->gpuBuffersAllowed());
@@ -306,11 +314,14 @@ Status checkAndSubmit(const Call& c, braidComm_t comm, braidStream_t stream) {
   // coarse clock read. In place, both buffers lie in one allocation, so one
   // question to the driver answers for both.
   if ((needSend || needRecv) && braid::gpuMemoryPossible()) {
-    const braid::BufferMemory sendMemory =
-        needSend ? braid::memoryKindOf(c.send) : braid::BufferMemory{};
-    const braid::BufferMemory recvMemory =
-        !needRecv ? braid::BufferMemory{}
-                  : (inPlace && needSend ? sendMemory : braid::memoryKindOf(c.recv));
+    BRAID_ASSIGN_OR_RETURN(const braid::BufferMemory sendMemory,
+                           memoryOf("sendbuff", needSend ? c.send : nullptr));
+    braid::BufferMemory recvMemory;
+    if (needRecv && inPlace && needSend) {
+      recvMemory = sendMemory;
+    } else if (needRecv) {
+      BRAID_ASSIGN_OR_RETURN(recvMemory, memoryOf("recvbuff", c.recv));
+    }
     if (onGpu(sendMemory) || onGpu(recvMemory))
       return submitStaged(std::move(o), comm, stream, sendMemory, recvMemory);
   }
@@ -347,7 +358,9 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
     o.recv = const_cast<void*>(buffer);
   if (stream != nullptr && stream->cuda) return submitOnCudaStream(std::move(o), comm, stream);
   braid::BufferMemory memory;
-  if (count > 0 && braid::gpuMemoryPossible()) memory = braid::memoryKindOf(buffer);
+  if (count > 0 && braid::gpuMemoryPossible()) {
+    BRAID_ASSIGN_OR_RETURN(memory, memoryOf(isSend ? "sendbuff" : "recvbuff", buffer));
+  }
   if (onGpu(memory))
     return submitStaged(std::move(o), comm, stream, isSend ? memory : braid::BufferMemory{},
                         isSend ? braid::BufferMemory{} : memory);

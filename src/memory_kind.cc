@@ -16,19 +16,27 @@
 #include <cstdint>
 #include <mutex>
 
+#include "src/device_staging.h"
+
 namespace braid {
 namespace {
 
 // The few values of the driver API used here (cuda.h), declared rather than
 // included so that every build can ask, with or without the CUDA headers.
-using CuResult = int;                           // CUresult
-using CuDevicePtr = unsigned long long;         // CUdeviceptr (64-bit, CUdeviceptr_v2)
-constexpr CuResult kCudaSuccess = 0;            // CUDA_SUCCESS
-constexpr int kAttributeMemoryType = 2;         // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-constexpr int kAttributeIsManaged = 8;          // CU_POINTER_ATTRIBUTE_IS_MANAGED
-constexpr int kAttributeDeviceOrdinal = 9;      // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-constexpr unsigned int kMemoryTypeDevice = 2;   // CU_MEMORYTYPE_DEVICE
-constexpr unsigned int kMemoryTypeUnified = 4;  // CU_MEMORYTYPE_UNIFIED
+using CuResult = int;                              // CUresult
+using CuDevicePtr = unsigned long long;            // CUdeviceptr (64-bit, CUdeviceptr_v2)
+constexpr CuResult kCudaSuccess = 0;               // CUDA_SUCCESS
+constexpr CuResult kErrorInvalidValue = 1;         // CUDA_ERROR_INVALID_VALUE
+constexpr CuResult kErrorNotInitialized = 3;       // CUDA_ERROR_NOT_INITIALIZED
+constexpr CuResult kErrorDeinitialized = 4;        // CUDA_ERROR_DEINITIALIZED
+constexpr CuResult kErrorStubLibrary = 34;         // CUDA_ERROR_STUB_LIBRARY
+constexpr CuResult kErrorInsufficientDriver = 35;  // CUDA_ERROR_INSUFFICIENT_DRIVER
+constexpr CuResult kErrorNoDevice = 100;           // CUDA_ERROR_NO_DEVICE
+constexpr int kAttributeMemoryType = 2;            // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttributeIsManaged = 8;             // CU_POINTER_ATTRIBUTE_IS_MANAGED
+constexpr int kAttributeDeviceOrdinal = 9;         // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr unsigned int kMemoryTypeDevice = 2;      // CU_MEMORYTYPE_DEVICE
+constexpr unsigned int kMemoryTypeUnified = 4;     // CU_MEMORYTYPE_UNIFIED
 // CU_MEMORYTYPE_HOST (1) is pinned or registered host memory: host for braid.
 // cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr)
 using PointerGetAttribute = CuResult (*)(void*, int, CuDevicePtr);
@@ -96,6 +104,23 @@ bool lookForDriver() {
   return true;
 }
 
+// Whether the driver's answer `r` to a question about an address means host
+// memory: an address it does not know (plain host memory), or a process in
+// which no GPU memory can exist.
+bool answersHost(CuResult r) {
+  switch (r) {
+    case kErrorInvalidValue:        // an address the driver does not know
+    case kErrorNotInitialized:      // before cuInit: no GPU memory yet
+    case kErrorDeinitialized:       // the driver shut down and freed all GPU memory
+    case kErrorStubLibrary:         // a stub driver, which has no GPU
+    case kErrorInsufficientDriver:  // a driver too old for any GPU it has
+    case kErrorNoDevice:            // no GPU at all
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 bool gpuMemoryPossible() {
@@ -106,15 +131,15 @@ bool gpuMemoryPossible() {
   return lookForDriver();
 }
 
-BufferMemory memoryKindOf(const void* p) {
-  if (!gpuMemoryPossible()) return {};
+Result<BufferMemory> memoryKindOf(const void* p) {
+  if (!gpuMemoryPossible()) return BufferMemory{};
   const PointerGetAttribute query = driverPointerGetAttribute.load(std::memory_order_acquire);
   const auto address = static_cast<CuDevicePtr>(reinterpret_cast<uintptr_t>(p));
-  // Memory the driver does not know (plain host memory) is an error,
-  // CUDA_ERROR_INVALID_VALUE; so is anything before cuInit,
-  // CUDA_ERROR_NOT_INITIALIZED, when no GPU memory can exist yet. Both: host.
   unsigned int memoryType = 0;
-  if (query(&memoryType, kAttributeMemoryType, address) != kCudaSuccess) return {};
+  if (const CuResult r = query(&memoryType, kAttributeMemoryType, address); r != kCudaSuccess) {
+    if (answersHost(r)) return BufferMemory{};
+    return cudaDriverError(r, "asking the CUDA driver what memory it is");
+  }
   // A boolean that the driver may write as one byte or as an int: zeroed
   // first, either reads right.
   unsigned int isManaged = 0;
@@ -126,10 +151,13 @@ BufferMemory memoryKindOf(const void* p) {
   else if (memoryType == kMemoryTypeDevice)
     kind = MemoryKind::kDevice;
   else
-    return {};  // CU_MEMORYTYPE_HOST: pinned or registered host memory, which braid can move
+    return BufferMemory{};  // CU_MEMORYTYPE_HOST: pinned or registered host memory, which braid can
+                            // move
+  // The ordinal only names the GPU: the kind is known, and a buffer of
+  // unknown GPU is staged or refused by that kind all the same.
   int device = -1;
   if (query(&device, kAttributeDeviceOrdinal, address) != kCudaSuccess) device = -1;
-  return {kind, device};
+  return BufferMemory{kind, device};
 }
 
 const char* memoryKindName(MemoryKind kind) {

@@ -9,6 +9,8 @@
 // braid, and every build can do this, with or without CUDA at build time.
 #pragma once
 
+#include "src/common/status.h"
+
 namespace braid {
 
 enum class MemoryKind {
@@ -29,9 +31,13 @@ struct BufferMemory {
 bool gpuMemoryPossible();
 
 // The kind of memory at `p`, from the driver's cuPointerGetAttribute (which
-// needs no current context). Host where the driver is not loaded or does not
-// know the address (plain host memory). Thread-safe.
-BufferMemory memoryKindOf(const void* p);
+// needs no current context). Host where the driver is not loaded, does not
+// know the address (plain host memory), or holds no GPU memory at all (not
+// initialized, shut down, no GPU). Any other answer of the driver (a sticky
+// error after a faulting kernel, say) is kUnhandledCudaError with its
+// message: the kind is unknown then, and memory read as host that is not
+// would crash the process. Thread-safe.
+Result<BufferMemory> memoryKindOf(const void* p);
 
 // "host", "GPU device", "GPU managed": for messages.
 const char* memoryKindName(MemoryKind kind);

@@ -28,6 +28,7 @@ struct FakeDriver {
   int (*launchKernel)(void*, void (*)(void*), void*);
   void (*failStream)(void*);
   void (*setDeviceRange)(void*, size_t, int, int);
+  void (*failPointerQueries)(int);
   unsigned long (*copyCount)();
   unsigned long (*freedWhileWaited)();
   void (*setCapture)(void*, int);
@@ -46,7 +47,9 @@ struct FakeDriver {
            find(streamDestroy, "cuStreamDestroy_v2") &&
            find(streamSynchronize, "cuStreamSynchronize") && find(streamQuery, "cuStreamQuery") &&
            find(launchKernel, "fakeCudaLaunchKernel") && find(failStream, "fakeCudaFailStream") &&
-           find(setDeviceRange, "fakeCudaSetDeviceRange") && find(copyCount, "fakeCudaCopyCount") &&
+           find(setDeviceRange, "fakeCudaSetDeviceRange") &&
+           find(failPointerQueries, "fakeCudaFailPointerQueries") &&
+           find(copyCount, "fakeCudaCopyCount") &&
            find(freedWhileWaited, "fakeCudaHostFreedWhileWaited") &&
            find(setCapture, "fakeCudaSetStreamCapture") &&
            find(setGlobalCapture, "fakeCudaSetGlobalCapture") &&

@@ -3,7 +3,8 @@
 // nothing on the stream), a graph captured on another thread (calls run),
 // one hardware queue for every stream (GPU buffers refused), and an
 // application thread that holds the driver's memory lock while it waits
-// for the stream (staging takes no such lock).
+// for the stream (staging takes no such lock); and a buffer the driver
+// cannot place.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -68,6 +69,25 @@ TEST_F(OneRankOnACudaStream, ACallOnAStreamThatCapturesAGraphIsRefused) {
   EXPECT_BRAID_OK(braidAllReduce(x, y, 4, braidFloat32, braidSum, comm_, stream_));
   EXPECT_BRAID_ERROR(braidGroupEnd(), braidNotSupported, "capturing a CUDA graph");
   fake.setCapture(cudaStream_, 0);
+  ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
+  EXPECT_BRAID_OK(braidStreamSynchronize(stream_));
+  EXPECT_EQ(y[0], 0.0f);  // neither ran
+  expectAnAllReduceInOrder(comm_, stream_, cudaStream_);
+}
+
+// A buffer the driver cannot place (a sticky error after a kernel that
+// faulted) is refused when the call is made, alone and in a group, with the
+// driver's message, and nothing is left on the stream.
+TEST_F(OneRankOnACudaStream, ABufferOfUnknownKindIsRefusedAtTheCall) {
+  float x[4] = {1, 2, 3, 4}, y[4] = {};
+  fake.failPointerQueries(700);  // CUDA_ERROR_ILLEGAL_ADDRESS
+  EXPECT_BRAID_ERROR(braidAllReduce(x, y, 4, braidFloat32, braidSum, comm_, stream_),
+                     braidUnhandledCudaError, "sendbuff", "what memory it is", "700");
+  EXPECT_BRAID_OK(braidGroupStart());
+  EXPECT_BRAID_ERROR(braidAllReduce(y, y, 4, braidFloat32, braidSum, comm_, stream_),
+                     braidUnhandledCudaError, "sendbuff", "700");
+  EXPECT_BRAID_OK(braidGroupEnd());
+  fake.failPointerQueries(0);
   ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
   EXPECT_BRAID_OK(braidStreamSynchronize(stream_));
   EXPECT_EQ(y[0], 0.0f);  // neither ran

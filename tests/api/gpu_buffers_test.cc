@@ -56,10 +56,11 @@ class GpuBuffers : public ::testing::Test {
     copies_ = driverEntry<Counter>(fake, "fakeCudaCopyCount");
     contextDepth_ = driverEntry<Depth>(fake, "fakeCudaContextDepth");
     failCopies_ = driverEntry<SetFlag>(fake, "fakeCudaFailCopies");
+    failPointerQueries_ = driverEntry<SetFlag>(fake, "fakeCudaFailPointerQueries");
     withoutContext_ = driverEntry<SetFlag>(fake, "fakeCudaRangeWithoutContext");
     init_ = driverEntry<Init>(fake, "cuInit");
-    ASSERT_TRUE(setDeviceRange_ && copies_ && contextDepth_ && failCopies_ && withoutContext_ &&
-                init_)
+    ASSERT_TRUE(setDeviceRange_ && copies_ && contextDepth_ && failCopies_ && failPointerQueries_ &&
+                withoutContext_ && init_)
         << dlerror();
     // braid looks for a newly loaded driver at most once a millisecond.
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -76,6 +77,7 @@ class GpuBuffers : public ::testing::Test {
   }
   void TearDown() override {
     failCopies_(0);
+    failPointerQueries_(0);
     withoutContext_(0);
     setDeviceRange_(nullptr, 0, 0, 0);
     EXPECT_EQ(contextDepth_(), 0) << "a context was left pushed";
@@ -86,6 +88,7 @@ class GpuBuffers : public ::testing::Test {
   static Counter copies_;
   static Depth contextDepth_;
   static SetFlag failCopies_;
+  static SetFlag failPointerQueries_;
   static SetFlag withoutContext_;
   static Init init_;
   float gpu_[64] = {};  // "device memory of GPU 3" for the driver
@@ -96,6 +99,7 @@ SetDeviceRange GpuBuffers::setDeviceRange_ = nullptr;
 Counter GpuBuffers::copies_ = nullptr;
 Depth GpuBuffers::contextDepth_ = nullptr;
 SetFlag GpuBuffers::failCopies_ = nullptr;
+SetFlag GpuBuffers::failPointerQueries_ = nullptr;
 SetFlag GpuBuffers::withoutContext_ = nullptr;
 Init GpuBuffers::init_ = nullptr;
 
@@ -351,6 +355,32 @@ TEST_F(GpuBuffers, OtherCollectivesRefuseTheBuffersTheyUse) {
 }
 
 #endif
+
+// A driver that cannot say what a buffer is (here a sticky error, as after
+// a kernel that faulted) leaves its kind unknown: the call fails with the
+// driver's message and touches no buffer, where reading GPU memory as host
+// memory would crash the process.
+TEST_F(GpuBuffers, ABufferOfUnknownKindIsACudaErrorNotHostMemory) {
+  failPointerQueries_(700);  // CUDA_ERROR_ILLEGAL_ADDRESS
+  fill(host_, 64, 1);
+  float result[64] = {};
+  EXPECT_BRAID_ERROR(braidAllReduce(host_, result, 64, braidFloat32, braidSum, comm_, nullptr),
+                     braidUnhandledCudaError, "braidAllReduce", "sendbuff",
+                     "asking the CUDA driver what memory it is", "illegal", "700");
+  EXPECT_BRAID_ERROR(braidAllReduce(result, result, 64, braidFloat32, braidSum, comm_, nullptr),
+                     braidUnhandledCudaError, "sendbuff", "700");
+  EXPECT_BRAID_OK(braidGroupStart());
+  EXPECT_BRAID_ERROR(braidRecv(result, 64, braidFloat32, 0, comm_, nullptr),
+                     braidUnhandledCudaError, "braidRecv", "recvbuff", "700");
+  EXPECT_BRAID_ERROR(braidSend(host_, 64, braidFloat32, 0, comm_, nullptr), braidUnhandledCudaError,
+                     "braidSend", "sendbuff", "700");
+  EXPECT_BRAID_OK(braidGroupEnd());
+  EXPECT_EQ(result[63], 0.0f);  // no call ran
+  // The driver answers again: the same calls run.
+  failPointerQueries_(0);
+  EXPECT_BRAID_OK(braidAllReduce(host_, result, 64, braidFloat32, braidSum, comm_, nullptr));
+  EXPECT_EQ(result[63], 64.0f);
+}
 
 TEST_F(GpuBuffers, HostBuffersStillWork) {
   for (int i = 0; i < 64; ++i) host_[i] = static_cast<float>(i);

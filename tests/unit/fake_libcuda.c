@@ -113,6 +113,14 @@ void fakeCudaFailCopies(int fail) {
   __atomic_store_n(&failCopies, fail, __ATOMIC_RELAXED);
 }
 
+/* Nonzero: cuPointerGetAttribute answers every question with this error, as
+ * the driver does with a sticky error after a faulting kernel, or once it
+ * has shut down. */
+static int pointerQueryError;
+void fakeCudaFailPointerQueries(int error) {
+  WRITE(pointerQueryError, error);
+}
+
 /* How many times cuPointerGetAttribute was called. */
 unsigned long fakeCudaQueryCount(void) {
   return READ(queries);
@@ -120,6 +128,7 @@ unsigned long fakeCudaQueryCount(void) {
 
 int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
   BUMP(queries);
+  if (READ(pointerQueryError) != 0) return READ(pointerQueryError);
   if (data == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
   if (!inRange(ptr, 1)) return FAKE_CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {

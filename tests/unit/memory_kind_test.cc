@@ -17,6 +17,14 @@ namespace braid {
 namespace {
 
 using SetDeviceRange = void (*)(void*, size_t, int, int);
+using FailPointerQueries = void (*)(int);
+
+// The kind, for a query the driver answered.
+MemoryKind kindOf(const void* p) {
+  Result<BufferMemory> memory = memoryKindOf(p);
+  EXPECT_TRUE(memory.isOk()) << memory.status().message();
+  return memory.isOk() ? memory.value().kind : MemoryKind::kHost;
+}
 
 bool driverLoaded() {
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -32,9 +40,9 @@ TEST(MemoryKind, FoundOnlyOnceTheProcessLoadsTheDriver) {
   std::vector<float> buffer(1024);
   int onStack = 0;
   EXPECT_FALSE(gpuMemoryPossible());
-  EXPECT_EQ(memoryKindOf(buffer.data()).kind, MemoryKind::kHost);
-  EXPECT_EQ(memoryKindOf(&onStack).kind, MemoryKind::kHost);
-  EXPECT_EQ(memoryKindOf(nullptr).kind, MemoryKind::kHost);
+  EXPECT_EQ(kindOf(buffer.data()), MemoryKind::kHost);
+  EXPECT_EQ(kindOf(&onStack), MemoryKind::kHost);
+  EXPECT_EQ(kindOf(nullptr), MemoryKind::kHost);
   EXPECT_FALSE(driverLoaded()) << "asking for memory kinds loaded the driver";
 
   // Threads that ask while the driver appears: each must see it in the end,
@@ -63,21 +71,40 @@ TEST(MemoryKind, FoundOnlyOnceTheProcessLoadsTheDriver) {
   EXPECT_TRUE(gpuMemoryPossible());
 
   setDeviceRange(buffer.data(), 512 * sizeof(float), 3, 0);
-  BufferMemory m = memoryKindOf(buffer.data() + 10);
+  BufferMemory m = memoryKindOf(buffer.data() + 10).value();
   EXPECT_EQ(m.kind, MemoryKind::kDevice);
   EXPECT_EQ(m.device, 3);
-  EXPECT_EQ(memoryKindOf(buffer.data()).kind, MemoryKind::kDevice);
-  EXPECT_EQ(memoryKindOf(buffer.data() + 512).kind, MemoryKind::kHost);
-  EXPECT_EQ(memoryKindOf(&onStack).kind, MemoryKind::kHost);
-  EXPECT_EQ(memoryKindOf(nullptr).kind, MemoryKind::kHost);
+  EXPECT_EQ(kindOf(buffer.data()), MemoryKind::kDevice);
+  EXPECT_EQ(kindOf(buffer.data() + 512), MemoryKind::kHost);
+  EXPECT_EQ(kindOf(&onStack), MemoryKind::kHost);
+  EXPECT_EQ(kindOf(nullptr), MemoryKind::kHost);
 
   setDeviceRange(buffer.data(), 512 * sizeof(float), 1, 1);
-  m = memoryKindOf(buffer.data() + 511);
+  m = memoryKindOf(buffer.data() + 511).value();
   EXPECT_EQ(m.kind, MemoryKind::kManaged);
   EXPECT_EQ(m.device, 1);
 
+  // A driver that holds no GPU memory at all answers host; any other error
+  // leaves the kind unknown, which is an error, never host.
+  auto failPointerQueries =
+      reinterpret_cast<FailPointerQueries>(dlsym(fake, "fakeCudaFailPointerQueries"));
+  ASSERT_NE(failPointerQueries, nullptr) << dlerror();
+  for (int noGpuMemory : {3 /* NOT_INITIALIZED */, 4 /* DEINITIALIZED */, 34 /* STUB_LIBRARY */,
+                          35 /* INSUFFICIENT_DRIVER */, 100 /* NO_DEVICE */}) {
+    failPointerQueries(noGpuMemory);
+    EXPECT_EQ(kindOf(buffer.data()), MemoryKind::kHost) << "CUDA error " << noGpuMemory;
+  }
+  failPointerQueries(700);  // CUDA_ERROR_ILLEGAL_ADDRESS, sticky after a faulting kernel
+  Result<BufferMemory> unknown = memoryKindOf(buffer.data());
+  ASSERT_FALSE(unknown.isOk());
+  EXPECT_EQ(unknown.status().code(), ErrorCode::kUnhandledCudaError);
+  EXPECT_EQ(unknown.status().message(),
+            "asking the CUDA driver what memory it is: an illegal memory access was encountered "
+            "(CUDA error 700)");
+  failPointerQueries(0);
+
   setDeviceRange(nullptr, 0, 0, 0);
-  EXPECT_EQ(memoryKindOf(buffer.data()).kind, MemoryKind::kHost);
+  EXPECT_EQ(kindOf(buffer.data()), MemoryKind::kHost);
   EXPECT_STREQ(memoryKindName(MemoryKind::kDevice), "GPU device");
 }
 
