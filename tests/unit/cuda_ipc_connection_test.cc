@@ -178,6 +178,92 @@ TEST_F(CudaIpcPair, SpillsReuseTheMemoryOfEarlierOnes) {
   EXPECT_EQ(devB->allocations, allocationsAfterFirst);
 }
 
+// A spill holds the chunks it copies out, a slot's worth each, never the
+// whole message: a large message whose receive comes once its first chunks
+// were spilled takes one round of spill blocks (a block per slot), and the
+// rest of it goes straight from the slots into the receive.
+TEST_F(CudaIpcPair, ASpillTakesAsMuchMemoryAsTheChunksItHolds) {
+  const size_t big = 4096 * 40;
+  DeviceBuffer s(*devA, big), r(*devB, big);
+  for (size_t i = 0; i < big; ++i) s.data()[i] = static_cast<uint8_t>(i / 4096 + i);
+  auto sent = A->postSend(s.data(), big, Tag{1, 1});
+  const size_t bytesBefore = devB->allocatedBytes;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (B->spilledChunks() == 0 && std::chrono::steady_clock::now() < until) {
+    (void)A->progress();
+    (void)B->progress();
+  }
+  ASSERT_EQ(B->spilledChunks(), 4u);  // one round: every slot held
+  auto got = B->postRecv(r.data(), big, Tag{1, 1});
+  drive({sent, got});
+  ASSERT_EQ(got->state(), State::kDone) << got->error().message();
+  synchronize();
+  EXPECT_EQ(std::memcmp(r.data(), s.data(), big), 0);
+  EXPECT_EQ(B->spilledChunks(), 4u);
+  EXPECT_EQ(devB->allocatedBytes - bytesBefore, 4 * 4096u);
+}
+
+// Two messages held at once, each filling every slot, take two rounds of
+// spill blocks, the second allocated when the first is all in use; received
+// in the other order, last first, they free both, and the same again
+// allocates nothing.
+TEST_F(CudaIpcPair, SpillRoundsAreAddedWhileEveryBlockHoldsAChunk) {
+  const size_t big = 4096 * 4, small = 100;
+  DeviceBuffer s1(*devA, big), s2(*devA, big), s3(*devA, small);
+  s1.fill(1);
+  s2.fill(2);
+  s3.fill(3);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    DeviceBuffer r1(*devB, big), r2(*devB, big), r3(*devB, small);
+    const size_t allocationsBefore = devB->allocations;
+    const uint64_t first = 1 + 3 * static_cast<uint64_t>(round);
+    auto a1 = A->postSend(s1.data(), big, Tag{first, 1});
+    auto a2 = A->postSend(s2.data(), big, Tag{first + 1, 1});
+    auto a3 = A->postSend(s3.data(), small, Tag{first + 2, 1});
+    auto b3 = B->postRecv(r3.data(), small, Tag{first + 2, 1});
+    drive({a1, a2, a3, b3});
+    ASSERT_EQ(b3->state(), State::kDone);
+    EXPECT_EQ(B->spilledChunks(), 8u * (round + 1));
+    EXPECT_EQ(devB->allocations - allocationsBefore, round == 0 ? 2u : 0u);
+    auto b2 = B->postRecv(r2.data(), big, Tag{first + 1, 1});
+    auto b1 = B->postRecv(r1.data(), big, Tag{first, 1});
+    drive({b1, b2});
+    ASSERT_EQ(b1->state(), State::kDone);
+    ASSERT_EQ(b2->state(), State::kDone);
+    synchronize();
+    EXPECT_TRUE(r1.holds(1));
+    EXPECT_TRUE(r2.holds(2));
+    EXPECT_TRUE(r3.holds(3));
+  }
+}
+
+// reserve() makes the first round of spill blocks ahead, once: the spills
+// after it allocate nothing.
+TEST_F(CudaIpcPair, ReserveMakesTheFirstSpillRoundAhead) {
+  const size_t big = 4096 * 4, small = 500;
+  DeviceBuffer s1(*devA, big), s2(*devA, small), r1(*devB, big), r2(*devB, small);
+  const size_t allocationsBefore = devB->allocations;
+  ASSERT_TRUE(B->reserve({}, std::vector<size_t>{big}).isOk());
+  EXPECT_EQ(devB->allocations - allocationsBefore, 1u);
+  ASSERT_TRUE(B->reserve(std::vector<size_t>{small}, {}).isOk());
+  EXPECT_EQ(devB->allocations - allocationsBefore, 1u);
+  s1.fill(5);
+  s2.fill(6);
+  auto a1 = A->postSend(s1.data(), big, Tag{1, 1});
+  auto a2 = A->postSend(s2.data(), small, Tag{2, 1});
+  auto b2 = B->postRecv(r2.data(), small, Tag{2, 1});
+  drive({a1, a2, b2});
+  auto b1 = B->postRecv(r1.data(), big, Tag{1, 1});
+  drive({b1});
+  ASSERT_EQ(b1->state(), State::kDone);
+  EXPECT_EQ(B->spilledChunks(), 4u);
+  EXPECT_EQ(devB->allocations - allocationsBefore, 1u);
+  synchronize();
+  EXPECT_TRUE(r1.holds(5));
+  EXPECT_TRUE(r2.holds(6));
+}
+
 // dst = local + incoming in 4-byte little-endian integers; notes any call
 // given a part of an element.
 struct IntAdder {

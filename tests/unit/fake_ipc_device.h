@@ -49,6 +49,7 @@ class FakeIpcDevice final : public IpcDevice {
   std::chrono::microseconds workDelay{0};
   std::atomic<int> liveMappings{0};  // allocations and opened handles not yet released
   std::atomic<size_t> copies{0}, combines{0}, allocations{0}, hostAllocations{0};
+  std::atomic<size_t> allocatedBytes{0};  // by allocate()
   std::atomic<bool> failEnqueues{false};
   // Runs before each openMemory; an error it returns is openMemory's.
   std::function<Status()> beforeOpen;
@@ -57,6 +58,7 @@ class FakeIpcDevice final : public IpcDevice {
 
   Result<std::unique_ptr<DeviceMemory>> allocate(size_t bytes) override {
     ++allocations;
+    allocatedBytes += bytes;
     return mapNew(bytes == 0 ? 1 : bytes);
   }
   Result<std::unique_ptr<DeviceMemory>> openMemory(const IpcHandle& handle) override {

@@ -268,19 +268,6 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
   auto it = unexpected_.find(tag);
   Unexpected u = std::move(it->second);
   unexpected_.erase(it);
-  // Its spill serves a later one once the copies into and out of it are
-  // queued: the device runs its work in order, so a later spill's copies
-  // in come after them. GPU memory is freed with the connection, never
-  // during a call: freeing waits for the whole GPU, which a CUDA stream
-  // waiting for this call may hold. (Allocating anew for each spill would
-  // also keep one message's worth per spill until the connection closes.)
-  struct SpareOnReturn {
-    CudaIpcConnection& connection;
-    Spill& spill;
-    ~SpareOnReturn() {
-      if (spill.memory) connection.spareSpills_.emplace(spill.bytes, std::move(spill));
-    }
-  } spareOnReturn{*this, u.spill};
   if (u.check != p.check || u.total != p.bytes) {
     p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (", u.total,
                                         " bytes arrived, ", p.bytes, " expected)")),
@@ -290,7 +277,9 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
     uint64_t arrived = 0;
     for (const Chunk& c : u.chunks) {
       arrived += c.length;
-      if (!c.spilled && c.length > 0) {
+      if (c.spilledTo != nullptr) {
+        freeSpillBlocks_.push_back(c.spilledTo);
+      } else if (c.length > 0) {
         --heldSlots_;
         BRAID_RETURN_IF_ERROR(sendRecord(Record{kCredit, c.slot, 0, 0, 0, 0, 0}));
       }
@@ -300,25 +289,27 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
     return Status::ok();
   }
   for (const Chunk& c : u.chunks) {
-    if (!c.spilled && c.length > 0) --heldSlots_;
-    BRAID_RETURN_IF_ERROR(consume(p, c, c.spilled ? u.spill.memory.get() : nullptr));
+    if (c.spilledTo == nullptr && c.length > 0) --heldSlots_;
+    BRAID_RETURN_IF_ERROR(consume(p, c));
   }
   done = p.request->state() != Request::State::kPending;
   return Status::ok();
 }
 
-Status CudaIpcConnection::consume(PostedRecv& p, const Chunk& c, const DeviceMemory* spill) {
+Status CudaIpcConnection::consume(PostedRecv& p, const Chunk& c) {
   if (c.length > 0) {
-    const uint8_t* from =
-        spill ? static_cast<const uint8_t*>(spill->data()) + c.offset : slot(c.slot);
-    if (!spill) BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerFilled_[c.slot]));
+    const bool spilled = c.spilledTo != nullptr;
+    const uint8_t* from = spilled ? c.spilledTo : slot(c.slot);
+    if (!spilled) BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerFilled_[c.slot]));
     if (p.combiner.apply != nullptr || p.combiner.applyOnDevice != nullptr) {
       BRAID_RETURN_IF_ERROR(device_->enqueueCombine(p.dst + c.offset, p.local + c.offset, from,
                                                     c.length, p.combiner));
     } else {
       BRAID_RETURN_IF_ERROR(device_->enqueueCopy(p.dst + c.offset, from, c.length));
     }
-    if (!spill && dead_.isOk()) {  // credits only for a peer still there
+    if (spilled) {
+      freeSpillBlocks_.push_back(c.spilledTo);
+    } else if (dead_.isOk()) {  // credits only for a peer still there
       BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*drained_[c.slot]));
       BRAID_RETURN_IF_ERROR(sendRecord(Record{kCredit, c.slot, 0, 0, 0, 0, 0}));
     }
@@ -331,16 +322,13 @@ Status CudaIpcConnection::consume(PostedRecv& p, const Chunk& c, const DeviceMem
 Status CudaIpcConnection::spillHeldChunks() {
   for (auto& [tag, u] : unexpected_) {
     for (Chunk& c : u.chunks) {
-      if (c.spilled || c.length == 0) continue;
-      if (!u.spill.memory) {
-        BRAID_ASSIGN_OR_RETURN(u.spill, takeSpill(u.total));
-      }
+      if (c.spilledTo != nullptr || c.length == 0) continue;
+      BRAID_ASSIGN_OR_RETURN(uint8_t * block, takeSpillBlock());
       BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerFilled_[c.slot]));
-      BRAID_RETURN_IF_ERROR(device_->enqueueCopy(
-          static_cast<uint8_t*>(u.spill.memory->data()) + c.offset, slot(c.slot), c.length));
+      BRAID_RETURN_IF_ERROR(device_->enqueueCopy(block, slot(c.slot), c.length));
       BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*drained_[c.slot]));
       BRAID_RETURN_IF_ERROR(sendRecord(Record{kCredit, c.slot, 0, 0, 0, 0, 0}));
-      c.spilled = true;
+      c.spilledTo = block;
       --heldSlots_;
       ++spilledChunks_;
     }
@@ -348,14 +336,41 @@ Status CudaIpcConnection::spillHeldChunks() {
   return Status::ok();
 }
 
-Result<CudaIpcConnection::Spill> CudaIpcConnection::takeSpill(size_t bytes) {
-  if (auto it = spareSpills_.lower_bound(bytes); it != spareSpills_.end()) {
-    Spill s = std::move(it->second);
-    spareSpills_.erase(it);
-    return s;
+size_t CudaIpcConnection::spillRoundBytes() const {
+  return static_cast<size_t>(options_.slots) * options_.slotBytes;
+}
+
+void CudaIpcConnection::addSpillRound(std::unique_ptr<DeviceMemory> round) {
+  auto* base = static_cast<uint8_t*>(round->data());
+  // Taken from the back: the round's blocks in address order.
+  for (int k = options_.slots - 1; k >= 0; --k)
+    freeSpillBlocks_.push_back(base + static_cast<size_t>(k) * options_.slotBytes);
+  spillRounds_.push_back(std::move(round));
+}
+
+Result<uint8_t*> CudaIpcConnection::takeSpillBlock() {
+  if (freeSpillBlocks_.empty()) {
+    BRAID_ASSIGN_OR_RETURN(auto round, device_->allocate(spillRoundBytes()));
+    addSpillRound(std::move(round));
   }
-  BRAID_ASSIGN_OR_RETURN(auto memory, device_->allocate(bytes));
-  return Spill{bytes, std::move(memory)};
+  uint8_t* block = freeSpillBlocks_.back();
+  freeSpillBlocks_.pop_back();
+  return block;
+}
+
+// Any message may spill, a later call's too: the sizes do not matter.
+Status CudaIpcConnection::reserve(std::span<const size_t>, std::span<const size_t>) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!spillRounds_.empty()) return Status::ok();
+  }
+  // Allocated outside the lock, which the call before, still running on
+  // the engine's thread, may need: an allocation can wait for a lock of
+  // the driver that an application thread holds until that call ends.
+  BRAID_ASSIGN_OR_RETURN(auto round, device_->allocate(spillRoundBytes()));
+  std::lock_guard lock(mutex_);
+  addSpillRound(std::move(round));  // two racing reserves: both rounds serve
+  return Status::ok();
 }
 
 void CudaIpcConnection::failPostedBefore(uint64_t tag) {
@@ -391,7 +406,7 @@ Status CudaIpcConnection::chunkArrived(const Record& r) {
   if (auto it = posted_.find(r.tag); it != posted_.end() && !unexpected_.count(r.tag)) {
     PostedRecv& p = it->second;
     if (p.check == r.check && p.bytes == r.total) {
-      BRAID_RETURN_IF_ERROR(consume(p, c, nullptr));
+      BRAID_RETURN_IF_ERROR(consume(p, c));
       if (p.request->state() != Request::State::kPending) posted_.erase(it);
       return Status::ok();
     }
@@ -401,7 +416,7 @@ Status CudaIpcConnection::chunkArrived(const Record& r) {
     posted_.erase(it);
   }
   Unexpected& u = unexpected_[r.tag];
-  if (u.chunks.empty() && !u.spill.memory) {
+  if (u.chunks.empty()) {
     u.check = r.check;
     u.total = r.total;
   }

@@ -35,9 +35,10 @@
 // caller can carry the pair's messages another way (IpcOrFallback).
 //
 // A message that arrives before its receive holds its slots. When every
-// slot of this end is held so, the held chunks are copied out into GPU
-// memory of this end (allocated then: rare and slow), so the sender can go
-// on and ranks that receive out of order still complete.
+// slot of this end is held so, the held chunks are copied out into spill
+// blocks, GPU memory of this end of a slot each, so the sender can go on
+// and ranks that receive out of order still complete. A spill takes as
+// much memory as the chunks it holds, never a whole message's worth.
 #pragma once
 
 #include <array>
@@ -45,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "transports/cuda_ipc/ipc_device.h"
@@ -90,6 +92,13 @@ class CudaIpcConnection final : public Connection {
   bool mayHaveUnclaimed() const override;
   int peer() const override { return control_->peer(); }
 
+  // Allocates one round of spill blocks (a block for every slot: a round
+  // spills at most every slot) unless the connection has blocks already,
+  // so that a call on a CUDA stream spills without allocating while the
+  // stream waits for it. Rounds beyond the first held at once are still
+  // allocated as they come.
+  Status reserve(std::span<const size_t> sends, std::span<const size_t> recvs) override;
+
   // Chunks copied out of held slots so far (see above): for tests.
   size_t spilledChunks() const;
 
@@ -127,7 +136,9 @@ class CudaIpcConnection final : public Connection {
   struct Chunk {
     uint64_t offset, length;
     uint32_t slot;
-    bool spilled = false;  // its bytes are in the message's spill, the slot credited
+    // The spill block its bytes were copied to, the slot credited; null
+    // while they are in the slot.
+    uint8_t* spilledTo = nullptr;
   };
   struct PendingSend {
     const uint8_t* data;
@@ -145,15 +156,9 @@ class CudaIpcConnection final : public Connection {
     RequestPtr request;
     size_t consumed = 0;
   };
-  // GPU memory of this end that held chunks are copied out into.
-  struct Spill {
-    size_t bytes = 0;
-    std::unique_ptr<DeviceMemory> memory;
-  };
   struct Unexpected {
     uint64_t check, total;
     std::vector<Chunk> chunks;
-    Spill spill;         // none until its chunks are first spilled
     bool whole() const;  // every byte of it arrived
   };
   struct OutRecord {
@@ -177,12 +182,16 @@ class CudaIpcConnection final : public Connection {
   Status chunkArrived(const Record& record);
   Status pushSends(bool& moved);
   Status completeWrittenSends(bool& moved);
-  // Queues the copy of `chunk` out of its slot (or spill) into `p` and
-  // credits the slot; completes `p` when its last byte is queued.
-  Status consume(PostedRecv& p, const Chunk& chunk, const DeviceMemory* spill);
+  // Queues the copy of `chunk` out of its slot (or spill block) into `p`
+  // and credits the slot (or frees the block); completes `p` when its last
+  // byte is queued.
+  Status consume(PostedRecv& p, const Chunk& chunk);
   Status spillHeldChunks();
-  // Spill memory of at least `bytes`: a spare one if any, else new.
-  Result<Spill> takeSpill(size_t bytes);
+  // A free spill block; a new round of them if none is free.
+  Result<uint8_t*> takeSpillBlock();
+  // Carves `round` (slots blocks of slotBytes) into free blocks and keeps it.
+  void addSpillRound(std::unique_ptr<DeviceMemory> round);
+  size_t spillRoundBytes() const;
   Status matchUnexpected(uint64_t tag, PostedRecv& p, bool& done);
   void failPostedBefore(uint64_t tag);
   void failAll(const Status& reason);
@@ -233,9 +242,13 @@ class CudaIpcConnection final : public Connection {
   std::map<uint64_t, uint64_t> dropping_;
   size_t heldSlots_ = 0;
   size_t spilledChunks_ = 0;
-  // Spills whose message met its receive, by size: never freed before the
-  // connection goes (see matchUnexpected).
-  std::multimap<size_t, Spill> spareSpills_;
+  // Spill blocks. One goes back to freeSpillBlocks_ once the copy out of
+  // it is queued (or its message was refused): the device runs its work in
+  // order, so a later spill's copy into it comes after. The rounds are
+  // freed with the connection, never during a call: freeing waits for the
+  // whole GPU, which a CUDA stream waiting for this call may hold.
+  std::vector<std::unique_ptr<DeviceMemory>> spillRounds_;
+  std::vector<uint8_t*> freeSpillBlocks_;
   std::array<uint64_t, 256> highestArrived_{};  // per channel, +1 (0 = none)
 };
 
