@@ -23,20 +23,23 @@ namespace {
 
 // The few values of the driver API used here (cuda.h), declared rather than
 // included so that every build can ask, with or without the CUDA headers.
-using CuResult = int;                              // CUresult
-using CuDevicePtr = unsigned long long;            // CUdeviceptr (64-bit, CUdeviceptr_v2)
-constexpr CuResult kCudaSuccess = 0;               // CUDA_SUCCESS
-constexpr CuResult kErrorInvalidValue = 1;         // CUDA_ERROR_INVALID_VALUE
-constexpr CuResult kErrorNotInitialized = 3;       // CUDA_ERROR_NOT_INITIALIZED
-constexpr CuResult kErrorDeinitialized = 4;        // CUDA_ERROR_DEINITIALIZED
-constexpr CuResult kErrorStubLibrary = 34;         // CUDA_ERROR_STUB_LIBRARY
-constexpr CuResult kErrorInsufficientDriver = 35;  // CUDA_ERROR_INSUFFICIENT_DRIVER
-constexpr CuResult kErrorNoDevice = 100;           // CUDA_ERROR_NO_DEVICE
-constexpr int kAttributeMemoryType = 2;            // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-constexpr int kAttributeIsManaged = 8;             // CU_POINTER_ATTRIBUTE_IS_MANAGED
-constexpr int kAttributeDeviceOrdinal = 9;         // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-constexpr unsigned int kMemoryTypeDevice = 2;      // CU_MEMORYTYPE_DEVICE
-constexpr unsigned int kMemoryTypeUnified = 4;     // CU_MEMORYTYPE_UNIFIED
+using CuResult = int;                                 // CUresult
+using CuDevicePtr = unsigned long long;               // CUdeviceptr (64-bit, CUdeviceptr_v2)
+constexpr CuResult kCudaSuccess = 0;                  // CUDA_SUCCESS
+constexpr CuResult kErrorInvalidValue = 1;            // CUDA_ERROR_INVALID_VALUE
+constexpr CuResult kErrorNotInitialized = 3;          // CUDA_ERROR_NOT_INITIALIZED
+constexpr CuResult kErrorDeinitialized = 4;           // CUDA_ERROR_DEINITIALIZED
+constexpr CuResult kErrorStubLibrary = 34;            // CUDA_ERROR_STUB_LIBRARY
+constexpr CuResult kErrorInsufficientDriver = 35;     // CUDA_ERROR_INSUFFICIENT_DRIVER
+constexpr CuResult kErrorNoDevice = 100;              // CUDA_ERROR_NO_DEVICE
+constexpr CuResult kErrorSystemNotReady = 802;        // CUDA_ERROR_SYSTEM_NOT_READY
+constexpr CuResult kErrorSystemDriverMismatch = 803;  // CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
+constexpr CuResult kErrorCompatNotSupported = 804;    // CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE
+constexpr int kAttributeMemoryType = 2;               // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttributeIsManaged = 8;                // CU_POINTER_ATTRIBUTE_IS_MANAGED
+constexpr int kAttributeDeviceOrdinal = 9;            // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr unsigned int kMemoryTypeDevice = 2;         // CU_MEMORYTYPE_DEVICE
+constexpr unsigned int kMemoryTypeUnified = 4;        // CU_MEMORYTYPE_UNIFIED
 // CU_MEMORYTYPE_HOST (1) is pinned or registered host memory: host for braid.
 // cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr)
 using PointerGetAttribute = CuResult (*)(void*, int, CuDevicePtr);
@@ -115,6 +118,11 @@ bool answersHost(CuResult r) {
     case kErrorStubLibrary:         // a stub driver, which has no GPU
     case kErrorInsufficientDriver:  // a driver too old for any GPU it has
     case kErrorNoDevice:            // no GPU at all
+    // cuInit's failures where the system cannot run CUDA (a driver and
+    // kernel module that differ, in a container say): no GPU memory either.
+    case kErrorSystemNotReady:
+    case kErrorSystemDriverMismatch:
+    case kErrorCompatNotSupported:
       return true;
     default:
       return false;

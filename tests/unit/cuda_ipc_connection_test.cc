@@ -203,38 +203,42 @@ TEST_F(CudaIpcPair, ASpillTakesAsMuchMemoryAsTheChunksItHolds) {
   EXPECT_EQ(devB->allocatedBytes - bytesBefore, 4 * 4096u);
 }
 
-// Two messages held at once, each filling every slot, take two rounds of
-// spill blocks, the second allocated when the first is all in use; received
-// in the other order, last first, they free both, and the same again
-// allocates nothing.
+// Chunks of several messages share a round of spill blocks: four messages
+// of two slots each, held at once, spill in two rounds (one allocation
+// each, the second once every block of the first holds a chunk), where a
+// spill per message took four. Received last first, they free every
+// block, and the same again allocates nothing.
 TEST_F(CudaIpcPair, SpillRoundsAreAddedWhileEveryBlockHoldsAChunk) {
-  const size_t big = 4096 * 4, small = 100;
-  DeviceBuffer s1(*devA, big), s2(*devA, big), s3(*devA, small);
-  s1.fill(1);
-  s2.fill(2);
-  s3.fill(3);
+  constexpr int kHeld = 4;
+  const size_t two = 4096 * 2, small = 100;
+  std::vector<std::unique_ptr<DeviceBuffer>> sends;
+  for (int m = 0; m <= kHeld; ++m) {
+    sends.push_back(std::make_unique<DeviceBuffer>(*devA, m < kHeld ? two : small));
+    sends.back()->fill(static_cast<uint8_t>(m + 1));
+  }
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round);
-    DeviceBuffer r1(*devB, big), r2(*devB, big), r3(*devB, small);
-    const size_t allocationsBefore = devB->allocations;
-    const uint64_t first = 1 + 3 * static_cast<uint64_t>(round);
-    auto a1 = A->postSend(s1.data(), big, Tag{first, 1});
-    auto a2 = A->postSend(s2.data(), big, Tag{first + 1, 1});
-    auto a3 = A->postSend(s3.data(), small, Tag{first + 2, 1});
-    auto b3 = B->postRecv(r3.data(), small, Tag{first + 2, 1});
-    drive({a1, a2, a3, b3});
-    ASSERT_EQ(b3->state(), State::kDone);
+    std::vector<std::unique_ptr<DeviceBuffer>> recvs;
+    for (int m = 0; m <= kHeld; ++m)
+      recvs.push_back(std::make_unique<DeviceBuffer>(*devB, m < kHeld ? two : small));
+    const size_t allocationsBefore = devB->allocations, bytesBefore = devB->allocatedBytes;
+    const uint64_t first = 1 + (kHeld + 1) * static_cast<uint64_t>(round);
+    std::vector<RequestPtr> sent;
+    for (int m = 0; m <= kHeld; ++m)
+      sent.push_back(A->postSend(sends[m]->data(), m < kHeld ? two : small, Tag{first + m, 1}));
+    auto last = B->postRecv(recvs[kHeld]->data(), small, Tag{first + kHeld, 1});
+    drive({sent[0], sent[1], sent[2], sent[3], sent[4], last});
+    ASSERT_EQ(last->state(), State::kDone);
     EXPECT_EQ(B->spilledChunks(), 8u * (round + 1));
     EXPECT_EQ(devB->allocations - allocationsBefore, round == 0 ? 2u : 0u);
-    auto b2 = B->postRecv(r2.data(), big, Tag{first + 1, 1});
-    auto b1 = B->postRecv(r1.data(), big, Tag{first, 1});
-    drive({b1, b2});
-    ASSERT_EQ(b1->state(), State::kDone);
-    ASSERT_EQ(b2->state(), State::kDone);
+    EXPECT_EQ(devB->allocatedBytes - bytesBefore, round == 0 ? 2 * 4 * 4096u : 0u);
+    std::vector<RequestPtr> got;
+    for (int m = kHeld - 1; m >= 0; --m)
+      got.push_back(B->postRecv(recvs[m]->data(), two, Tag{first + m, 1}));
+    drive({got[0], got[1], got[2], got[3]});
+    for (const auto& r : got) ASSERT_EQ(r->state(), State::kDone);
     synchronize();
-    EXPECT_TRUE(r1.holds(1));
-    EXPECT_TRUE(r2.holds(2));
-    EXPECT_TRUE(r3.holds(3));
+    for (int m = 0; m <= kHeld; ++m) EXPECT_TRUE(recvs[m]->holds(static_cast<uint8_t>(m + 1))) << m;
   }
 }
 
@@ -262,6 +266,14 @@ TEST_F(CudaIpcPair, ReserveMakesTheFirstSpillRoundAhead) {
   synchronize();
   EXPECT_TRUE(r1.holds(5));
   EXPECT_TRUE(r2.holds(6));
+}
+
+// A connection already dead spills nothing more: reserve() makes nothing.
+TEST_F(CudaIpcPair, ADeadConnectionReservesNothing) {
+  B->abort(Status(ErrorCode::kInternalError, "the test ends it"));
+  const size_t allocationsBefore = devB->allocations;
+  EXPECT_TRUE(B->reserve({}, std::vector<size_t>{4096}).isOk());
+  EXPECT_EQ(devB->allocations, allocationsBefore);
 }
 
 // dst = local + incoming in 4-byte little-endian integers; notes any call

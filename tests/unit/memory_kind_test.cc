@@ -89,8 +89,10 @@ TEST(MemoryKind, FoundOnlyOnceTheProcessLoadsTheDriver) {
   auto failPointerQueries =
       reinterpret_cast<FailPointerQueries>(dlsym(fake, "fakeCudaFailPointerQueries"));
   ASSERT_NE(failPointerQueries, nullptr) << dlerror();
-  for (int noGpuMemory : {3 /* NOT_INITIALIZED */, 4 /* DEINITIALIZED */, 34 /* STUB_LIBRARY */,
-                          35 /* INSUFFICIENT_DRIVER */, 100 /* NO_DEVICE */}) {
+  for (int noGpuMemory :
+       {3 /* NOT_INITIALIZED */, 4 /* DEINITIALIZED */, 34 /* STUB_LIBRARY */,
+        35 /* INSUFFICIENT_DRIVER */, 100 /* NO_DEVICE */, 802 /* SYSTEM_NOT_READY */,
+        803 /* SYSTEM_DRIVER_MISMATCH */, 804 /* COMPAT_NOT_SUPPORTED_ON_DEVICE */}) {
     failPointerQueries(noGpuMemory);
     EXPECT_EQ(kindOf(buffer.data()), MemoryKind::kHost) << "CUDA error " << noGpuMemory;
   }

@@ -362,7 +362,7 @@ Result<uint8_t*> CudaIpcConnection::takeSpillBlock() {
 Status CudaIpcConnection::reserve(std::span<const size_t>, std::span<const size_t>) {
   {
     std::lock_guard lock(mutex_);
-    if (!spillRounds_.empty()) return Status::ok();
+    if (!spillRounds_.empty() || !dead_.isOk()) return Status::ok();  // dead: nothing spills
   }
   // Allocated outside the lock, which the call before, still running on
   // the engine's thread, may need: an allocation can wait for a lock of
