@@ -215,6 +215,16 @@ Status BoardCollectives::checkAnnouncements(int stream, uint32_t callIndex, uint
   return Status::ok();
 }
 
+bool BoardCollectives::aheadOnHostMemory(int peer) const {
+  for (int stream = 0; stream < board_.streams(); ++stream) {
+    const shm::Announcement theirs = board_.announced(peer, stream);
+    if (theirs.call > board_.announced(rank_, stream).call &&
+        (theirs.check & CallSignature::kGpuMemoryBit) == 0)
+      return true;
+  }
+  return false;
+}
+
 Status BoardCollectives::checkAnnouncement(int peer, const Waiting& call,
                                            const std::string& name) const {
   const shm::Announcement seen = board_.announced(peer, call.stream);

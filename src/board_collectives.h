@@ -72,6 +72,10 @@ class BoardCollectives {
   // the algorithms that makes no progress, which then never would.
   Status checkAnnouncements(int stream, uint32_t callIndex, uint64_t check,
                             const std::string& name) const;
+  // Whether `peer` announced, on some stream, a call of host memory that
+  // this rank has not announced there yet: it waits in a call this rank is
+  // still to make (or made another call), not in a GPU call of its own.
+  bool aheadOnHostMemory(int peer) const;
 
  private:
   struct Waiting {

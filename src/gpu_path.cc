@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "braid_config.h"
@@ -137,30 +138,48 @@ DeviceWork GpuPath::work() const {
   return w;
 }
 
-void GpuPath::settleHandshakes(double seconds) {
+void GpuPath::settleHandshakes(double seconds, double atMostSeconds,
+                               const std::function<bool(int peer)>& busyElsewhere) {
   if (ipcPairs_.empty() || seconds <= 0 || handshakesAsked_.exchange(true)) return;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(seconds));
+  using Clock = std::chrono::steady_clock;
+  const double limit = busyElsewhere ? std::max(seconds, atMostSeconds) : seconds;
+  auto after = [start = Clock::now()](double s) {
+    return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  const Clock::time_point soft = after(seconds), hard = after(limit);
+  bool pastSoft = false;
   for (;;) {
-    bool moved = false, undecided = false;
+    bool moved = false;
+    std::vector<int> late;  // the peers of the pairs still undecided
     for (transport::cuda_ipc::IpcOrFallback* pair : ipcPairs_) {
       if (pair->decided()) continue;
       // A failure is the calls' to report; the pair has decided then.
       Result<bool> progressed = pair->progress();
       moved = moved || (progressed.isOk() && *progressed);
-      undecided = undecided || !pair->decided();
+      if (!pair->decided()) late.push_back(pair->peer());
     }
-    if (!undecided) return;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      BRAID_INFO("cuda_ipc: the ranks of this host did not all map each other's memory within ",
-                 seconds,
-                 " s (BRAID_CUDA_IPC_CONNECT_SECONDS); the rest is mapped during the "
-                 "first call");
-      return;
+    if (late.empty()) return;
+    if (const Clock::time_point now = Clock::now(); now >= soft) {
+      // A peer that has not reached its first GPU call is waited for, as a
+      // call waits for its peers; one that waits in another call instead
+      // (the calls differ, or this rank has yet to make that one) is not.
+      const auto busy =
+          busyElsewhere ? std::find_if(late.begin(), late.end(), busyElsewhere) : late.end();
+      if (now >= hard || busy != late.end()) {
+        BRAID_INFO("cuda_ipc: the ranks of this host did not all map each other's memory (",
+                   busy != late.end() ? strCat("rank ", *busy, " waits in another call")
+                                      : strCat("not within ", limit, " s"),
+                   "); the rest is mapped during the first call");
+        return;
+      }
+      if (!pastSoft)
+        BRAID_INFO("cuda_ipc: waiting up to ", limit, " s (BRAID_TIMEOUT) for ", late.size(),
+                   " rank(s) of this host, rank ", late.front(),
+                   " the first, to reach their first GPU call");
+      pastSoft = true;
     }
     // The peers answer within microseconds once they reach their first GPU call.
-    if (!moved) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (!moved) std::this_thread::sleep_for(std::chrono::microseconds(pastSoft ? 2000 : 200));
   }
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -84,11 +85,15 @@ class GpuPath {
   // once; and each job of a group its own).
   Result<uint8_t*> scratch(int stream, int nth, size_t bytes);
   // Progresses the cuda_ipc handshakes with the peers of this host until
-  // every pair has decided (mapped, fallen back, or broken) or `seconds`
-  // have passed, on the calling thread; only the first time it is asked.
-  // Mapping a peer's memory takes the driver's memory lock, so the first
-  // call on a CUDA stream has it done before the stream waits.
-  void settleHandshakes(double seconds);
+  // every pair has decided (mapped, fallen back, or broken), on the calling
+  // thread; only the first time it is asked. Mapping a peer's memory takes
+  // the driver's memory lock, so the first call on a CUDA stream has it
+  // done before the stream waits. Gives up after `seconds` (none for 0),
+  // or, where `busyElsewhere` can tell, once it says of the peer of a pair
+  // still undecided that it waits in another call (which it would not
+  // leave for this rank's), and at the latest after `atMostSeconds`.
+  void settleHandshakes(double seconds, double atMostSeconds,
+                        const std::function<bool(int peer)>& busyElsewhere);
 
  private:
   GpuPath() = default;

@@ -71,6 +71,7 @@ class Board {
   static Result<Board> open(const std::string& name, int nranks, int streams, int lanes,
                             size_t payloadBytes);
   int lanes() const { return lanes_; }
+  int streams() const { return streams_; }
   const std::string& name() const { return segment_.name(); }
   size_t payloadBytes() const { return slotBytes_ - BoardSlot::kHeaderBytes; }
   void unlink() { segment_.unlink(); }
