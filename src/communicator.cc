@@ -203,13 +203,16 @@ Status Communicator::prepareGpuCalls(std::span<const Operation> ops, int streamI
       BRAID_RETURN_IF_ERROR(op.isSend ? to->reserve(pieces, {}) : to->reserve({}, pieces));
       continue;
     }
-    // The board tells a peer late for its first GPU call from one that waits
-    // in another call; without it, the wait ends at the first bound.
-    const BoardCollectives* board = board_.get();
-    gpu->settleHandshakes(config_.cudaIpcConnectSeconds, config_.timeoutSeconds,
-                          board ? std::function<bool(int)>(
-                                      [board](int peer) { return board->aheadOnHostMemory(peer); })
-                                : std::function<bool(int)>());
+    if (!gpu->handshakesSettled()) {
+      // The board tells a peer late for its first GPU call from one that
+      // waits in a collective this rank has not made.
+      const BoardCollectives* board = board_.get();
+      gpu->settleHandshakes(config_.cudaIpcConnectSeconds,
+                            board ? std::function<bool(int)>([board](int peer) {
+                              return board->aheadOnHostMemory(peer);
+                            })
+                                  : std::function<bool(int)>());
+    }
     const algo::CollectiveArgs args = planArgs(op);
     const algo::Algorithm& algorithm = op.algorithm ? *op.algorithm : selector_.choose(args);
     const size_t pieceBytes = gpu->hasStagedPeers() ? config_.chunkBytes : 0;  // as prepare()

@@ -138,16 +138,21 @@ DeviceWork GpuPath::work() const {
   return w;
 }
 
-void GpuPath::settleHandshakes(double seconds, double atMostSeconds,
-                               const std::function<bool(int peer)>& busyElsewhere) {
-  if (ipcPairs_.empty() || seconds <= 0 || handshakesAsked_.exchange(true)) return;
+void GpuPath::settleHandshakes(double seconds, const std::function<bool(int peer)>& busyElsewhere) {
+  if (ipcPairs_.empty() || seconds <= 0 || handshakesSettled_.load(std::memory_order_acquire))
+    return;
+  // A first GPU call on another thread waits for this one's wait to end:
+  // returning at once, its call would map the late peers while its stream
+  // waits.
+  std::lock_guard lock(settleMutex_);
+  if (handshakesSettled_.load(std::memory_order_relaxed)) return;
+  struct SettledOnReturn {
+    std::atomic<bool>& settled;
+    ~SettledOnReturn() { settled.store(true, std::memory_order_release); }
+  } settledOnReturn{handshakesSettled_};
   using Clock = std::chrono::steady_clock;
-  const double limit = busyElsewhere ? std::max(seconds, atMostSeconds) : seconds;
-  auto after = [start = Clock::now()](double s) {
-    return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-  };
-  const Clock::time_point soft = after(seconds), hard = after(limit);
-  bool pastSoft = false;
+  const Clock::time_point start = Clock::now();
+  auto elapsed = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   for (;;) {
     bool moved = false;
     std::vector<int> late;  // the peers of the pairs still undecided
@@ -159,27 +164,24 @@ void GpuPath::settleHandshakes(double seconds, double atMostSeconds,
       if (!pair->decided()) late.push_back(pair->peer());
     }
     if (late.empty()) return;
-    if (const Clock::time_point now = Clock::now(); now >= soft) {
-      // A peer that has not reached its first GPU call is waited for, as a
-      // call waits for its peers; one that waits in another call instead
-      // (the calls differ, or this rank has yet to make that one) is not.
-      const auto busy =
-          busyElsewhere ? std::find_if(late.begin(), late.end(), busyElsewhere) : late.end();
-      if (now >= hard || busy != late.end()) {
-        BRAID_INFO("cuda_ipc: the ranks of this host did not all map each other's memory (",
-                   busy != late.end() ? strCat("rank ", *busy, " waits in another call")
-                                      : strCat("not within ", limit, " s"),
-                   "); the rest is mapped during the first call");
-        return;
-      }
-      if (!pastSoft)
-        BRAID_INFO("cuda_ipc: waiting up to ", limit, " s (BRAID_TIMEOUT) for ", late.size(),
-                   " rank(s) of this host, rank ", late.front(),
-                   " the first, to reach their first GPU call");
-      pastSoft = true;
+    const double waited = elapsed();
+    // A late peer is waited for, as the call would wait for it; one that
+    // waits in another call instead (the calls differ, or this rank makes
+    // that one later) is not, once this rank's own calls before this one
+    // had a moment to be announced.
+    const auto busy = busyElsewhere && waited >= kAnnouncedWithinSeconds
+                          ? std::find_if(late.begin(), late.end(), busyElsewhere)
+                          : late.end();
+    if (busy != late.end() || waited >= seconds) {
+      BRAID_INFO("cuda_ipc: the ranks of this host did not all map each other's memory (",
+                 busy != late.end()
+                     ? strCat("rank ", *busy, " waits in another call")
+                     : strCat("not within ", seconds, " s, BRAID_CUDA_IPC_CONNECT_SECONDS"),
+                 "); the rest is mapped during the first call");
+      return;
     }
     // The peers answer within microseconds once they reach their first GPU call.
-    if (!moved) std::this_thread::sleep_for(std::chrono::microseconds(pastSoft ? 2000 : 200));
+    if (!moved) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 

@@ -86,14 +86,14 @@ class GpuPath {
   Result<uint8_t*> scratch(int stream, int nth, size_t bytes);
   // Progresses the cuda_ipc handshakes with the peers of this host until
   // every pair has decided (mapped, fallen back, or broken), on the calling
-  // thread; only the first time it is asked. Mapping a peer's memory takes
-  // the driver's memory lock, so the first call on a CUDA stream has it
-  // done before the stream waits. Gives up after `seconds` (none for 0),
-  // or, where `busyElsewhere` can tell, once it says of the peer of a pair
-  // still undecided that it waits in another call (which it would not
-  // leave for this rank's), and at the latest after `atMostSeconds`.
-  void settleHandshakes(double seconds, double atMostSeconds,
-                        const std::function<bool(int peer)>& busyElsewhere);
+  // thread; only the first time it is asked, other threads waiting until
+  // that ends. Mapping a peer's memory takes the driver's memory lock, so
+  // the first call on a CUDA stream has it done before the stream waits.
+  // Gives up after `seconds` (no wait for 0), or once `busyElsewhere`
+  // (where given) says of the peer of a pair still undecided that it waits
+  // in another call, which it would not leave for this rank's.
+  void settleHandshakes(double seconds, const std::function<bool(int peer)>& busyElsewhere);
+  bool handshakesSettled() const { return handshakesSettled_.load(std::memory_order_acquire); }
 
  private:
   GpuPath() = default;
@@ -105,7 +105,12 @@ class GpuPath {
   std::vector<transport::Connection*> connections_;
   std::vector<transport::Connection*> stagedConnections_;
   std::vector<transport::cuda_ipc::IpcOrFallback*> ipcPairs_;
-  std::atomic<bool> handshakesAsked_{false};
+  std::atomic<bool> handshakesSettled_{false};
+  std::mutex settleMutex_;  // held by the thread that settles them
+  // How long this rank's own calls made before its first GPU call may take
+  // to be announced on the board (by their stream's thread), before a peer
+  // that seems to wait in a call this rank has not made is believed.
+  static constexpr double kAnnouncedWithinSeconds = 0.5;
   struct Scratch {
     size_t bytes = 0;
     std::unique_ptr<transport::cuda_ipc::DeviceMemory> memory;

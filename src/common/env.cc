@@ -66,11 +66,12 @@ constexpr EnvParam kParams[] = {
     {"BRAID_CUDA_IPC_SLOT_BYTES", "auto",
      "Bytes of each of the 8 slots of GPU memory cuda_ipc keeps per peer, the unit a message "
      "crosses GPU to GPU in (4096 .. 1 GiB, a multiple of 16); auto: BRAID_CHUNK_BYTES."},
-    {"BRAID_CUDA_IPC_CONNECT_SECONDS", "5",
+    {"BRAID_CUDA_IPC_CONNECT_SECONDS", "30",
      "At the first GPU call of a communicator on a CUDA stream, how long the calling thread "
      "waits for the ranks of its host to exchange and map their cuda_ipc memory, so that the "
-     "mapping is made before the CUDA stream waits for the call (0 .. 3600; 0: no wait, the "
-     "mapping is made during the call)."},
+     "mapping is made before the CUDA stream waits for the call; less where the shared-memory "
+     "board shows a late rank waiting in a collective this rank has not made (0 .. 3600; 0: no "
+     "wait, the mapping is made during the call)."},
     {"BRAID_IB_HCA", "",
      "RDMA devices and ports to use: mlx5_0:1,mlx5_1 (names are prefixes unless they start with "
      "=), or ^mlx5_2 to leave some out; default: the first active port."},

@@ -76,7 +76,7 @@ struct Config {
   size_t cudaIpcSlotBytes = 0;
   // BRAID_CUDA_IPC_CONNECT_SECONDS: how long the first GPU call on a CUDA
   // stream waits for the cuda_ipc handshakes (GpuPath::settleHandshakes).
-  double cudaIpcConnectSeconds = 5;
+  double cudaIpcConnectSeconds = 30;
   // Cost model figures; 0 = measured at init.
   double linkAlphaMicroseconds = 0;     // BRAID_LINK_ALPHA_US
   double linkGigabytesPerSecond = 0;    // BRAID_LINK_GBPS

@@ -2,10 +2,11 @@
 // the peers of its host on the calling thread, before the stream waits:
 // mapping takes the driver's memory lock, which an application thread may
 // hold until the stream gets past the call. A peer that reaches its first
-// GPU call late is waited for past BRAID_CUDA_IPC_CONNECT_SECONDS, as a call
-// waits for its peers, for as long as the shared-memory board shows that it
-// does not wait in another call; one that does (a host call this rank makes
-// only later) is not waited for, so that this rank can go on to make it.
+// GPU call late is waited for, up to BRAID_CUDA_IPC_CONNECT_SECONDS (30),
+// unless the shared-memory board shows it waiting in a collective this rank
+// has not made (a host call this rank makes only later), so that this rank
+// can go on to make it; and a first GPU call on another thread meanwhile
+// waits for that wait to end.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -20,31 +21,30 @@ using namespace braid::testing::gpu_ranks;
 
 class LatePeer : public ForkedGpuRanks {};
 
-// Queues an AllGather of kCount floats from each rank on the CUDA stream.
-int allGatherOnTheStream(Rank& r, OnACudaStream& on, int step) {
-  for (size_t i = 0; i < kCount; ++i) on.send[i] = value(r.rank(), 0, i);
-  RANK_CHECK(step, braidAllGather(on.send, on.recv, kCount, braidFloat32, r.comm, on.stream) ==
+// Queues an AllGather of `count` floats from each rank on the CUDA stream.
+int allGatherOnTheStream(Rank& r, OnACudaStream& on, int step, size_t count = kCount) {
+  for (size_t i = 0; i < count; ++i) on.send[i] = value(r.rank(), 0, i);
+  RANK_CHECK(step, braidAllGather(on.send, on.recv, count, braidFloat32, r.comm, on.stream) ==
                        braidSuccess);
   return 0;
 }
 
 // Once the stream got past it: its result.
-int checkTheAllGather(Rank& r, OnACudaStream& on, int step) {
+int checkTheAllGather(Rank& r, OnACudaStream& on, int step, size_t count = kCount) {
   RANK_CHECK(step, braidStreamSynchronize(on.stream) == braidSuccess);
-  RANK_CHECK(step + 1, firstWrong(on.recv, r.nranks() * kCount, [&](size_t i) {
-                         return value(static_cast<int>(i / kCount), 0, i % kCount);
+  RANK_CHECK(step + 1, firstWrong(on.recv, r.nranks() * count, [&](size_t i) {
+                         return value(static_cast<int>(i / count), 0, i % count);
                        }) == -1);
   return 0;
 }
 
-// Rank 1 reaches its first GPU call 3 s after rank 0, whose wait would end
-// after 1 s (BRAID_CUDA_IPC_CONNECT_SECONDS) and leave the mapping to the
-// call, while the stand-in holds the memory lock.
+// Rank 1 reaches its first GPU call 6 s after rank 0, later than the wait
+// of 5 s braid had before, while the stand-in holds the memory lock.
 int aLatePeerIsMappedBeforeTheStreamWaits(Rank& r) {
   OnACudaStream on;
   if (const int failed = on.setUp(r)) return failed;
   on.holdTheMemoryLock();
-  if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(3));
+  if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(6));
   if (const int failed = allGatherOnTheStream(r, on, 13)) return failed;
   if (const int failed = checkTheAllGather(r, on, 14)) return failed;
   return on.releaseTheMemoryLock(r, 16);
@@ -52,21 +52,54 @@ int aLatePeerIsMappedBeforeTheStreamWaits(Rank& r) {
 
 TEST_F(LatePeer, IsMappedBeforeTheStreamWaits) {
   RankSetup setup;
-  setup.environment = {"BRAID_CUDA_IPC_CONNECT_SECONDS=1"};
+  setup.environment = {"BRAID_TIMEOUT=30"};
   expectEveryRankPassed(runRanks(2, aLatePeerIsMappedBeforeTheStreamWaits, setup));
+}
+
+// Rank 0 makes its first GPU calls from two threads at once, on two CUDA
+// streams, while rank 1 is 3 s late: the second thread's call waits for the
+// first's wait to end, rather than have rank 1's memory mapped while its
+// stream waits. The blocks are small: both calls' messages fit in the
+// slots, whatever order rank 1 receives them in, so nothing spills.
+int twoThreadsMakeTheirFirstCallsAtOnce(Rank& r) {
+  constexpr size_t kSmall = 2 * kChunkBytes / sizeof(float);
+  OnACudaStream first, second;
+  if (const int failed = first.setUp(r)) return failed;
+  if (const int failed = second.setUp(r)) return failed;
+  first.holdTheMemoryLock();  // the stand-in's, for the whole process
+  if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(3));
+  int secondFailed = 0;
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    secondFailed = allGatherOnTheStream(r, second, 30, kSmall);
+  });
+  const int firstFailed = allGatherOnTheStream(r, first, 13, kSmall);
+  other.join();
+  if (firstFailed != 0) return firstFailed;
+  if (secondFailed != 0) return secondFailed;
+  if (const int failed = checkTheAllGather(r, first, 14, kSmall)) return failed;
+  if (const int failed = checkTheAllGather(r, second, 31, kSmall)) return failed;
+  RANK_CHECK(33, fake.streamSynchronize(second.cudaStream) == 0);
+  RANK_CHECK(34, braidStreamDestroy(second.stream) == braidSuccess);
+  return first.releaseTheMemoryLock(r, 16);
+}
+
+TEST_F(LatePeer, AFirstCallOnAnotherThreadWaitsForTheWaitToEnd) {
+  RankSetup setup;
+  setup.environment = {"BRAID_TIMEOUT=30"};
+  expectEveryRankPassed(runRanks(2, twoThreadsMakeTheirFirstCallsAtOnce, setup));
 }
 
 // Rank 1 first makes a host AllReduce on stream NULL, which rank 0 makes
 // only after its first GPU call (which returns at once, the stream waiting
 // for it): rank 0 stops waiting for rank 1's
-// handshake when the board shows rank 1 in that call, rather than wait
-// until BRAID_TIMEOUT, by when rank 1's AllReduce would have failed.
+// handshake when the board shows rank 1 in that call, rather than wait the full
+// 30 s, by when rank 1's AllReduce would have failed (BRAID_TIMEOUT=20).
 int aPeerInAnotherCallIsNotWaitedFor(Rank& r) {
   OnACudaStream on;
   if (const int failed = on.setUp(r)) return failed;
   float one = 1, sum = 0;
-  // Rank 1's AllReduce starts first, so that it would time out before a
-  // wait of BRAID_TIMEOUT on rank 0 ended.
+  // Rank 1's AllReduce starts first.
   if (r.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(2));
   if (r.rank() == 1)
     RANK_CHECK(
@@ -84,7 +117,7 @@ int aPeerInAnotherCallIsNotWaitedFor(Rank& r) {
 
 TEST_F(LatePeer, OneThatWaitsInAnotherCallIsNotWaitedFor) {
   RankSetup setup;
-  setup.environment = {"BRAID_CUDA_IPC_CONNECT_SECONDS=1", "BRAID_TIMEOUT=30"};
+  setup.environment = {"BRAID_TIMEOUT=20"};
   expectEveryRankPassed(runRanks(2, aPeerInAnotherCallIsNotWaitedFor, setup));
 }
 

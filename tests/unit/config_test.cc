@@ -199,10 +199,10 @@ TEST(Config, CudaIpcSlotsFollowTheChunkUnlessSet) {
   }
 }
 
-TEST(Config, CudaIpcConnectWaitIsFiveSecondsUnlessSet) {
+TEST(Config, CudaIpcConnectWaitIsThirtySecondsUnlessSet) {
   auto c = loadConfig();
   ASSERT_TRUE(c.isOk()) << c.status().message();
-  EXPECT_EQ(c->cudaIpcConnectSeconds, 5.0);
+  EXPECT_EQ(c->cudaIpcConnectSeconds, 30.0);
   {
     ScopedEnv wait("BRAID_CUDA_IPC_CONNECT_SECONDS", "0");
     auto parsed = loadConfig();
