@@ -27,8 +27,7 @@ bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
 braid::Result<braid::BufferMemory> memoryOf(const char* argument, const void* p) {
   if (p == nullptr) return braid::BufferMemory{};
   braid::Result<braid::BufferMemory> memory = braid::memoryKindOf(p);
-  if (!memory.isOk())
-    return Status(memory.status().code(), braid::strCat(argument, ": ", memory.status().message()));
+  if (!memory.isOk()) return memory.status().withContext(argument);
   return memory;
 }
 

@@ -158,9 +158,8 @@ Result<BufferMemory> memoryKindOf(const void* p) {
     kind = MemoryKind::kManaged;  // the driver reports managed memory as device memory
   else if (memoryType == kMemoryTypeDevice)
     kind = MemoryKind::kDevice;
-  else
-    return BufferMemory{};  // CU_MEMORYTYPE_HOST: pinned or registered host memory, which braid can
-                            // move
+  else  // CU_MEMORYTYPE_HOST: pinned or registered host memory, which braid can move
+    return BufferMemory{};
   // The ordinal only names the GPU: the kind is known, and a buffer of
   // unknown GPU is staged or refused by that kind all the same.
   int device = -1;

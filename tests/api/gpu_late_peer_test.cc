@@ -92,9 +92,9 @@ TEST_F(LatePeer, AFirstCallOnAnotherThreadWaitsForTheWaitToEnd) {
 
 // Rank 1 first makes a host AllReduce on stream NULL, which rank 0 makes
 // only after its first GPU call (which returns at once, the stream waiting
-// for it): rank 0 stops waiting for rank 1's
-// handshake when the board shows rank 1 in that call, rather than wait the full
-// 30 s, by when rank 1's AllReduce would have failed (BRAID_TIMEOUT=20).
+// for it): rank 0 stops waiting for rank 1's handshake when the board shows
+// rank 1 in that call, rather than wait the full 30 s, by when rank 1's
+// AllReduce would have failed (BRAID_TIMEOUT=20).
 int aPeerInAnotherCallIsNotWaitedFor(Rank& r) {
   OnACudaStream on;
   if (const int failed = on.setUp(r)) return failed;
