@@ -153,31 +153,43 @@ void GpuPath::settleHandshakes(double seconds, const std::function<bool(int peer
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   auto elapsed = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  // Peers seen waiting in another call: not waited for again, while the
+  // others still are.
+  std::vector<int> notWaitedFor;
   for (;;) {
     bool moved = false;
-    std::vector<int> late;  // the peers of the pairs still undecided
+    std::vector<int> late;  // the peers of the pairs still undecided and waited for
     for (transport::cuda_ipc::IpcOrFallback* pair : ipcPairs_) {
       if (pair->decided()) continue;
       // A failure is the calls' to report; the pair has decided then.
       Result<bool> progressed = pair->progress();
       moved = moved || (progressed.isOk() && *progressed);
-      if (!pair->decided()) late.push_back(pair->peer());
+      if (!pair->decided() && std::ranges::find(notWaitedFor, pair->peer()) == notWaitedFor.end())
+        late.push_back(pair->peer());
     }
-    if (late.empty()) return;
     const double waited = elapsed();
     // A late peer is waited for, as the call would wait for it; one that
     // waits in another call instead (the calls differ, or this rank makes
     // that one later) is not, once this rank's own calls before this one
-    // had a moment to be announced.
-    const auto busy = busyElsewhere && waited >= kAnnouncedWithinSeconds
-                          ? std::find_if(late.begin(), late.end(), busyElsewhere)
-                          : late.end();
-    if (busy != late.end() || waited >= seconds) {
-      BRAID_INFO("cuda_ipc: the ranks of this host did not all map each other's memory (",
-                 busy != late.end()
-                     ? strCat("rank ", *busy, " waits in another call")
-                     : strCat("not within ", seconds, " s, BRAID_CUDA_IPC_CONNECT_SECONDS"),
-                 "); the rest is mapped during the first call");
+    // had a moment to be announced. The others still are: each is mapped
+    // now or during the call, whichever peer keeps the other waiting.
+    if (busyElsewhere && waited >= kAnnouncedWithinSeconds) {
+      const auto busy =
+          std::ranges::partition(late, [&](int peer) { return !busyElsewhere(peer); });
+      for (const int peer : busy) {
+        BRAID_INFO("cuda_ipc: rank ", peer,
+                   " waits in another call; its memory is mapped during the first call");
+        notWaitedFor.push_back(peer);
+      }
+      late.erase(busy.begin(), busy.end());
+    }
+    if (late.empty()) return;
+    if (waited >= seconds) {
+      BRAID_INFO(
+          "cuda_ipc: rank ", late.front(),
+          late.size() > 1 ? strCat(" and ", late.size() - 1, " more") : "",
+          " of this host did not reach a first GPU call within ", seconds,
+          " s (BRAID_CUDA_IPC_CONNECT_SECONDS); their memory is mapped during the first call");
       return;
     }
     // The peers answer within microseconds once they reach their first GPU call.

@@ -89,9 +89,10 @@ class GpuPath {
   // thread; only the first time it is asked, other threads waiting until
   // that ends. Mapping a peer's memory takes the driver's memory lock, so
   // the first call on a CUDA stream has it done before the stream waits.
-  // Gives up after `seconds` (no wait for 0), or once `busyElsewhere`
-  // (where given) says of the peer of a pair still undecided that it waits
-  // in another call, which it would not leave for this rank's.
+  // Gives up after `seconds` (no wait for 0). Stops waiting for a peer once
+  // `busyElsewhere` (where given) says of it that it waits in another call,
+  // which it would not leave for this rank's; the others are still waited
+  // for.
   void settleHandshakes(double seconds, const std::function<bool(int peer)>& busyElsewhere);
   bool handshakesSettled() const { return handshakesSettled_.load(std::memory_order_acquire); }
 

@@ -5,8 +5,8 @@
 // GPU call late is waited for, up to BRAID_CUDA_IPC_CONNECT_SECONDS (30),
 // unless the shared-memory board shows it waiting in a collective this rank
 // has not made (a host call this rank makes only later), so that this rank
-// can go on to make it; and a first GPU call on another thread meanwhile
-// waits for that wait to end.
+// can go on to make it (the other late peers still waited for); and a first
+// GPU call on another thread meanwhile waits for that wait to end.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -35,6 +35,22 @@ int checkTheAllGather(Rank& r, OnACudaStream& on, int step, size_t count = kCoun
   RANK_CHECK(step + 1, firstWrong(on.recv, r.nranks() * count, [&](size_t i) {
                          return value(static_cast<int>(i / count), 0, i % count);
                        }) == -1);
+  return 0;
+}
+
+// Once the stream got past it: its result, and the streams let go.
+int endTheAllGather(Rank& r, OnACudaStream& on, int step) {
+  if (const int failed = checkTheAllGather(r, on, step)) return failed;
+  RANK_CHECK(step + 2, fake.streamSynchronize(on.cudaStream) == 0);
+  RANK_CHECK(step + 3, braidStreamDestroy(on.stream) == braidSuccess);
+  return 0;
+}
+
+// A host AllReduce on stream NULL of one float, 1 from each rank.
+int allReduceOnTheHost(Rank& r, float* sum, int step) {
+  const float one = 1;
+  RANK_CHECK(step,
+             braidAllReduce(&one, sum, 1, braidFloat32, braidSum, r.comm, nullptr) == braidSuccess);
   return 0;
 }
 
@@ -98,27 +114,51 @@ TEST_F(LatePeer, AFirstCallOnAnotherThreadWaitsForTheWaitToEnd) {
 int aPeerInAnotherCallIsNotWaitedFor(Rank& r) {
   OnACudaStream on;
   if (const int failed = on.setUp(r)) return failed;
-  float one = 1, sum = 0;
+  float sum = 0;
   // Rank 1's AllReduce starts first.
   if (r.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(2));
-  if (r.rank() == 1)
-    RANK_CHECK(
-        13, braidAllReduce(&one, &sum, 1, braidFloat32, braidSum, r.comm, nullptr) == braidSuccess);
+  if (const int failed = r.rank() == 1 ? allReduceOnTheHost(r, &sum, 13) : 0) return failed;
   if (const int failed = allGatherOnTheStream(r, on, 14)) return failed;
-  if (r.rank() == 0)
-    RANK_CHECK(
-        17, braidAllReduce(&one, &sum, 1, braidFloat32, braidSum, r.comm, nullptr) == braidSuccess);
+  if (const int failed = r.rank() == 0 ? allReduceOnTheHost(r, &sum, 17) : 0) return failed;
   RANK_CHECK(18, sum == 2.0f);
-  if (const int failed = checkTheAllGather(r, on, 19)) return failed;
-  RANK_CHECK(21, fake.streamSynchronize(on.cudaStream) == 0);
-  RANK_CHECK(22, braidStreamDestroy(on.stream) == braidSuccess);
-  return 0;
+  return endTheAllGather(r, on, 19);
 }
 
 TEST_F(LatePeer, OneThatWaitsInAnotherCallIsNotWaitedFor) {
   RankSetup setup;
   setup.environment = {"BRAID_TIMEOUT=20"};
   expectEveryRankPassed(runRanks(2, aPeerInAnotherCallIsNotWaitedFor, setup));
+}
+
+// Of three ranks, rank 2 first makes a host AllReduce on stream NULL, which
+// rank 0 makes only after its first GPU call, while rank 1 reaches its first
+// GPU call 3 s late and its AllReduce 2 s after that. Rank 0 stops waiting
+// for rank 2 but still waits for rank 1 and maps its memory before the
+// stream waits: mapped during the call, while the stand-in holds the memory
+// lock through the AllReduce, it would be refused. Rank 2's is mapped during
+// the call, once the lock is free again.
+int onlyThePeerInAnotherCallIsNotWaitedFor(Rank& r) {
+  OnACudaStream on;
+  if (const int failed = on.setUp(r)) return failed;
+  float sum = 0;
+  if (r.rank() == 0) on.holdTheMemoryLock();
+  if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(3));
+  if (const int failed = r.rank() == 2 ? allReduceOnTheHost(r, &sum, 13) : 0) return failed;
+  if (const int failed = allGatherOnTheStream(r, on, 14)) return failed;
+  if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(2));
+  if (const int failed = r.rank() != 2 ? allReduceOnTheHost(r, &sum, 17) : 0) return failed;
+  RANK_CHECK(18, sum == 3.0f);
+  if (r.rank() == 0) {
+    fake.holdMemoryLock(0);
+    RANK_CHECK(19, fake.memoryLockRefusals() == on.refusedBefore);
+  }
+  return endTheAllGather(r, on, 20);
+}
+
+TEST_F(LatePeer, OnlyThePeerInAnotherCallIsNotWaitedFor) {
+  RankSetup setup;
+  setup.environment = {"BRAID_TIMEOUT=30"};
+  expectEveryRankPassed(runRanks(3, onlyThePeerInAnotherCallIsNotWaitedFor, setup));
 }
 
 }  // namespace
