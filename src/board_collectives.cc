@@ -215,14 +215,31 @@ Status BoardCollectives::checkAnnouncements(int stream, uint32_t callIndex, uint
   return Status::ok();
 }
 
-bool BoardCollectives::aheadOnHostMemory(int peer) const {
+bool BoardCollectives::aheadOfThisRank(int peer) const {
   for (int stream = 0; stream < board_.streams(); ++stream) {
     const shm::Announcement theirs = board_.announced(peer, stream);
     if (theirs.call > board_.announced(rank_, stream).call &&
         (theirs.check & CallSignature::kGpuMemoryBit) == 0)
       return true;
   }
-  return false;
+  // A Send or Recv of the peer with this rank waits for this rank's match,
+  // or ends within moments where that is under way too.
+  return board_.pointToPoint(peer, rank_) > 0;
+}
+
+PointToPointUnderWay::PointToPointUnderWay(BoardCollectives* board, std::span<const Operation> ops)
+    : board_(board) {
+  if (board_ == nullptr) return;
+  for (const Operation& op : ops)
+    if (op.args.kind == algo::CollectiveKind::kSendRecv && op.peer >= 0 &&
+        op.peer < board_->nranks() && std::ranges::find(peers_, op.peer) == peers_.end())
+      peers_.push_back(op.peer);
+  for (const int peer : peers_) board_->addPointToPoint(peer, 1);
+}
+
+PointToPointUnderWay::~PointToPointUnderWay() {
+  if (board_ == nullptr) return;
+  for (const int peer : peers_) board_->addPointToPoint(peer, -1);
 }
 
 Status BoardCollectives::checkAnnouncement(int peer, const Waiting& call,

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "src/common/status.h"
@@ -53,6 +54,7 @@ class BoardCollectives {
   // 16 KiB a rank (docs/PERFORMANCE.md).
   static constexpr size_t kMaxReducedBytes = 32 << 10;
   size_t payloadBytes() const { return board_.payloadBytes(); }
+  int nranks() const { return nranks_; }
   // The streams whose small calls run on the board: 0 (the caller's thread)
   // to lanes() - 1, each in a lane of its own, so that calls on two streams
   // may run at once. Every stream's calls are announced.
@@ -72,10 +74,15 @@ class BoardCollectives {
   // the algorithms that makes no progress, which then never would.
   Status checkAnnouncements(int stream, uint32_t callIndex, uint64_t check,
                             const std::string& name) const;
-  // Whether `peer` announced, on some stream, a call of host memory that
-  // this rank has not announced there yet: it waits in a call this rank is
-  // still to make (or made another call), not in a GPU call of its own.
-  bool aheadOnHostMemory(int peer) const;
+  // Whether `peer` waits in a call this rank is still to make (or made
+  // another call), not in a GPU call of its own: it announced, on some
+  // stream, a call of host memory that this rank has not announced there
+  // yet; or it has a call under way that sends to or receives from this
+  // rank.
+  bool aheadOfThisRank(int peer) const;
+  // This rank's calls under way that send to or receive from `peer`:
+  // `calls` more, or fewer (PointToPointUnderWay).
+  void addPointToPoint(int peer, int calls) { board_.addPointToPoint(rank_, peer, calls); }
 
  private:
   struct Waiting {
@@ -111,6 +118,21 @@ class BoardCollectives {
     std::vector<const shm::BoardSlot*> slots;  // the current call's, by rank
   };
   std::vector<Lane> lanes_;
+};
+
+// While it lives, the board counts one call of this rank under way with
+// each peer that `ops` send to or receive from.
+class PointToPointUnderWay {
+ public:
+  PointToPointUnderWay(BoardCollectives* board, std::span<const Operation> ops);
+  PointToPointUnderWay(PointToPointUnderWay&& other) noexcept
+      : board_(std::exchange(other.board_, nullptr)), peers_(std::move(other.peers_)) {}
+  PointToPointUnderWay& operator=(PointToPointUnderWay&&) = delete;
+  ~PointToPointUnderWay();
+
+ private:
+  BoardCollectives* board_;
+  std::vector<int> peers_;  // each once
 };
 
 }  // namespace braid

@@ -208,9 +208,8 @@ Status Communicator::prepareGpuCalls(std::span<const Operation> ops, int streamI
       // waits in a collective this rank has not made.
       const BoardCollectives* board = board_.get();
       gpu->settleHandshakes(config_.cudaIpcConnectSeconds,
-                            board ? std::function<bool(int)>([board](int peer) {
-                              return board->aheadOnHostMemory(peer);
-                            })
+                            board ? std::function<bool(int)>(
+                                        [board](int peer) { return board->aheadOfThisRank(peer); })
                                   : std::function<bool(int)>());
     }
     const algo::CollectiveArgs args = planArgs(op);
@@ -482,6 +481,7 @@ Status Communicator::runPlain(std::span<const Operation> ops, int streamIndex) {
   std::vector<Job> jobs;
   std::vector<std::shared_ptr<const algo::Schedule>> schedules;
   BRAID_RETURN_IF_ERROR(prepare(ops, streamIndex, &jobs, &schedules));
+  const PointToPointUnderWay underWay(board_.get(), ops);
   Status s = runJobs(jobs);
   if (!s.isOk() && aborted_) return invalidUsage(strCat(ops[0].name, ": communicator aborted"));
   return s;
@@ -502,7 +502,11 @@ Status Communicator::runTogether(
   }
   std::vector<Job> jobs;
   std::vector<std::shared_ptr<const algo::Schedule>> schedules;
-  for (auto& [comm, ops] : batches) BRAID_RETURN_IF_ERROR(comm->prepare(ops, 0, &jobs, &schedules));
+  std::vector<PointToPointUnderWay> underWay;
+  for (auto& [comm, ops] : batches) {
+    BRAID_RETURN_IF_ERROR(comm->prepare(ops, 0, &jobs, &schedules));
+    underWay.emplace_back(comm->board_.get(), ops);
+  }
   Status s = runJobs(jobs);
   if (!s.isOk())
     for (Communicator* c : comms)

@@ -171,8 +171,7 @@ void GpuPath::settleHandshakes(double seconds, const std::function<bool(int peer
     // A late peer is waited for, as the call would wait for it; one that
     // waits in another call instead (the calls differ, or this rank makes
     // that one later) is not, once this rank's own calls before this one
-    // had a moment to be announced. The others still are: each is mapped
-    // now or during the call, whichever peer keeps the other waiting.
+    // had a moment to be announced. The other late peers still are.
     if (busyElsewhere && waited >= kAnnouncedWithinSeconds) {
       const auto busy =
           std::ranges::partition(late, [&](int peer) { return !busyElsewhere(peer); });

@@ -54,16 +54,22 @@ int allReduceOnTheHost(Rank& r, float* sum, int step) {
   return 0;
 }
 
+// Rank 1 makes the AllGather `seconds` after rank 0, while the stand-in
+// holds the memory lock: no mapping may be refused. Steps `step` to `step+5`.
+int allGatherWithRankOneLate(Rank& r, OnACudaStream& on, int seconds, int step) {
+  on.holdTheMemoryLock();
+  if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  if (const int failed = allGatherOnTheStream(r, on, step)) return failed;
+  if (const int failed = checkTheAllGather(r, on, step + 1)) return failed;
+  return on.releaseTheMemoryLock(r, step + 3);
+}
+
 // Rank 1 reaches its first GPU call 6 s after rank 0, later than the wait
-// of 5 s braid had before, while the stand-in holds the memory lock.
+// of 5 s braid had before.
 int aLatePeerIsMappedBeforeTheStreamWaits(Rank& r) {
   OnACudaStream on;
   if (const int failed = on.setUp(r)) return failed;
-  on.holdTheMemoryLock();
-  if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(6));
-  if (const int failed = allGatherOnTheStream(r, on, 13)) return failed;
-  if (const int failed = checkTheAllGather(r, on, 14)) return failed;
-  return on.releaseTheMemoryLock(r, 16);
+  return allGatherWithRankOneLate(r, on, 6, 13);
 }
 
 TEST_F(LatePeer, IsMappedBeforeTheStreamWaits) {
@@ -159,6 +165,71 @@ TEST_F(LatePeer, OnlyThePeerInAnotherCallIsNotWaitedFor) {
   RankSetup setup;
   setup.environment = {"BRAID_TIMEOUT=30"};
   expectEveryRankPassed(runRanks(3, onlyThePeerInAnotherCallIsNotWaitedFor, setup));
+}
+
+// Rank 1 first makes a host Recv from rank 0 (on stream NULL, or on a braid
+// stream and waits for it), which rank 0 sends (on the same stream) only
+// after its first GPU call: rank 0 stops waiting for rank 1's handshake once the board shows
+// rank 1 in a Recv from it, rather than wait the full 30 s, by when rank 1's
+// Recv would have failed (BRAID_TIMEOUT=20).
+int aPeerInARecvFromThisRankIsNotWaitedFor(Rank& r, bool onABraidStream) {
+  OnACudaStream on;
+  if (const int failed = on.setUp(r)) return failed;
+  float message = 0;
+  braidStream_t hostStream = nullptr;
+  if (onABraidStream) RANK_CHECK(11, braidStreamCreate(r.comm, &hostStream) == braidSuccess);
+  if (r.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+  if (r.rank() == 1) {
+    RANK_CHECK(12, braidRecv(&message, 1, braidFloat32, 0, r.comm, hostStream) == braidSuccess);
+    if (onABraidStream) RANK_CHECK(13, braidStreamSynchronize(hostStream) == braidSuccess);
+  }
+  if (const int failed = allGatherOnTheStream(r, on, 14)) return failed;
+  if (r.rank() == 0) {
+    message = 7;
+    RANK_CHECK(16, braidSend(&message, 1, braidFloat32, 1, r.comm, hostStream) == braidSuccess);
+    if (onABraidStream) RANK_CHECK(17, braidStreamSynchronize(hostStream) == braidSuccess);
+  }
+  RANK_CHECK(18, message == 7.0f);
+  if (onABraidStream) RANK_CHECK(19, braidStreamDestroy(hostStream) == braidSuccess);
+  return endTheAllGather(r, on, 20);
+}
+
+TEST_F(LatePeer, OneInARecvFromThisRankIsNotWaitedFor) {
+  RankSetup setup;
+  setup.environment = {"BRAID_TIMEOUT=20"};
+  expectEveryRankPassed(runRanks(
+      2, [](Rank& r) { return aPeerInARecvFromThisRankIsNotWaitedFor(r, false); }, setup));
+  expectEveryRankPassed(runRanks(
+      2, [](Rank& r) { return aPeerInARecvFromThisRankIsNotWaitedFor(r, true); }, setup));
+}
+
+// Rank 1 receives from rank 0 on the host twice (on stream NULL, then on a
+// braid stream), then reaches its first GPU call 3 s after rank 0, while
+// the stand-in holds the memory lock: its ended Recvs no longer count on
+// the board, so rank 0 still waits for it and maps its memory before the
+// stream waits.
+int aPeerWhoseRecvsEndedIsWaitedFor(Rank& r) {
+  OnACudaStream on;
+  if (const int failed = on.setUp(r)) return failed;
+  braidStream_t hostStream = nullptr;
+  RANK_CHECK(13, braidStreamCreate(r.comm, &hostStream) == braidSuccess);
+  for (braidStream_t stream : {braidStream_t{nullptr}, hostStream}) {
+    float message = 5;
+    if (r.rank() == 0)
+      RANK_CHECK(14, braidSend(&message, 1, braidFloat32, 1, r.comm, stream) == braidSuccess);
+    else
+      RANK_CHECK(15, braidRecv(&message, 1, braidFloat32, 0, r.comm, stream) == braidSuccess);
+    if (stream != nullptr) RANK_CHECK(16, braidStreamSynchronize(stream) == braidSuccess);
+    RANK_CHECK(17, message == 5.0f);
+  }
+  RANK_CHECK(18, braidStreamDestroy(hostStream) == braidSuccess);
+  return allGatherWithRankOneLate(r, on, 3, 19);
+}
+
+TEST_F(LatePeer, OneWhoseRecvsEndedIsWaitedFor) {
+  RankSetup setup;
+  setup.environment = {"BRAID_TIMEOUT=30"};
+  expectEveryRankPassed(runRanks(2, aPeerWhoseRecvsEndedIsWaitedFor, setup));
 }
 
 }  // namespace

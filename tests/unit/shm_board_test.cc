@@ -1,7 +1,8 @@
 // The shared-memory board on its own: what a reader sees of a slot, the
-// two slots per rank, lanes of slots and announcements per stream, and a
-// sleeping reader woken by the publisher (threads of one process map the
-// board twice, as ranks would).
+// two slots per rank, lanes of slots and announcements per stream, the
+// counts of point-to-point calls per pair, and a sleeping reader woken by
+// the publisher (threads of one process map the board twice, as ranks
+// would).
 #include "transports/shm/shm_board.h"
 
 #include <gtest/gtest.h>
@@ -211,6 +212,28 @@ TEST(ShmBoard, WideSlotsKeepToThemselves) {
       EXPECT_EQ(m.opener.announced(r, stream).call, 41u);
       EXPECT_EQ(m.opener.announced(r, stream).check, 4000u + r);
     }
+}
+
+// Each rank counts, per peer, its calls under way with a Send or Recv to or
+// from it. Four ranks, two lanes and twelve streams fill their slots and
+// announcements to exactly one page: the counts lie beyond it, and the
+// mapping must hold them.
+TEST(ShmBoard, PointToPointCountsAreEachPairsOwn) {
+  constexpr int kRanks = 4, kStreams = 12;
+  TwoMappings m = mapTwice(kRanks, kStreams, 48, 2);
+  for (int r = 0; r < kRanks; ++r)
+    for (int stream = 0; stream < kStreams; ++stream) m.creator.announce(r, stream, 9, 90);
+  m.creator.addPointToPoint(3, 2, 2);
+  m.creator.addPointToPoint(3, 2, -1);
+  m.creator.addPointToPoint(0, 3, 1);
+  for (int r = 0; r < kRanks; ++r)
+    for (int peer = 0; peer < kRanks; ++peer) {
+      const uint32_t want = r == 3 && peer == 2 ? 1 : r == 0 && peer == 3 ? 1 : 0;
+      EXPECT_EQ(m.opener.pointToPoint(r, peer), want) << r << " " << peer;
+    }
+  for (int r = 0; r < kRanks; ++r)
+    for (int stream = 0; stream < kStreams; ++stream)
+      EXPECT_EQ(m.opener.announced(r, stream).call, 10u) << r << " " << stream;
 }
 
 }  // namespace

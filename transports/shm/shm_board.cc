@@ -25,7 +25,8 @@ size_t slotBytes(size_t payloadBytes) {
 size_t boardBytes(int nranks, int streams, int lanes, size_t payloadBytes) {
   const size_t ranks = static_cast<size_t>(nranks);
   const size_t bytes = 2 * static_cast<size_t>(lanes) * ranks * slotBytes(payloadBytes) +
-                       static_cast<size_t>(streams) * ranks * kLineBytes;
+                       static_cast<size_t>(streams) * ranks * kLineBytes +
+                       ranks * ranks * sizeof(std::atomic<uint32_t>);
   const size_t page = 4096;
   return (bytes + page - 1) / page * page;
 }
@@ -47,6 +48,8 @@ void Board::map(int nranks, int streams, int lanes, size_t payloadBytes) {
   slotBytes_ = slotBytes(payloadBytes);
   announcements_ = reinterpret_cast<AnnouncementLine*>(
       slots_ + 2 * static_cast<size_t>(lanes) * static_cast<size_t>(nranks) * slotBytes_);
+  pointToPoint_ = reinterpret_cast<std::atomic<uint32_t>*>(announcements_ +
+                                                           static_cast<size_t>(streams) * nranks);
   streams_ = streams;
   lanes_ = lanes;
   nranks_ = static_cast<size_t>(nranks);
@@ -126,6 +129,14 @@ Announcement Board::announced(int rank, int stream) const {
                             a.check.load(std::memory_order_acquire)};
     if ((before & 1) == 0 && a.version.load(std::memory_order_relaxed) == before) return seen;
   }
+}
+
+void Board::addPointToPoint(int rank, int peer, int calls) {
+  pointToPointWord(rank, peer).fetch_add(static_cast<uint32_t>(calls), std::memory_order_acq_rel);
+}
+
+uint32_t Board::pointToPoint(int rank, int peer) const {
+  return pointToPointWord(rank, peer).load(std::memory_order_acquire);
 }
 
 }  // namespace braid::shm

@@ -16,7 +16,9 @@
 //
 // Each rank also announces every collective it makes, board or not, on one
 // line per stream, so that a rank waiting for a contribution or a message
-// that will never come can tell that its peer made another call instead.
+// that will never come can tell that its peer made another call instead;
+// and counts, for each peer, its calls with a Send or Recv to or from that
+// peer under way, so that a rank can tell a peer that waits for it.
 //
 // A reader that has waited long sleeps on the sequence word (a futex in
 // the shared mapping); a publisher wakes it only when it says it sleeps.
@@ -93,6 +95,11 @@ class Board {
   void announce(int rank, int stream, uint32_t callIndex, uint64_t check);
   Announcement announced(int rank, int stream) const;
 
+  // `rank`'s calls under way that send to or receive from `peer`: `calls`
+  // more (or fewer, when negative). Any thread of `rank` may write.
+  void addPointToPoint(int rank, int peer, int calls);
+  uint32_t pointToPoint(int rank, int peer) const;
+
   // A seqlock: `version` is odd while its owner rewrites the rest.
   struct alignas(64) AnnouncementLine {
     std::atomic<uint32_t> version;
@@ -109,12 +116,16 @@ class Board {
   AnnouncementLine& line(int rank, int stream) const {
     return announcements_[static_cast<size_t>(rank) * streams_ + stream];
   }
+  std::atomic<uint32_t>& pointToPointWord(int rank, int peer) const {
+    return pointToPoint_[static_cast<size_t>(rank) * nranks_ + static_cast<size_t>(peer)];
+  }
   void map(int nranks, int streams, int lanes, size_t payloadBytes);
 
   Segment segment_;
-  uint8_t* slots_ = nullptr;                   // 2 per rank and lane, of slotBytes_ each
-  size_t slotBytes_ = 0;                       // a multiple of the cache line
-  AnnouncementLine* announcements_ = nullptr;  // `streams_` per rank, after the slots
+  uint8_t* slots_ = nullptr;                       // 2 per rank and lane, of slotBytes_ each
+  size_t slotBytes_ = 0;                           // a multiple of the cache line
+  AnnouncementLine* announcements_ = nullptr;      // `streams_` per rank, after the slots
+  std::atomic<uint32_t>* pointToPoint_ = nullptr;  // nranks per rank, after the announcements
   int streams_ = 0;
   int lanes_ = 0;
   size_t nranks_ = 0;
