@@ -206,7 +206,7 @@ Result<uint8_t*> GpuPath::scratch(int stream, int nth, size_t bytes) {
     // path, which also keeps frees out of calls: freeing GPU memory waits
     // for the whole GPU, which a CUDA stream waiting for a call may hold.
     // Growth doubles, so little is kept.
-    BRAID_ASSIGN_OR_RETURN(auto grown, device_->allocate(std::max(bytes, 2 * mine.bytes)));
+    BRAID_ASSIGN_OR_RETURN(auto grown, device_->allocateUnshared(std::max(bytes, 2 * mine.bytes)));
     if (mine.memory) retired_.push_back(std::move(mine.memory));
     mine.memory = std::move(grown);
     mine.bytes = std::max(bytes, 2 * mine.bytes);

@@ -157,7 +157,7 @@ TEST_F(CudaIpcPair, SpillsReuseTheMemoryOfEarlierOnes) {
     drive({b1});
     ASSERT_EQ(b1->state(), State::kDone);
     ASSERT_EQ(b2->state(), State::kDone);
-    if (round == 0) allocationsAfterFirst = devB->allocations;
+    if (round == 0) allocationsAfterFirst = devB->unsharedAllocations;
   }
   // A spilled message refused by its receive (another size).
   auto a1 = A->postSend(s1.data(), big, Tag{tag, 1});
@@ -175,7 +175,7 @@ TEST_F(CudaIpcPair, SpillsReuseTheMemoryOfEarlierOnes) {
     EXPECT_TRUE(r2[round]->holds(20)) << round;
   }
   EXPECT_GE(B->spilledChunks(), static_cast<size_t>(kRounds + 1));
-  EXPECT_EQ(devB->allocations, allocationsAfterFirst);
+  EXPECT_EQ(devB->unsharedAllocations, allocationsAfterFirst);
 }
 
 // A spill holds the chunks it copies out, a slot's worth each, never the
@@ -187,7 +187,7 @@ TEST_F(CudaIpcPair, ASpillTakesAsMuchMemoryAsTheChunksItHolds) {
   DeviceBuffer s(*devA, big), r(*devB, big);
   for (size_t i = 0; i < big; ++i) s.data()[i] = static_cast<uint8_t>(i / 4096 + i);
   auto sent = A->postSend(s.data(), big, Tag{1, 1});
-  const size_t bytesBefore = devB->allocatedBytes;
+  const size_t bytesBefore = devB->unsharedBytes, exportedBefore = devB->allocations;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (B->spilledChunks() == 0 && std::chrono::steady_clock::now() < until) {
     (void)A->progress();
@@ -200,7 +200,8 @@ TEST_F(CudaIpcPair, ASpillTakesAsMuchMemoryAsTheChunksItHolds) {
   synchronize();
   EXPECT_EQ(std::memcmp(r.data(), s.data(), big), 0);
   EXPECT_EQ(B->spilledChunks(), 4u);
-  EXPECT_EQ(devB->allocatedBytes - bytesBefore, 4 * 4096u);
+  EXPECT_EQ(devB->unsharedBytes - bytesBefore, 4 * 4096u);
+  EXPECT_EQ(devB->allocations, exportedBefore);  // no peer opens spill blocks
 }
 
 // Chunks of several messages share a round of spill blocks: four messages
@@ -221,7 +222,7 @@ TEST_F(CudaIpcPair, SpillRoundsAreAddedWhileEveryBlockHoldsAChunk) {
     std::vector<std::unique_ptr<DeviceBuffer>> recvs;
     for (int m = 0; m <= kHeld; ++m)
       recvs.push_back(std::make_unique<DeviceBuffer>(*devB, m < kHeld ? two : small));
-    const size_t allocationsBefore = devB->allocations, bytesBefore = devB->allocatedBytes;
+    const size_t allocationsBefore = devB->unsharedAllocations, bytesBefore = devB->unsharedBytes;
     const uint64_t first = 1 + (kHeld + 1) * static_cast<uint64_t>(round);
     std::vector<RequestPtr> sent;
     for (int m = 0; m <= kHeld; ++m)
@@ -230,8 +231,8 @@ TEST_F(CudaIpcPair, SpillRoundsAreAddedWhileEveryBlockHoldsAChunk) {
     drive({sent[0], sent[1], sent[2], sent[3], sent[4], last});
     ASSERT_EQ(last->state(), State::kDone);
     EXPECT_EQ(B->spilledChunks(), 8u * (round + 1));
-    EXPECT_EQ(devB->allocations - allocationsBefore, round == 0 ? 2u : 0u);
-    EXPECT_EQ(devB->allocatedBytes - bytesBefore, round == 0 ? 2 * 4 * 4096u : 0u);
+    EXPECT_EQ(devB->unsharedAllocations - allocationsBefore, round == 0 ? 2u : 0u);
+    EXPECT_EQ(devB->unsharedBytes - bytesBefore, round == 0 ? 2 * 4 * 4096u : 0u);
     std::vector<RequestPtr> got;
     for (int m = kHeld - 1; m >= 0; --m)
       got.push_back(B->postRecv(recvs[m]->data(), two, Tag{first + m, 1}));
@@ -247,11 +248,11 @@ TEST_F(CudaIpcPair, SpillRoundsAreAddedWhileEveryBlockHoldsAChunk) {
 TEST_F(CudaIpcPair, ReserveMakesTheFirstSpillRoundAhead) {
   const size_t big = 4096 * 4, small = 500;
   DeviceBuffer s1(*devA, big), s2(*devA, small), r1(*devB, big), r2(*devB, small);
-  const size_t allocationsBefore = devB->allocations;
+  const size_t allocationsBefore = devB->unsharedAllocations;
   ASSERT_TRUE(B->reserve({}, std::vector<size_t>{big}).isOk());
-  EXPECT_EQ(devB->allocations - allocationsBefore, 1u);
+  EXPECT_EQ(devB->unsharedAllocations - allocationsBefore, 1u);
   ASSERT_TRUE(B->reserve(std::vector<size_t>{small}, {}).isOk());
-  EXPECT_EQ(devB->allocations - allocationsBefore, 1u);
+  EXPECT_EQ(devB->unsharedAllocations - allocationsBefore, 1u);
   s1.fill(5);
   s2.fill(6);
   auto a1 = A->postSend(s1.data(), big, Tag{1, 1});
@@ -262,7 +263,7 @@ TEST_F(CudaIpcPair, ReserveMakesTheFirstSpillRoundAhead) {
   drive({b1});
   ASSERT_EQ(b1->state(), State::kDone);
   EXPECT_EQ(B->spilledChunks(), 4u);
-  EXPECT_EQ(devB->allocations - allocationsBefore, 1u);
+  EXPECT_EQ(devB->unsharedAllocations - allocationsBefore, 1u);
   synchronize();
   EXPECT_TRUE(r1.holds(5));
   EXPECT_TRUE(r2.holds(6));
@@ -271,9 +272,9 @@ TEST_F(CudaIpcPair, ReserveMakesTheFirstSpillRoundAhead) {
 // A connection already dead spills nothing more: reserve() makes nothing.
 TEST_F(CudaIpcPair, ADeadConnectionReservesNothing) {
   B->abort(Status(ErrorCode::kInternalError, "the test ends it"));
-  const size_t allocationsBefore = devB->allocations;
+  const size_t allocationsBefore = devB->unsharedAllocations;
   EXPECT_TRUE(B->reserve({}, std::vector<size_t>{4096}).isOk());
-  EXPECT_EQ(devB->allocations, allocationsBefore);
+  EXPECT_EQ(devB->unsharedAllocations, allocationsBefore);
 }
 
 // dst = local + incoming in 4-byte little-endian integers; notes any call

@@ -545,6 +545,32 @@ TEST_F(FdHandles, MemoryIsExportedAsADescriptorAndOpensAsTheSameMemory) {
   EXPECT_NE(late.status().message().find("refused"), std::string::npos) << late.status().message();
 }
 
+// Memory and events that no peer opens (spill blocks, scratch, the events
+// of staged copies) are made without a handle: no cuMem mapping and no
+// descriptor where memory is exported as descriptors, no interprocess
+// event. They work as the others do.
+TEST_F(FdHandles, UnsharedMemoryAndEventsExportNothing) {
+  constexpr int kCount = 1000;
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  auto unshared = take(device->allocateUnshared(kCount * sizeof(float)));
+  auto source = take(device->allocate(kCount * sizeof(float)));
+  auto event = take(device->createUnsharedEvent());
+  ASSERT_TRUE(unshared && source && event);
+  EXPECT_EQ(fake.liveVmmMaps(), 1u);  // the exported source's alone
+  EXPECT_EQ(unshared->handle().bytes, IpcHandle{}.bytes);
+  EXPECT_EQ(event->handle().bytes, IpcHandle{}.bytes);
+  for (int i = 0; i < kCount; ++i) floats(*source)[i] = 0.75f * static_cast<float>(i);
+  ASSERT_OK(device->enqueueCopy(unshared->data(), source->data(), kCount * sizeof(float)));
+  ASSERT_OK(device->enqueueRecord(*event));
+  ASSERT_OK(device->synchronize());
+  EXPECT_TRUE(take(device->hasRun(*event)));
+  for (int i = 0; i < kCount; ++i) ASSERT_EQ(floats(*unshared)[i], 0.75f * static_cast<float>(i));
+  const auto none = device->allocateUnshared(0);
+  ASSERT_FALSE(none.isOk());
+  EXPECT_EQ(none.status().code(), ErrorCode::kInvalidArgument);
+}
+
 TEST_F(FdHandles, LegacyHandlesWhenAskedAndEitherKindOpens) {
   auto fds = makeDevice();
   auto legacy = take(DriverIpcDevice::create(0, DriverIpcDevice::Handles::kLegacy));

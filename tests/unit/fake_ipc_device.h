@@ -50,6 +50,9 @@ class FakeIpcDevice final : public IpcDevice {
   std::atomic<int> liveMappings{0};  // allocations and opened handles not yet released
   std::atomic<size_t> copies{0}, combines{0}, allocations{0}, hostAllocations{0};
   std::atomic<size_t> allocatedBytes{0};  // by allocate()
+  std::atomic<size_t> events{0};          // by createEvent()
+  // Memory and events no peer can open (allocateUnshared, createUnsharedEvent).
+  std::atomic<size_t> unsharedAllocations{0}, unsharedBytes{0}, unsharedEvents{0};
   std::atomic<bool> failEnqueues{false};
   // Runs before each openMemory; an error it returns is openMemory's.
   std::function<Status()> beforeOpen;
@@ -61,13 +64,24 @@ class FakeIpcDevice final : public IpcDevice {
     allocatedBytes += bytes;
     return mapNew(bytes == 0 ? 1 : bytes);
   }
+  Result<std::unique_ptr<DeviceMemory>> allocateUnshared(size_t bytes) override {
+    ++unsharedAllocations;
+    unsharedBytes += bytes;
+    return std::unique_ptr<DeviceMemory>(new Unshared(*this, bytes == 0 ? 1 : bytes));
+  }
   Result<std::unique_ptr<DeviceMemory>> openMemory(const IpcHandle& handle) override {
     if (beforeOpen) BRAID_RETURN_IF_ERROR(beforeOpen());
     return mapHandle(handle);
   }
   Result<std::unique_ptr<DeviceEvent>> createEvent() override {
+    ++events;
     BRAID_ASSIGN_OR_RETURN(auto memory, mapNew(sizeof(Counters)));
     return std::unique_ptr<DeviceEvent>(new Event(std::move(memory)));
+  }
+  Result<std::unique_ptr<DeviceEvent>> createUnsharedEvent() override {
+    ++unsharedEvents;
+    return std::unique_ptr<DeviceEvent>(
+        new Event(std::unique_ptr<DeviceMemory>(new Unshared(*this, sizeof(Counters)))));
   }
   Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) override {
     BRAID_ASSIGN_OR_RETURN(auto memory, mapHandle(handle));
@@ -159,23 +173,41 @@ class FakeIpcDevice final : public IpcDevice {
     std::string owned_;  // the shm name of memory this process allocated
     IpcHandle handle_;
   };
-  class Pinned final : public HostMemory {
+  // Bytes of this process alone that the device reaches.
+  class OwnBytes {
    public:
-    Pinned(FakeIpcDevice& device, size_t bytes)
-        : device_(device), data_(new std::byte[bytes]), bytes_(bytes) {
-      device_.addRange(data_.get(), bytes_);
+    OwnBytes(FakeIpcDevice& device, size_t bytes) : device_(device), data_(new std::byte[bytes]()) {
+      device_.addRange(data_.get(), bytes);
       ++device_.liveMappings;
     }
-    ~Pinned() override {
+    ~OwnBytes() {
       device_.removeRange(data_.get());
       --device_.liveMappings;
     }
-    void* data() const override { return data_.get(); }
+    void* data() const { return data_.get(); }
 
    private:
     FakeIpcDevice& device_;
     std::unique_ptr<std::byte[]> data_;
-    size_t bytes_;
+  };
+  // Memory no peer opens: its handle, all zero, opens nothing.
+  class Unshared final : public DeviceMemory {
+   public:
+    Unshared(FakeIpcDevice& device, size_t bytes) : bytes_(device, bytes) {}
+    void* data() const override { return bytes_.data(); }
+    const IpcHandle& handle() const override { return handle_; }
+
+   private:
+    OwnBytes bytes_;
+    IpcHandle handle_;
+  };
+  class Pinned final : public HostMemory {
+   public:
+    Pinned(FakeIpcDevice& device, size_t bytes) : bytes_(device, bytes) {}
+    void* data() const override { return bytes_.data(); }
+
+   private:
+    OwnBytes bytes_;
   };
   class Event final : public DeviceEvent {
    public:

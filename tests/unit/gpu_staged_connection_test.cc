@@ -90,6 +90,10 @@ TEST_F(StagedPair, MessagesOfEverySizeArriveBothWays) {
   // Every payload byte crossed through the devices' copies.
   EXPECT_GT(devA->copies.load(), 0u);
   EXPECT_GT(devB->copies.load(), 0u);
+  // Whose events no peer opens: none exported.
+  EXPECT_GT(devA->unsharedEvents.load(), 0u);
+  EXPECT_EQ(devA->events.load(), 0u);
+  EXPECT_EQ(devB->events.load(), 0u);
 }
 
 // A send leaves only once its copy out of the GPU has run: on a slow stream

@@ -350,7 +350,7 @@ void CudaIpcConnection::addSpillRound(std::unique_ptr<DeviceMemory> round) {
 
 Result<uint8_t*> CudaIpcConnection::takeSpillBlock() {
   if (freeSpillBlocks_.empty()) {
-    BRAID_ASSIGN_OR_RETURN(auto round, device_->allocate(spillRoundBytes()));
+    BRAID_ASSIGN_OR_RETURN(auto round, device_->allocateUnshared(spillRoundBytes()));
     addSpillRound(std::move(round));
   }
   uint8_t* block = freeSpillBlocks_.back();
@@ -367,7 +367,7 @@ Status CudaIpcConnection::reserve(std::span<const size_t>, std::span<const size_
   // Allocated outside the lock, which the call before, still running on
   // the engine's thread, may need: an allocation can wait for a lock of
   // the driver that an application thread holds until that call ends.
-  BRAID_ASSIGN_OR_RETURN(auto round, device_->allocate(spillRoundBytes()));
+  BRAID_ASSIGN_OR_RETURN(auto round, device_->allocateUnshared(spillRoundBytes()));
   std::lock_guard lock(mutex_);
   addSpillRound(std::move(round));  // two racing reserves: both rounds serve
   return Status::ok();

@@ -159,6 +159,39 @@ Result<CuEvent> cudaEventOf(DeviceEvent& event, std::string_view what) {
   return own->event();
 }
 
+// cuMemAlloc memory, not exported yet.
+Result<std::unique_ptr<DriverMemory>> allocateWithMemAlloc(
+    const Driver& driver, const std::shared_ptr<const PrimaryContext>& context, size_t bytes) {
+  std::unique_ptr<DriverMemory> memory;
+  BRAID_RETURN_IF_ERROR(
+      context->call(strCat("cuda_ipc: allocating ", bytes, " bytes of GPU memory"), [&] {
+        DevicePtr pointer = 0;
+        const CuResult r = driver.memAlloc(&pointer, bytes);
+        if (r == kSuccess)
+          memory =
+              std::make_unique<DriverMemory>(context, pointer, DriverMemory::Origin::kAllocated);
+        return r;
+      }));
+  return memory;
+}
+
+// An event without timing, and with `extraFlags` (CU_EVENT_*), not exported yet.
+Result<std::unique_ptr<DriverEvent>> createDriverEvent(
+    const Driver& driver, const std::shared_ptr<const PrimaryContext>& context,
+    unsigned extraFlags) {
+  std::unique_ptr<DriverEvent> event;
+  BRAID_RETURN_IF_ERROR(context->call(
+      (extraFlags & kEventInterprocess) != 0 ? "cuda_ipc: creating an interprocess event"
+                                             : "cuda_ipc: creating an event",
+      [&] {
+        CuEvent created = nullptr;
+        const CuResult r = driver.eventCreate(&created, kEventDisableTiming | extraFlags);
+        if (r == kSuccess) event = std::make_unique<DriverEvent>(context, created);
+        return r;
+      }));
+  return event;
+}
+
 }  // namespace
 }  // namespace driver_ipc
 
@@ -230,21 +263,20 @@ Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocate(size_t bytes) {
     std::lock_guard lock(mutex_);
     fdExports_ = false;
   }
-  std::unique_ptr<DriverMemory> memory;
-  BRAID_RETURN_IF_ERROR(
-      context_->call(strCat("cuda_ipc: allocating ", bytes, " bytes of GPU memory"), [&] {
-        driver_ipc::DevicePtr pointer = 0;
-        const driver_ipc::CuResult r = driver_.memAlloc(&pointer, bytes);
-        if (r == driver_ipc::kSuccess)
-          memory =
-              std::make_unique<DriverMemory>(context_, pointer, DriverMemory::Origin::kAllocated);
-        return r;
-      }));
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<DriverMemory> memory,
+                         driver_ipc::allocateWithMemAlloc(driver_, context_, bytes));
   driver_ipc::CuIpcMemHandle handle{};
   BRAID_RETURN_IF_ERROR(context_->call("cuda_ipc: exporting GPU memory (cuIpcGetMemHandle)", [&] {
     return driver_.ipcGetMemHandle(&handle, driver_ipc::devicePointer(memory->data()));
   }));
   memory->handle_ = driver_ipc::fromCuda(handle);
+  return std::unique_ptr<DeviceMemory>(std::move(memory));
+}
+
+Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocateUnshared(size_t bytes) {
+  if (bytes == 0) return invalidArgument("cuda_ipc: allocating 0 bytes of GPU memory");
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<DriverMemory> memory,
+                         driver_ipc::allocateWithMemAlloc(driver_, context_, bytes));
   return std::unique_ptr<DeviceMemory>(std::move(memory));
 }
 
@@ -349,19 +381,20 @@ Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::openMemory(const IpcHandl
 }
 
 Result<std::unique_ptr<DeviceEvent>> DriverIpcDevice::createEvent() {
-  std::unique_ptr<DriverEvent> event;
-  BRAID_RETURN_IF_ERROR(context_->call("cuda_ipc: creating an interprocess event", [&] {
-    driver_ipc::CuEvent created = nullptr;
-    const driver_ipc::CuResult r = driver_.eventCreate(
-        &created, driver_ipc::kEventDisableTiming | driver_ipc::kEventInterprocess);
-    if (r == driver_ipc::kSuccess) event = std::make_unique<DriverEvent>(context_, created);
-    return r;
-  }));
+  BRAID_ASSIGN_OR_RETURN(
+      std::unique_ptr<DriverEvent> event,
+      driver_ipc::createDriverEvent(driver_, context_, driver_ipc::kEventInterprocess));
   driver_ipc::CuIpcEventHandle handle{};
   BRAID_RETURN_IF_ERROR(context_->call("cuda_ipc: exporting an event (cuIpcGetEventHandle)", [&] {
     return driver_.ipcGetEventHandle(&handle, event->event());
   }));
   event->handle_ = driver_ipc::fromCuda(handle);
+  return std::unique_ptr<DeviceEvent>(std::move(event));
+}
+
+Result<std::unique_ptr<DeviceEvent>> DriverIpcDevice::createUnsharedEvent() {
+  BRAID_ASSIGN_OR_RETURN(std::unique_ptr<DriverEvent> event,
+                         driver_ipc::createDriverEvent(driver_, context_, 0));
   return std::unique_ptr<DeviceEvent>(std::move(event));
 }
 

@@ -50,8 +50,10 @@ class DriverIpcDevice final : public IpcDevice {
   DriverIpcDevice& operator=(const DriverIpcDevice&) = delete;
 
   Result<std::unique_ptr<DeviceMemory>> allocate(size_t bytes) override;
+  Result<std::unique_ptr<DeviceMemory>> allocateUnshared(size_t bytes) override;
   Result<std::unique_ptr<DeviceMemory>> openMemory(const IpcHandle& handle) override;
   Result<std::unique_ptr<DeviceEvent>> createEvent() override;
+  Result<std::unique_ptr<DeviceEvent>> createUnsharedEvent() override;
   Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) override;
   Result<std::unique_ptr<HostMemory>> allocateHost(size_t bytes) override;
 

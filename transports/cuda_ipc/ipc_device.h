@@ -68,6 +68,12 @@ class IpcDevice {
   virtual Result<std::unique_ptr<DeviceMemory>> allocate(size_t bytes) = 0;
   virtual Result<std::unique_ptr<DeviceMemory>> openMemory(const IpcHandle& handle) = 0;
   virtual Result<std::unique_ptr<DeviceEvent>> createEvent() = 0;
+  // Memory and events that no peer opens (spill blocks, scratch, the
+  // events of staged copies): not exported, so they hold no descriptor and
+  // no handle (handle() is all zero), and memory is not rounded up to the
+  // granularity of exported memory.
+  virtual Result<std::unique_ptr<DeviceMemory>> allocateUnshared(size_t bytes) = 0;
+  virtual Result<std::unique_ptr<DeviceEvent>> createUnsharedEvent() = 0;
   virtual Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) = 0;
   virtual Result<std::unique_ptr<HostMemory>> allocateHost(size_t bytes) = 0;
 

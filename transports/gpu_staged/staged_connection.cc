@@ -124,7 +124,7 @@ Result<std::unique_ptr<cuda_ipc::DeviceEvent>> StagedConnection::takeEvent() {
     freeEvents_.pop_back();
     return e;
   }
-  return device_->createEvent();
+  return device_->createUnsharedEvent();
 }
 
 void StagedConnection::giveBack(std::unique_ptr<cuda_ipc::DeviceEvent> event) {
