@@ -215,31 +215,38 @@ Status BoardCollectives::checkAnnouncements(int stream, uint32_t callIndex, uint
   return Status::ok();
 }
 
-bool BoardCollectives::aheadOfThisRank(int peer) const {
-  for (int stream = 0; stream < board_.streams(); ++stream) {
-    const shm::Announcement theirs = board_.announced(peer, stream);
-    if (theirs.call > board_.announced(rank_, stream).call &&
-        (theirs.check & CallSignature::kGpuMemoryBit) == 0)
-      return true;
+std::vector<bool> BoardCollectives::ranksWaitingForThisRank() const {
+  const size_t n = static_cast<size_t>(nranks_);
+  std::vector<bool> waiting(n, false);
+  std::vector<int> reached{rank_};  // this rank, then the ranks found waiting
+  for (int peer = 0; peer < nranks_; ++peer) {
+    if (peer == rank_) continue;
+    for (int stream = 0; stream < board_.streams() && !waiting[peer]; ++stream) {
+      const shm::Announcement theirs = board_.announced(peer, stream);
+      waiting[peer] = theirs.call > board_.announced(rank_, stream).call &&
+                      (theirs.check & CallSignature::kGpuMemoryBit) == 0;
+    }
+    if (waiting[peer]) reached.push_back(peer);
   }
-  // A Send or Recv of the peer with this rank waits for this rank's match,
-  // or ends within moments where that is under way too.
-  return board_.pointToPoint(peer, rank_) > 0;
+  auto waitsFor = [&](int x, int y) {
+    return board_.pointToPoint(x, y) > 0 && board_.pointToPoint(y, x) == 0;
+  };
+  for (size_t next = 0; next < reached.size(); ++next) {
+    const int y = reached[next];
+    for (int x = 0; x < nranks_; ++x)
+      if (x != rank_ && !waiting[x] && waitsFor(x, y)) {
+        waiting[x] = true;
+        reached.push_back(x);
+      }
+  }
+  return waiting;
 }
 
-PointToPointUnderWay::PointToPointUnderWay(BoardCollectives* board, std::span<const Operation> ops)
-    : board_(board) {
-  if (board_ == nullptr) return;
+void BoardCollectives::countPointToPoint(std::span<const Operation> ops, int delta) {
   for (const Operation& op : ops)
-    if (op.args.kind == algo::CollectiveKind::kSendRecv && op.peer >= 0 &&
-        op.peer < board_->nranks() && std::ranges::find(peers_, op.peer) == peers_.end())
-      peers_.push_back(op.peer);
-  for (const int peer : peers_) board_->addPointToPoint(peer, 1);
-}
-
-PointToPointUnderWay::~PointToPointUnderWay() {
-  if (board_ == nullptr) return;
-  for (const int peer : peers_) board_->addPointToPoint(peer, -1);
+    if (op.args.kind == algo::CollectiveKind::kSendRecv && op.peer >= 0 && op.peer < nranks_ &&
+        op.peer != rank_)
+      board_.addPointToPoint(rank_, op.peer, delta);
 }
 
 Status BoardCollectives::checkAnnouncement(int peer, const Waiting& call,

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "src/common/status.h"
@@ -74,15 +73,19 @@ class BoardCollectives {
   // the algorithms that makes no progress, which then never would.
   Status checkAnnouncements(int stream, uint32_t callIndex, uint64_t check,
                             const std::string& name) const;
-  // Whether `peer` waits in a call this rank is still to make (or made
-  // another call), not in a GPU call of its own: it announced, on some
-  // stream, a call of host memory that this rank has not announced there
-  // yet; or it has a call under way that sends to or receives from this
-  // rank.
-  bool aheadOfThisRank(int peer) const;
-  // This rank's calls under way that send to or receive from `peer`:
-  // `calls` more, or fewer (PointToPointUnderWay).
-  void addPointToPoint(int peer, int calls) { board_.addPointToPoint(rank_, peer, calls); }
+  // By rank: whether the rank waits, through its calls, for a call this
+  // rank is still to make, and so will not reach a GPU call of its own
+  // first. A rank waits for the rank of a call it has under way when
+  //  - it announced, on some stream, a collective of host memory that this
+  //    rank has not announced there yet: for this rank;
+  //  - it has a Send or Recv with a rank under way and that rank has none
+  //    with it (a match under way ends within moments): for that rank.
+  // A rank that waits for this rank, or for a rank that waits, is marked.
+  // False for this rank itself.
+  std::vector<bool> ranksWaitingForThisRank() const;
+  // This rank's Send and Recv operations under way, each counted with its
+  // peer: `delta` (1 or -1) for each of `ops` (PointToPointUnderWay).
+  void countPointToPoint(std::span<const Operation> ops, int delta);
 
  private:
   struct Waiting {
@@ -120,19 +123,23 @@ class BoardCollectives {
   std::vector<Lane> lanes_;
 };
 
-// While it lives, the board counts one call of this rank under way with
-// each peer that `ops` send to or receive from.
+// While it lives, the board counts the Send and Recv operations of `ops`
+// as under way (the caller keeps `ops`); a null board counts nothing.
 class PointToPointUnderWay {
  public:
-  PointToPointUnderWay(BoardCollectives* board, std::span<const Operation> ops);
-  PointToPointUnderWay(PointToPointUnderWay&& other) noexcept
-      : board_(std::exchange(other.board_, nullptr)), peers_(std::move(other.peers_)) {}
-  PointToPointUnderWay& operator=(PointToPointUnderWay&&) = delete;
-  ~PointToPointUnderWay();
+  PointToPointUnderWay(BoardCollectives* board, std::span<const Operation> ops)
+      : board_(board), ops_(ops) {
+    if (board_) board_->countPointToPoint(ops_, 1);
+  }
+  ~PointToPointUnderWay() {
+    if (board_) board_->countPointToPoint(ops_, -1);
+  }
+  PointToPointUnderWay(const PointToPointUnderWay&) = delete;
+  PointToPointUnderWay& operator=(const PointToPointUnderWay&) = delete;
 
  private:
-  BoardCollectives* board_;
-  std::vector<int> peers_;  // each once
+  BoardCollectives* const board_;
+  const std::span<const Operation> ops_;
 };
 
 }  // namespace braid

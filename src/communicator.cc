@@ -205,12 +205,12 @@ Status Communicator::prepareGpuCalls(std::span<const Operation> ops, int streamI
     }
     if (!gpu->handshakesSettled()) {
       // The board tells a peer late for its first GPU call from one that
-      // waits in a collective this rank has not made.
+      // waits, through its calls, for a call this rank has not made.
       const BoardCollectives* board = board_.get();
       gpu->settleHandshakes(config_.cudaIpcConnectSeconds,
-                            board ? std::function<bool(int)>(
-                                        [board](int peer) { return board->aheadOfThisRank(peer); })
-                                  : std::function<bool(int)>());
+                            board ? std::function<std::vector<bool>()>(
+                                        [board] { return board->ranksWaitingForThisRank(); })
+                                  : std::function<std::vector<bool>()>());
     }
     const algo::CollectiveArgs args = planArgs(op);
     const algo::Algorithm& algorithm = op.algorithm ? *op.algorithm : selector_.choose(args);
@@ -502,11 +502,19 @@ Status Communicator::runTogether(
   }
   std::vector<Job> jobs;
   std::vector<std::shared_ptr<const algo::Schedule>> schedules;
-  std::vector<PointToPointUnderWay> underWay;
-  for (auto& [comm, ops] : batches) {
-    BRAID_RETURN_IF_ERROR(comm->prepare(ops, 0, &jobs, &schedules));
-    underWay.emplace_back(comm->board_.get(), ops);
-  }
+  for (auto& [comm, ops] : batches) BRAID_RETURN_IF_ERROR(comm->prepare(ops, 0, &jobs, &schedules));
+  // Each communicator's board counts its Send and Recv under way.
+  struct UnderWay {
+    std::span<std::pair<Communicator*, std::vector<Operation>>> batches;
+    explicit UnderWay(std::span<std::pair<Communicator*, std::vector<Operation>>> b) : batches(b) {
+      count(1);
+    }
+    ~UnderWay() { count(-1); }
+    void count(int delta) {
+      for (auto& [comm, ops] : batches)
+        if (comm->board_) comm->board_->countPointToPoint(ops, delta);
+    }
+  } underWay(batches);
   Status s = runJobs(jobs);
   if (!s.isOk())
     for (Communicator* c : comms)

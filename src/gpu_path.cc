@@ -138,7 +138,8 @@ DeviceWork GpuPath::work() const {
   return w;
 }
 
-void GpuPath::settleHandshakes(double seconds, const std::function<bool(int peer)>& busyElsewhere) {
+void GpuPath::settleHandshakes(double seconds,
+                               const std::function<std::vector<bool>()>& ranksBusyElsewhere) {
   if (ipcPairs_.empty() || seconds <= 0 || handshakesSettled_.load(std::memory_order_acquire))
     return;
   // A first GPU call on another thread waits for this one's wait to end:
@@ -153,42 +154,45 @@ void GpuPath::settleHandshakes(double seconds, const std::function<bool(int peer
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   auto elapsed = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  // Peers seen waiting in another call: not waited for again, while the
-  // others still are.
-  std::vector<int> notWaitedFor;
+  std::vector<bool> busy;  // by rank, as last looked at
+  double lookedAt = -1;
   for (;;) {
     bool moved = false;
-    std::vector<int> late;  // the peers of the pairs still undecided and waited for
+    std::vector<int> late;  // the peers of the pairs still undecided
     for (transport::cuda_ipc::IpcOrFallback* pair : ipcPairs_) {
       if (pair->decided()) continue;
       // A failure is the calls' to report; the pair has decided then.
       Result<bool> progressed = pair->progress();
       moved = moved || (progressed.isOk() && *progressed);
-      if (!pair->decided() && std::ranges::find(notWaitedFor, pair->peer()) == notWaitedFor.end())
-        late.push_back(pair->peer());
+      if (!pair->decided()) late.push_back(pair->peer());
     }
+    if (late.empty()) return;
     const double waited = elapsed();
     // A late peer is waited for, as the call would wait for it; one that
     // waits in another call instead (the calls differ, or this rank makes
     // that one later) is not, once this rank's own calls before this one
-    // had a moment to be announced. The other late peers still are.
-    if (busyElsewhere && waited >= kAnnouncedWithinSeconds) {
-      const auto busy =
-          std::ranges::partition(late, [&](int peer) { return !busyElsewhere(peer); });
-      for (const int peer : busy) {
+    // had a moment to be announced, while it waits there. The wait ends
+    // when every late peer does.
+    if (ranksBusyElsewhere && waited >= kAnnouncedWithinSeconds &&
+        waited - lookedAt >= kBusyLookSeconds) {
+      busy = ranksBusyElsewhere();
+      lookedAt = waited;
+    }
+    auto isBusy = [&busy](int peer) {
+      return static_cast<size_t>(peer) < busy.size() && busy[static_cast<size_t>(peer)];
+    };
+    if (std::ranges::all_of(late, isBusy)) {
+      for (const int peer : late)
         BRAID_INFO("cuda_ipc: rank ", peer,
                    " waits in another call; its memory is mapped during the first call");
-        notWaitedFor.push_back(peer);
-      }
-      late.erase(busy.begin(), busy.end());
+      return;
     }
-    if (late.empty()) return;
     if (waited >= seconds) {
-      BRAID_INFO(
-          "cuda_ipc: rank ", late.front(),
-          late.size() > 1 ? strCat(" and ", late.size() - 1, " more") : "",
-          " of this host did not reach a first GPU call within ", seconds,
-          " s (BRAID_CUDA_IPC_CONNECT_SECONDS); their memory is mapped during the first call");
+      BRAID_INFO("cuda_ipc: rank ", late.front(),
+                 late.size() > 1 ? strCat(" and ", late.size() - 1, " more") : "",
+                 " of this host did not reach a first GPU call within ", seconds,
+                 " s (BRAID_CUDA_IPC_CONNECT_SECONDS); their memory is mapped during the first "
+                 "call");
       return;
     }
     // The peers answer within microseconds once they reach their first GPU call.

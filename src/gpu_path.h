@@ -89,11 +89,11 @@ class GpuPath {
   // thread; only the first time it is asked, other threads waiting until
   // that ends. Mapping a peer's memory takes the driver's memory lock, so
   // the first call on a CUDA stream has it done before the stream waits.
-  // Gives up after `seconds` (no wait for 0). Stops waiting for a peer once
-  // `busyElsewhere` (where given) says of it that it waits in another call,
-  // which it would not leave for this rank's; the others are still waited
-  // for.
-  void settleHandshakes(double seconds, const std::function<bool(int peer)>& busyElsewhere);
+  // Gives up after `seconds` (no wait for 0), or once every peer still
+  // undecided is one that `ranksBusyElsewhere` (where given; by rank) says
+  // waits in another call, which it would not leave for this rank's.
+  void settleHandshakes(double seconds,
+                        const std::function<std::vector<bool>()>& ranksBusyElsewhere);
   bool handshakesSettled() const { return handshakesSettled_.load(std::memory_order_acquire); }
 
  private:
@@ -112,6 +112,9 @@ class GpuPath {
   // to be announced on the board (by their stream's thread), before a peer
   // that seems to wait in a call this rank has not made is believed.
   static constexpr double kAnnouncedWithinSeconds = 0.5;
+  // How often the wait asks which peers are busy elsewhere: each look reads
+  // every rank's announcements and counts.
+  static constexpr double kBusyLookSeconds = 0.01;
   struct Scratch {
     size_t bytes = 0;
     std::unique_ptr<transport::cuda_ipc::DeviceMemory> memory;

@@ -3,13 +3,15 @@
 // mapping takes the driver's memory lock, which an application thread may
 // hold until the stream gets past the call. A peer that reaches its first
 // GPU call late is waited for, up to BRAID_CUDA_IPC_CONNECT_SECONDS (30),
-// unless the shared-memory board shows it waiting in a collective this rank
-// has not made (a host call this rank makes only later), so that this rank
-// can go on to make it (the other late peers still waited for); and a first
-// GPU call on another thread meanwhile waits for that wait to end.
+// unless the shared-memory board shows it waiting for this rank (in a
+// collective this rank has not made, in a Send or Recv with it, or for a
+// peer that waits so), so that this rank can go on to its own call (the
+// other late peers still waited for); and a first GPU call on another
+// thread meanwhile waits for that wait to end.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "braid.h"
@@ -19,7 +21,15 @@ namespace {
 
 using namespace braid::testing::gpu_ranks;
 
-class LatePeer : public ForkedGpuRanks {};
+class LatePeer : public ForkedGpuRanks {
+ protected:
+  // Every rank of `nranks` passes `body`, under BRAID_TIMEOUT=`timeoutSeconds`.
+  static void expectRanksPass(int nranks, RankBody body, int timeoutSeconds) {
+    RankSetup setup;
+    setup.environment = {"BRAID_TIMEOUT=" + std::to_string(timeoutSeconds)};
+    expectEveryRankPassed(runRanks(nranks, body, setup));
+  }
+};
 
 // Queues an AllGather of `count` floats from each rank on the CUDA stream.
 int allGatherOnTheStream(Rank& r, OnACudaStream& on, int step, size_t count = kCount) {
@@ -73,9 +83,7 @@ int aLatePeerIsMappedBeforeTheStreamWaits(Rank& r) {
 }
 
 TEST_F(LatePeer, IsMappedBeforeTheStreamWaits) {
-  RankSetup setup;
-  setup.environment = {"BRAID_TIMEOUT=30"};
-  expectEveryRankPassed(runRanks(2, aLatePeerIsMappedBeforeTheStreamWaits, setup));
+  expectRanksPass(2, aLatePeerIsMappedBeforeTheStreamWaits, 30);
 }
 
 // Rank 0 makes its first GPU calls from two threads at once, on two CUDA
@@ -107,9 +115,7 @@ int twoThreadsMakeTheirFirstCallsAtOnce(Rank& r) {
 }
 
 TEST_F(LatePeer, AFirstCallOnAnotherThreadWaitsForTheWaitToEnd) {
-  RankSetup setup;
-  setup.environment = {"BRAID_TIMEOUT=30"};
-  expectEveryRankPassed(runRanks(2, twoThreadsMakeTheirFirstCallsAtOnce, setup));
+  expectRanksPass(2, twoThreadsMakeTheirFirstCallsAtOnce, 30);
 }
 
 // Rank 1 first makes a host AllReduce on stream NULL, which rank 0 makes
@@ -131,9 +137,7 @@ int aPeerInAnotherCallIsNotWaitedFor(Rank& r) {
 }
 
 TEST_F(LatePeer, OneThatWaitsInAnotherCallIsNotWaitedFor) {
-  RankSetup setup;
-  setup.environment = {"BRAID_TIMEOUT=20"};
-  expectEveryRankPassed(runRanks(2, aPeerInAnotherCallIsNotWaitedFor, setup));
+  expectRanksPass(2, aPeerInAnotherCallIsNotWaitedFor, 20);
 }
 
 // Of three ranks, rank 2 first makes a host AllReduce on stream NULL, which
@@ -141,30 +145,133 @@ TEST_F(LatePeer, OneThatWaitsInAnotherCallIsNotWaitedFor) {
 // GPU call 3 s late and its AllReduce 2 s after that. Rank 0 stops waiting
 // for rank 2 but still waits for rank 1 and maps its memory before the
 // stream waits: mapped during the call, while the stand-in holds the memory
-// lock through the AllReduce, it would be refused. Rank 2's is mapped during
-// the call, once the lock is free again.
+// lock through the AllReduce, it would be refused. Rank 2 makes its GPU
+// call after a Barrier that rank 0 joins once the lock is free again.
 int onlyThePeerInAnotherCallIsNotWaitedFor(Rank& r) {
   OnACudaStream on;
   if (const int failed = on.setUp(r)) return failed;
   float sum = 0;
   if (r.rank() == 0) on.holdTheMemoryLock();
   if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(3));
-  if (const int failed = r.rank() == 2 ? allReduceOnTheHost(r, &sum, 13) : 0) return failed;
-  if (const int failed = allGatherOnTheStream(r, on, 14)) return failed;
-  if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(2));
-  if (const int failed = r.rank() != 2 ? allReduceOnTheHost(r, &sum, 17) : 0) return failed;
-  RANK_CHECK(18, sum == 3.0f);
-  if (r.rank() == 0) {
-    fake.holdMemoryLock(0);
-    RANK_CHECK(19, fake.memoryLockRefusals() == on.refusedBefore);
+  if (r.rank() == 2) {
+    if (const int failed = allReduceOnTheHost(r, &sum, 13)) return failed;
+    RANK_CHECK(14, braidBarrier(r.comm, nullptr) == braidSuccess);
   }
-  return endTheAllGather(r, on, 20);
+  if (const int failed = allGatherOnTheStream(r, on, 15)) return failed;
+  if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(2));
+  if (r.rank() != 2) {
+    if (const int failed = allReduceOnTheHost(r, &sum, 16)) return failed;
+    if (r.rank() == 0) fake.holdMemoryLock(0);
+    RANK_CHECK(17, braidBarrier(r.comm, nullptr) == braidSuccess);
+  }
+  RANK_CHECK(18, sum == 3.0f);
+  if (const int failed = endTheAllGather(r, on, 19)) return failed;
+  RANK_CHECK(23, fake.memoryLockRefusals() == on.refusedBefore);
+  return 0;
 }
 
 TEST_F(LatePeer, OnlyThePeerInAnotherCallIsNotWaitedFor) {
-  RankSetup setup;
-  setup.environment = {"BRAID_TIMEOUT=30"};
-  expectEveryRankPassed(runRanks(3, onlyThePeerInAnotherCallIsNotWaitedFor, setup));
+  expectRanksPass(3, onlyThePeerInAnotherCallIsNotWaitedFor, 20);
+}
+
+// Of three ranks, rank 2 first makes a host AllReduce that rank 0 makes on
+// another thread only 1 s after its first GPU call; rank 1 joins it after
+// 2 s, and rank 2 makes its GPU call 1 s after it ends. Rank 0 looks past
+// rank 2 only while it waits in the AllReduce, then waits for it again, and
+// maps both peers' memory before the stream waits, while the stand-in holds
+// the memory lock.
+int aPeerNoLongerInAnotherCallIsWaitedForAgain(Rank& r) {
+  OnACudaStream on;
+  if (const int failed = on.setUp(r)) return failed;
+  float sum = 0;
+  int allReduceFailed = 0;
+  struct JoinedOnReturn {
+    std::thread thread;
+    ~JoinedOnReturn() {
+      if (thread.joinable()) thread.join();
+    }
+  } other;
+  on.holdTheMemoryLock();
+  if (r.rank() == 0)
+    other.thread = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      allReduceFailed = allReduceOnTheHost(r, &sum, 13);
+    });
+  if (r.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(2));
+  if (r.rank() != 0) {
+    if (const int failed = allReduceOnTheHost(r, &sum, 13)) return failed;
+    if (r.rank() == 2) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  if (const int failed = allGatherOnTheStream(r, on, 14)) return failed;
+  if (other.thread.joinable()) other.thread.join();
+  if (allReduceFailed != 0) return allReduceFailed;
+  RANK_CHECK(15, sum == 3.0f);
+  if (const int failed = checkTheAllGather(r, on, 16)) return failed;
+  return on.releaseTheMemoryLock(r, 18);
+}
+
+TEST_F(LatePeer, OneNoLongerInAnotherCallIsWaitedForAgain) {
+  expectRanksPass(3, aPeerNoLongerInAnotherCallIsWaitedForAgain, 20);
+}
+
+// Of three ranks, rank 1 first makes a blocking host Recv from rank 0, which
+// rank 0 sends only after its first GPU call, and rank 2 a blocking host
+// Recv from rank 1, which rank 1 sends after its Recv: rank 0 stops waiting
+// for both, rank 2 waiting for rank 1, which waits for rank 0, rather than
+// wait the full 30 s for rank 2, by when rank 1's Recv would have failed
+// (BRAID_TIMEOUT=20).
+int aPeerWaitingForAPeerThatWaitsIsNotWaitedFor(Rank& r) {
+  OnACudaStream on;
+  if (const int failed = on.setUp(r)) return failed;
+  float message = 0;
+  if (r.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (r.rank() >= 1)
+    RANK_CHECK(13,
+               braidRecv(&message, 1, braidFloat32, r.rank() - 1, r.comm, nullptr) == braidSuccess);
+  if (r.rank() == 1)
+    RANK_CHECK(14, braidSend(&message, 1, braidFloat32, 2, r.comm, nullptr) == braidSuccess);
+  if (const int failed = allGatherOnTheStream(r, on, 15)) return failed;
+  if (r.rank() == 0) {
+    message = 9;
+    RANK_CHECK(16, braidSend(&message, 1, braidFloat32, 1, r.comm, nullptr) == braidSuccess);
+  }
+  RANK_CHECK(17, message == 9.0f);
+  return endTheAllGather(r, on, 18);
+}
+
+TEST_F(LatePeer, OneWaitingForAPeerThatWaitsIsNotWaitedFor) {
+  expectRanksPass(3, aPeerWaitingForAPeerThatWaitsIsNotWaitedFor, 20);
+}
+
+// Rank 1 has a Recv from rank 0 queued on a braid stream, and rank 0 one
+// from rank 1 on another, when rank 0 makes its first GPU call, 3 s before
+// rank 1 makes its own; then each sends. Rank 1's Recv does not show it
+// waiting for rank 0, which has a Recv from it under way too, so rank 0
+// still waits for rank 1 and maps its memory before the stream waits, while
+// the stand-in holds the memory lock.
+int aPeerWithAMatchUnderWayIsWaitedFor(Rank& r) {
+  OnACudaStream on;
+  if (const int failed = on.setUp(r)) return failed;
+  braidStream_t streams[2] = {nullptr, nullptr};
+  for (braidStream_t& stream : streams)
+    RANK_CHECK(13, braidStreamCreate(r.comm, &stream) == braidSuccess);
+  float mine = static_cast<float>(r.rank() + 1), theirs = 0;
+  const int peer = 1 - r.rank();
+  // Rank 0 receives on the first stream, rank 1 on the second.
+  RANK_CHECK(14,
+             braidRecv(&theirs, 1, braidFloat32, peer, r.comm, streams[r.rank()]) == braidSuccess);
+  if (const int failed = allGatherWithRankOneLate(r, on, 3, 15)) return failed;
+  RANK_CHECK(21, braidSend(&mine, 1, braidFloat32, peer, r.comm, streams[peer]) == braidSuccess);
+  for (braidStream_t stream : streams) {
+    RANK_CHECK(22, braidStreamSynchronize(stream) == braidSuccess);
+    RANK_CHECK(23, braidStreamDestroy(stream) == braidSuccess);
+  }
+  RANK_CHECK(24, theirs == static_cast<float>(peer + 1));
+  return 0;
+}
+
+TEST_F(LatePeer, OneWithAMatchUnderWayIsWaitedFor) {
+  expectRanksPass(2, aPeerWithAMatchUnderWayIsWaitedFor, 30);
 }
 
 // Rank 1 first makes a host Recv from rank 0 (on stream NULL, or on a braid
@@ -195,12 +302,10 @@ int aPeerInARecvFromThisRankIsNotWaitedFor(Rank& r, bool onABraidStream) {
 }
 
 TEST_F(LatePeer, OneInARecvFromThisRankIsNotWaitedFor) {
-  RankSetup setup;
-  setup.environment = {"BRAID_TIMEOUT=20"};
-  expectEveryRankPassed(runRanks(
-      2, [](Rank& r) { return aPeerInARecvFromThisRankIsNotWaitedFor(r, false); }, setup));
-  expectEveryRankPassed(runRanks(
-      2, [](Rank& r) { return aPeerInARecvFromThisRankIsNotWaitedFor(r, true); }, setup));
+  expectRanksPass(
+      2, [](Rank& r) { return aPeerInARecvFromThisRankIsNotWaitedFor(r, false); }, 20);
+  expectRanksPass(
+      2, [](Rank& r) { return aPeerInARecvFromThisRankIsNotWaitedFor(r, true); }, 20);
 }
 
 // Rank 1 receives from rank 0 on the host twice (on stream NULL, then on a
@@ -227,9 +332,7 @@ int aPeerWhoseRecvsEndedIsWaitedFor(Rank& r) {
 }
 
 TEST_F(LatePeer, OneWhoseRecvsEndedIsWaitedFor) {
-  RankSetup setup;
-  setup.environment = {"BRAID_TIMEOUT=30"};
-  expectEveryRankPassed(runRanks(2, aPeerWhoseRecvsEndedIsWaitedFor, setup));
+  expectRanksPass(2, aPeerWhoseRecvsEndedIsWaitedFor, 30);
 }
 
 }  // namespace

@@ -22,11 +22,18 @@ size_t slotBytes(size_t payloadBytes) {
   return BoardSlot::kHeaderBytes + boardPayloadBytes(payloadBytes);
 }
 
+// A rank's counts of point-to-point calls, one per peer, in cache lines of
+// their own: only that rank writes them, on every Send and Recv.
+size_t pointToPointRowBytes(int nranks) {
+  const size_t bytes = static_cast<size_t>(nranks) * sizeof(std::atomic<uint32_t>);
+  return (bytes + kLineBytes - 1) / kLineBytes * kLineBytes;
+}
+
 size_t boardBytes(int nranks, int streams, int lanes, size_t payloadBytes) {
   const size_t ranks = static_cast<size_t>(nranks);
   const size_t bytes = 2 * static_cast<size_t>(lanes) * ranks * slotBytes(payloadBytes) +
                        static_cast<size_t>(streams) * ranks * kLineBytes +
-                       ranks * ranks * sizeof(std::atomic<uint32_t>);
+                       ranks * pointToPointRowBytes(nranks);
   const size_t page = 4096;
   return (bytes + page - 1) / page * page;
 }
@@ -48,8 +55,9 @@ void Board::map(int nranks, int streams, int lanes, size_t payloadBytes) {
   slotBytes_ = slotBytes(payloadBytes);
   announcements_ = reinterpret_cast<AnnouncementLine*>(
       slots_ + 2 * static_cast<size_t>(lanes) * static_cast<size_t>(nranks) * slotBytes_);
-  pointToPoint_ = reinterpret_cast<std::atomic<uint32_t>*>(announcements_ +
-                                                           static_cast<size_t>(streams) * nranks);
+  pointToPoint_ =
+      reinterpret_cast<uint8_t*>(announcements_ + static_cast<size_t>(streams) * nranks);
+  pointToPointRowBytes_ = pointToPointRowBytes(nranks);
   streams_ = streams;
   lanes_ = lanes;
   nranks_ = static_cast<size_t>(nranks);
@@ -131,12 +139,14 @@ Announcement Board::announced(int rank, int stream) const {
   }
 }
 
+// Relaxed: the counts order nothing else; a reader only asks whether a call
+// is under way now.
 void Board::addPointToPoint(int rank, int peer, int calls) {
-  pointToPointWord(rank, peer).fetch_add(static_cast<uint32_t>(calls), std::memory_order_acq_rel);
+  pointToPointWord(rank, peer).fetch_add(static_cast<uint32_t>(calls), std::memory_order_relaxed);
 }
 
 uint32_t Board::pointToPoint(int rank, int peer) const {
-  return pointToPointWord(rank, peer).load(std::memory_order_acquire);
+  return pointToPointWord(rank, peer).load(std::memory_order_relaxed);
 }
 
 }  // namespace braid::shm

@@ -117,15 +117,17 @@ class Board {
     return announcements_[static_cast<size_t>(rank) * streams_ + stream];
   }
   std::atomic<uint32_t>& pointToPointWord(int rank, int peer) const {
-    return pointToPoint_[static_cast<size_t>(rank) * nranks_ + static_cast<size_t>(peer)];
+    return reinterpret_cast<std::atomic<uint32_t>*>(
+        pointToPoint_ + static_cast<size_t>(rank) * pointToPointRowBytes_)[peer];
   }
   void map(int nranks, int streams, int lanes, size_t payloadBytes);
 
   Segment segment_;
-  uint8_t* slots_ = nullptr;                       // 2 per rank and lane, of slotBytes_ each
-  size_t slotBytes_ = 0;                           // a multiple of the cache line
-  AnnouncementLine* announcements_ = nullptr;      // `streams_` per rank, after the slots
-  std::atomic<uint32_t>* pointToPoint_ = nullptr;  // nranks per rank, after the announcements
+  uint8_t* slots_ = nullptr;                   // 2 per rank and lane, of slotBytes_ each
+  size_t slotBytes_ = 0;                       // a multiple of the cache line
+  AnnouncementLine* announcements_ = nullptr;  // `streams_` per rank, after the slots
+  uint8_t* pointToPoint_ = nullptr;            // a row per rank, after the announcements
+  size_t pointToPointRowBytes_ = 0;            // nranks counts, to whole cache lines
   int streams_ = 0;
   int lanes_ = 0;
   size_t nranks_ = 0;
