@@ -216,21 +216,26 @@ Status BoardCollectives::checkAnnouncements(int stream, uint32_t callIndex, uint
 }
 
 std::vector<bool> BoardCollectives::ranksWaitingForThisRank() const {
-  const size_t n = static_cast<size_t>(nranks_);
-  std::vector<bool> waiting(n, false);
-  std::vector<int> reached{rank_};  // this rank, then the ranks found waiting
-  for (int peer = 0; peer < nranks_; ++peer) {
-    if (peer == rank_) continue;
-    for (int stream = 0; stream < board_.streams() && !waiting[peer]; ++stream) {
-      const shm::Announcement theirs = board_.announced(peer, stream);
-      waiting[peer] = theirs.call > board_.announced(rank_, stream).call &&
-                      (theirs.check & CallSignature::kGpuMemoryBit) == 0;
-    }
-    if (waiting[peer]) reached.push_back(peer);
-  }
+  const int streams = board_.streams();
+  // Every rank's announcements, read once.
+  std::vector<shm::Announcement> seen(static_cast<size_t>(nranks_) * streams);
+  for (int r = 0; r < nranks_; ++r)
+    for (int stream = 0; stream < streams; ++stream)
+      seen[static_cast<size_t>(r) * streams + stream] = board_.announced(r, stream);
+  // Whether x waits for y: in a collective of host memory that y has not
+  // announced, or in a Send or Recv with y while y has none with x (a match
+  // under way on both sides ends within moments).
   auto waitsFor = [&](int x, int y) {
+    for (int stream = 0; stream < streams; ++stream) {
+      const shm::Announcement& theirs = seen[static_cast<size_t>(x) * streams + stream];
+      if (theirs.call > seen[static_cast<size_t>(y) * streams + stream].call &&
+          (theirs.check & CallSignature::kGpuMemoryBit) == 0)
+        return true;
+    }
     return board_.pointToPoint(x, y) > 0 && board_.pointToPoint(y, x) == 0;
   };
+  std::vector<bool> waiting(static_cast<size_t>(nranks_), false);
+  std::vector<int> reached{rank_};  // this rank, then the ranks found waiting
   for (size_t next = 0; next < reached.size(); ++next) {
     const int y = reached[next];
     for (int x = 0; x < nranks_; ++x)

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "src/common/status.h"
@@ -53,7 +54,6 @@ class BoardCollectives {
   // 16 KiB a rank (docs/PERFORMANCE.md).
   static constexpr size_t kMaxReducedBytes = 32 << 10;
   size_t payloadBytes() const { return board_.payloadBytes(); }
-  int nranks() const { return nranks_; }
   // The streams whose small calls run on the board: 0 (the caller's thread)
   // to lanes() - 1, each in a lane of its own, so that calls on two streams
   // may run at once. Every stream's calls are announced.
@@ -75,16 +75,16 @@ class BoardCollectives {
                             const std::string& name) const;
   // By rank: whether the rank waits, through its calls, for a call this
   // rank is still to make, and so will not reach a GPU call of its own
-  // first. A rank waits for the rank of a call it has under way when
-  //  - it announced, on some stream, a collective of host memory that this
-  //    rank has not announced there yet: for this rank;
-  //  - it has a Send or Recv with a rank under way and that rank has none
-  //    with it (a match under way ends within moments): for that rank.
-  // A rank that waits for this rank, or for a rank that waits, is marked.
-  // False for this rank itself.
+  // first. A rank x waits for a rank y when
+  //  - x announced, on some stream, a collective of host memory that y has
+  //    not announced there yet;
+  //  - or x has a Send or Recv with y under way and y has none with x (a
+  //    match under way on both sides ends within moments).
+  // Marked: the ranks that wait for this rank, or for a marked rank. False
+  // for this rank itself.
   std::vector<bool> ranksWaitingForThisRank() const;
   // This rank's Send and Recv operations under way, each counted with its
-  // peer: `delta` (1 or -1) for each of `ops` (PointToPointUnderWay).
+  // peer: `delta` (1 or -1) for each of `ops` (CountedWhileUnderWay).
   void countPointToPoint(std::span<const Operation> ops, int delta);
 
  private:
@@ -123,23 +123,19 @@ class BoardCollectives {
   std::vector<Lane> lanes_;
 };
 
-// While it lives, the board counts the Send and Recv operations of `ops`
-// as under way (the caller keeps `ops`); a null board counts nothing.
-class PointToPointUnderWay {
+// Calls `count(1)` now and `count(-1)` when it goes: while a call runs, the
+// board counts its Send and Recv operations as under way
+// (BoardCollectives::countPointToPoint).
+template <typename Count>
+class CountedWhileUnderWay {
  public:
-  PointToPointUnderWay(BoardCollectives* board, std::span<const Operation> ops)
-      : board_(board), ops_(ops) {
-    if (board_) board_->countPointToPoint(ops_, 1);
-  }
-  ~PointToPointUnderWay() {
-    if (board_) board_->countPointToPoint(ops_, -1);
-  }
-  PointToPointUnderWay(const PointToPointUnderWay&) = delete;
-  PointToPointUnderWay& operator=(const PointToPointUnderWay&) = delete;
+  explicit CountedWhileUnderWay(Count count) : count_(std::move(count)) { count_(1); }
+  ~CountedWhileUnderWay() { count_(-1); }
+  CountedWhileUnderWay(const CountedWhileUnderWay&) = delete;
+  CountedWhileUnderWay& operator=(const CountedWhileUnderWay&) = delete;
 
  private:
-  BoardCollectives* const board_;
-  const std::span<const Operation> ops_;
+  Count count_;
 };
 
 }  // namespace braid

@@ -481,7 +481,9 @@ Status Communicator::runPlain(std::span<const Operation> ops, int streamIndex) {
   std::vector<Job> jobs;
   std::vector<std::shared_ptr<const algo::Schedule>> schedules;
   BRAID_RETURN_IF_ERROR(prepare(ops, streamIndex, &jobs, &schedules));
-  const PointToPointUnderWay underWay(board_.get(), ops);
+  const CountedWhileUnderWay underWay([&](int delta) {
+    if (board_) board_->countPointToPoint(ops, delta);
+  });
   Status s = runJobs(jobs);
   if (!s.isOk() && aborted_) return invalidUsage(strCat(ops[0].name, ": communicator aborted"));
   return s;
@@ -504,17 +506,10 @@ Status Communicator::runTogether(
   std::vector<std::shared_ptr<const algo::Schedule>> schedules;
   for (auto& [comm, ops] : batches) BRAID_RETURN_IF_ERROR(comm->prepare(ops, 0, &jobs, &schedules));
   // Each communicator's board counts its Send and Recv under way.
-  struct UnderWay {
-    std::span<std::pair<Communicator*, std::vector<Operation>>> batches;
-    explicit UnderWay(std::span<std::pair<Communicator*, std::vector<Operation>>> b) : batches(b) {
-      count(1);
-    }
-    ~UnderWay() { count(-1); }
-    void count(int delta) {
-      for (auto& [comm, ops] : batches)
-        if (comm->board_) comm->board_->countPointToPoint(ops, delta);
-    }
-  } underWay(batches);
+  const CountedWhileUnderWay underWay([&](int delta) {
+    for (auto& [comm, ops] : batches)
+      if (comm->board_) comm->board_->countPointToPoint(ops, delta);
+  });
   Status s = runJobs(jobs);
   if (!s.isOk())
     for (Communicator* c : comms)

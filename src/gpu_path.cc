@@ -9,6 +9,7 @@
 #include "braid_config.h"
 #include "src/common/log.h"
 #include "src/common/strcat.h"
+#include "src/steadily_waiting.h"
 #include "transports/cuda_ipc/cuda_ipc_connection.h"
 #include "transports/cuda_ipc/driver_ipc_device.h"
 #include "transports/cuda_ipc/ipc_or_fallback.h"
@@ -154,7 +155,7 @@ void GpuPath::settleHandshakes(double seconds,
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   auto elapsed = [start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  std::vector<bool> busy;  // by rank, as last looked at
+  SteadilyWaiting busy(kSteadilyBusySeconds);
   double lookedAt = -1;
   for (;;) {
     bool moved = false;
@@ -171,20 +172,18 @@ void GpuPath::settleHandshakes(double seconds,
     // A late peer is waited for, as the call would wait for it; one that
     // waits in another call instead (the calls differ, or this rank makes
     // that one later) is not, once this rank's own calls before this one
-    // had a moment to be announced, while it waits there. The wait ends
-    // when every late peer does.
+    // had a moment to be announced, while it steadily waits there. The wait
+    // ends when every late peer does.
     if (ranksBusyElsewhere && waited >= kAnnouncedWithinSeconds &&
         waited - lookedAt >= kBusyLookSeconds) {
-      busy = ranksBusyElsewhere();
+      busy.look(ranksBusyElsewhere(), waited);
       lookedAt = waited;
     }
-    auto isBusy = [&busy](int peer) {
-      return static_cast<size_t>(peer) < busy.size() && busy[static_cast<size_t>(peer)];
-    };
-    if (std::ranges::all_of(late, isBusy)) {
+    if (std::ranges::all_of(late, [&](int peer) { return busy.steadily(peer, waited); })) {
       for (const int peer : late)
         BRAID_INFO("cuda_ipc: rank ", peer,
-                   " waits in another call; its memory is mapped during the first call");
+                   " waits, through its calls, for a later call of this rank; its memory is "
+                   "mapped during the first call");
       return;
     }
     if (waited >= seconds) {

@@ -115,6 +115,9 @@ class GpuPath {
   // How often the wait asks which peers are busy elsewhere: each look reads
   // every rank's announcements and counts.
   static constexpr double kBusyLookSeconds = 0.01;
+  // How long every look must show a peer busy elsewhere before the wait
+  // looks past it (SteadilyWaiting).
+  static constexpr double kSteadilyBusySeconds = 0.05;
   struct Scratch {
     size_t bytes = 0;
     std::unique_ptr<transport::cuda_ipc::DeviceMemory> memory;

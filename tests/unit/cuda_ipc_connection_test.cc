@@ -272,9 +272,10 @@ TEST_F(CudaIpcPair, ReserveMakesTheFirstSpillRoundAhead) {
 // A connection already dead spills nothing more: reserve() makes nothing.
 TEST_F(CudaIpcPair, ADeadConnectionReservesNothing) {
   B->abort(Status(ErrorCode::kInternalError, "the test ends it"));
-  const size_t allocationsBefore = devB->unsharedAllocations;
+  const size_t allocationsBefore = devB->unsharedAllocations, exportedBefore = devB->allocations;
   EXPECT_TRUE(B->reserve({}, std::vector<size_t>{4096}).isOk());
   EXPECT_EQ(devB->unsharedAllocations, allocationsBefore);
+  EXPECT_EQ(devB->allocations, exportedBefore);
 }
 
 // dst = local + incoming in 4-byte little-endian integers; notes any call

@@ -6,8 +6,6 @@
 // The stand-in counts open mappings and live events, so what a destructor
 // fails to release shows; it refuses calls made without a context, so a
 // call that does not make the device's context current fails.
-#include "transports/cuda_ipc/driver_ipc_device.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -20,94 +18,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "fake_gpu_work.h"
-#include "fake_libcuda_loader.h"
+#include "driver_ipc_device_fixture.h"
 
 namespace braid::transport::cuda_ipc {
 namespace {
 
-// The stand-in's test hooks.
-struct FakeDriver {
-  int (*launchKernel)(void*, void (*)(void*), void*);
-  void (*failCopies)(int);
-  void (*failStream)(void*);
-  int (*contextDepth)();
-  unsigned long (*ipcOpenCount)();
-  unsigned long (*liveIpcMappings)();
-  unsigned long (*liveEvents)();
-  unsigned long (*liveVmmAllocations)();
-  unsigned long (*liveVmmMaps)();
-
-  bool load() {
-    void* fake = braid::testing::openFakeLibcuda();
-    if (fake == nullptr) return false;
-    auto find = [&](auto& entry, const char* name) {
-      return braid::testing::findEntry(fake, entry, name);
-    };
-    return find(launchKernel, "fakeCudaLaunchKernel") && find(failCopies, "fakeCudaFailCopies") &&
-           find(failStream, "fakeCudaFailStream") && find(contextDepth, "fakeCudaContextDepth") &&
-           find(ipcOpenCount, "fakeCudaIpcOpenCount") &&
-           find(liveIpcMappings, "fakeCudaLiveIpcMappings") &&
-           find(liveEvents, "fakeCudaLiveEvents") &&
-           find(liveVmmAllocations, "fakeCudaLiveVmmAllocations") &&
-           find(liveVmmMaps, "fakeCudaLiveVmmMaps");
-  }
-};
-
-FakeDriver fake;
-
-#define ASSERT_OK(expr)                               \
-  do {                                                \
-    const ::braid::Status status_ = (expr);           \
-    ASSERT_TRUE(status_.isOk()) << status_.message(); \
-  } while (0)
-
-template <typename T>
-T take(Result<T> result) {
-  EXPECT_TRUE(result.isOk()) << result.status().message();
-  return result.isOk() ? std::move(result).value() : T{};
-}
-
-float* floats(DeviceMemory& memory) {
-  return static_cast<float*>(memory.data());
-}
-
-using braid::testing::SlowFill;
-
-using braid::testing::Gate;
-
-class DriverIpcDeviceTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    ASSERT_TRUE(fake.load()) << "FAKE_LIBCUDA is not set or not the stand-in (meson sets it)";
-  }
-
-  void SetUp() override {
-    ASSERT_NE(fake.liveEvents, nullptr);
-    eventsBefore_ = fake.liveEvents();
-    mappingsBefore_ = fake.liveIpcMappings();
-  }
-
-  // Every call restores the caller's context, and every test releases
-  // what it made.
-  void TearDown() override {
-    if (fake.contextDepth == nullptr) return;
-    EXPECT_EQ(fake.contextDepth(), 0);
-    EXPECT_EQ(fake.liveEvents(), eventsBefore_ + eventsLeftOnPurpose_) << "events left";
-    EXPECT_EQ(fake.liveIpcMappings(), mappingsBefore_) << "mappings left";
-    EXPECT_EQ(fake.liveVmmMaps(), 0u) << "cuMem mappings left";
-    EXPECT_EQ(fake.liveVmmAllocations(), 0u) << "cuMem allocations not released";
-  }
-
-  static std::unique_ptr<DriverIpcDevice> makeDevice() { return take(DriverIpcDevice::create(0)); }
-
- protected:
-  unsigned long eventsLeftOnPurpose_ = 0;
-
- private:
-  unsigned long eventsBefore_ = 0;
-  unsigned long mappingsBefore_ = 0;
-};
+using namespace driver_ipc_test;
 
 TEST_F(DriverIpcDeviceTest, CreatesADeviceWithAStreamOfItsOwn) {
   auto first = makeDevice();
@@ -490,116 +406,6 @@ TEST_F(DriverIpcDeviceTest, ThreadsShareADevice) {
     });
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(good.load(), kThreads);
-}
-
-// A GPU that exports cuMem memory as POSIX file descriptors (the
-// stand-in's FAKE_CUDA_VMM=1): allocate() exports one, handed over by the
-// device's descriptor server, and openMemory maps the same memory again.
-class FdHandles : public DriverIpcDeviceTest {
- protected:
-  void SetUp() override {
-    setenv("FAKE_CUDA_VMM", "1", 1);
-    DriverIpcDeviceTest::SetUp();
-  }
-  void TearDown() override {
-    unsetenv("FAKE_CUDA_VMM");
-    DriverIpcDeviceTest::TearDown();
-  }
-};
-
-TEST_F(FdHandles, MemoryIsExportedAsADescriptorAndOpensAsTheSameMemory) {
-  constexpr int kCount = 1000;  // not a multiple of the granularity
-  auto device = makeDevice();
-  ASSERT_TRUE(device);
-  EXPECT_TRUE(device->exportsFds());
-  auto exported = take(device->allocate(kCount * sizeof(float)));
-  auto source = take(device->allocate(kCount * sizeof(float)));
-  ASSERT_TRUE(exported && source);
-  EXPECT_EQ(exported->handle().scheme, IpcHandle::Scheme::kPosixFd);
-  EXPECT_NE(exported->handle().bytes, source->handle().bytes);
-  EXPECT_EQ(fake.liveVmmMaps(), 2u);
-
-  const unsigned long legacyOpens = fake.ipcOpenCount();
-  auto opened = take(device->openMemory(exported->handle()));
-  ASSERT_TRUE(opened);
-  EXPECT_EQ(fake.ipcOpenCount(), legacyOpens);  // no legacy handle was opened
-  EXPECT_EQ(fake.liveVmmMaps(), 3u);
-  // A mapping of its own at another address, of the same memory.
-  EXPECT_NE(opened->data(), exported->data());
-  for (int i = 0; i < kCount; ++i) {
-    floats(*source)[i] = 0.25f * static_cast<float>(i);
-    floats(*exported)[i] = -1.0f;
-  }
-  ASSERT_OK(device->enqueueCopy(opened->data(), source->data(), kCount * sizeof(float)));
-  ASSERT_OK(device->synchronize());
-  for (int i = 0; i < kCount; ++i) ASSERT_EQ(floats(*exported)[i], 0.25f * static_cast<float>(i));
-
-  opened.reset();
-  EXPECT_EQ(fake.liveVmmMaps(), 2u);
-  // Once the memory is gone, its handle opens no more.
-  const IpcHandle stale = exported->handle();
-  exported.reset();
-  auto late = device->openMemory(stale);
-  ASSERT_FALSE(late.isOk());
-  EXPECT_EQ(late.status().code(), ErrorCode::kRemoteError);
-  EXPECT_NE(late.status().message().find("refused"), std::string::npos) << late.status().message();
-}
-
-// Memory and events that no peer opens (spill blocks, scratch, the events
-// of staged copies) are made without a handle: no cuMem mapping and no
-// descriptor where memory is exported as descriptors, no interprocess
-// event. They work as the others do.
-TEST_F(FdHandles, UnsharedMemoryAndEventsExportNothing) {
-  constexpr int kCount = 1000;
-  auto device = makeDevice();
-  ASSERT_TRUE(device);
-  auto unshared = take(device->allocateUnshared(kCount * sizeof(float)));
-  auto source = take(device->allocate(kCount * sizeof(float)));
-  auto event = take(device->createUnsharedEvent());
-  ASSERT_TRUE(unshared && source && event);
-  EXPECT_EQ(fake.liveVmmMaps(), 1u);  // the exported source's alone
-  EXPECT_EQ(unshared->handle().bytes, IpcHandle{}.bytes);
-  EXPECT_EQ(event->handle().bytes, IpcHandle{}.bytes);
-  for (int i = 0; i < kCount; ++i) floats(*source)[i] = 0.75f * static_cast<float>(i);
-  ASSERT_OK(device->enqueueCopy(unshared->data(), source->data(), kCount * sizeof(float)));
-  ASSERT_OK(device->enqueueRecord(*event));
-  ASSERT_OK(device->synchronize());
-  EXPECT_TRUE(take(device->hasRun(*event)));
-  for (int i = 0; i < kCount; ++i) ASSERT_EQ(floats(*unshared)[i], 0.75f * static_cast<float>(i));
-  const auto none = device->allocateUnshared(0);
-  ASSERT_FALSE(none.isOk());
-  EXPECT_EQ(none.status().code(), ErrorCode::kInvalidArgument);
-}
-
-TEST_F(FdHandles, LegacyHandlesWhenAskedAndEitherKindOpens) {
-  auto fds = makeDevice();
-  auto legacy = take(DriverIpcDevice::create(0, DriverIpcDevice::Handles::kLegacy));
-  ASSERT_TRUE(fds && legacy);
-  EXPECT_FALSE(legacy->exportsFds());
-  auto a = take(legacy->allocate(4096));
-  auto b = take(fds->allocate(4096));
-  ASSERT_TRUE(a && b);
-  EXPECT_EQ(a->handle().scheme, IpcHandle::Scheme::kCudaIpc);
-  EXPECT_EQ(b->handle().scheme, IpcHandle::Scheme::kPosixFd);
-  auto bOnLegacy = take(legacy->openMemory(b->handle()));
-  auto aOnFds = take(fds->openMemory(a->handle()));
-  ASSERT_TRUE(bOnLegacy && aOnFds);
-  std::memset(b->data(), 7, 4096);
-  EXPECT_EQ(static_cast<const uint8_t*>(bOnLegacy->data())[4095], 7);
-}
-
-TEST_F(DriverIpcDeviceTest, WithoutDescriptorsAutoUsesLegacyHandlesAndPosixFdIsRefused) {
-  auto device = makeDevice();
-  ASSERT_TRUE(device);
-  EXPECT_FALSE(device->exportsFds());
-  auto memory = take(device->allocate(256));
-  ASSERT_TRUE(memory);
-  EXPECT_EQ(memory->handle().scheme, IpcHandle::Scheme::kCudaIpc);
-  auto refused = DriverIpcDevice::create(0, DriverIpcDevice::Handles::kPosixFd);
-  ASSERT_FALSE(refused.isOk());
-  EXPECT_EQ(refused.status().code(), ErrorCode::kNotSupported);
-  EXPECT_NE(refused.status().message().find("BRAID_CUDA_IPC_HANDLES=legacy"), std::string::npos)
-      << refused.status().message();
 }
 
 }  // namespace

@@ -33,8 +33,9 @@ struct IpcHandle {
   std::array<uint8_t, 64> bytes{};
 };
 
-// Device memory: this process's own (exported as `handle`), or a peer's
-// opened from its handle. Freed or unmapped when destroyed.
+// Device memory: this process's own (exported as `handle`, or unshared with
+// an all-zero handle), or a peer's opened from its handle. Freed or unmapped
+// when destroyed.
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
@@ -52,8 +53,9 @@ class HostMemory {
   virtual void* data() const = 0;
 };
 
-// An interprocess event: this process's own, or a peer's opened from its
-// handle. A wait queued on it holds later work until the work queued before
+// An event: this process's own (interprocess, exported as `handle`, or
+// unshared with an all-zero handle), or a peer's opened from its handle. A
+// wait queued on it holds later work until the work queued before
 // the event's latest record (at the time of the wait) has run.
 class DeviceEvent {
  public:
