@@ -472,8 +472,10 @@ Status Communicator::runTuned(const Operation& op, int streamIndex) {
 }
 
 Status Communicator::runPlain(std::span<const Operation> ops, int streamIndex) {
-  std::pair<Communicator*, std::vector<Operation>> batch{this, {ops.begin(), ops.end()}};
-  if (streamIndex == 0) return runTogether({&batch, 1});
+  if (streamIndex == 0) {
+    std::pair<Communicator*, std::vector<Operation>> batch{this, {ops.begin(), ops.end()}};
+    return runTogether({&batch, 1});
+  }
   if (aborted_)
     return invalidUsage(strCat(ops.empty() ? "call" : ops[0].name, ": communicator aborted"));
   StreamState& st = stream(streamIndex);

@@ -31,6 +31,7 @@ struct Driver {
   CuResult (*getErrorString)(CuResult, const char**) = nullptr;
   CuResult (*deviceGet)(int*, int) = nullptr;
   CuResult (*primaryCtxRetain)(CuContext*, int) = nullptr;
+  CuResult (*ctxGetCurrent)(CuContext*) = nullptr;
   cudadriver::ExchangeCaptureMode threadExchangeStreamCaptureMode = nullptr;  // optional
   std::string missing;  // why the driver cannot be used; empty when it can
 };
@@ -52,6 +53,7 @@ const Driver& driver() {
     find(d.getErrorString, "cuGetErrorString");
     find(d.deviceGet, "cuDeviceGet");
     find(d.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    find(d.ctxGetCurrent, "cuCtxGetCurrent");
     finder.findOptional(d.threadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
     d.missing = finder.missing;
     return d;
@@ -103,7 +105,9 @@ Result<CuContext> primaryContext(const Driver& d, int ordinal, const char* what)
 // The context that owns `gpu`. Memory of the virtual memory API (cuMemCreate,
 // as PyTorch's expandable segments allocate) and of memory pools
 // (cudaMallocAsync) belongs to none: the driver says NULL, and the primary
-// context of its GPU, the one the runtime uses, reaches it.
+// context of its GPU, the one the runtime uses, reaches it. Managed memory
+// of a pool may name no GPU either (the driver says -1, the CPU): any
+// context reaches it, so the calling thread's current one does.
 Result<CuContext> contextOf(const Driver& d, const void* gpu, const char* what) {
   CuContext context = nullptr;
   if (CuResult r = d.pointerGetAttribute(&context, kAttributeContext, devicePointer(gpu));
@@ -114,7 +118,15 @@ Result<CuContext> contextOf(const Driver& d, const void* gpu, const char* what) 
   if (CuResult r = d.pointerGetAttribute(&ordinal, kAttributeDeviceOrdinal, devicePointer(gpu));
       r != kCudaSuccess)
     return cudaDriverError(r, strCat(what, ": the buffer's GPU"));
-  return primaryContext(d, ordinal, what);
+  if (ordinal >= 0) return primaryContext(d, ordinal, what);
+  if (CuResult r = d.ctxGetCurrent(&context); r != kCudaSuccess)
+    return cudaDriverError(r, strCat(what, ": the current context"));
+  if (context == nullptr)
+    return invalidArgument(
+        strCat(what,
+               ": the buffer belongs to no CUDA context and names no GPU (managed memory of "
+               "a memory pool); make a GPU current on this thread (cudaSetDevice)"));
+  return context;
 }
 
 // Runs `work` with the context that owns `gpu` current on this thread.

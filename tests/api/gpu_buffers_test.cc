@@ -27,6 +27,8 @@ using Counter = unsigned long (*)();
 using Depth = int (*)();
 using SetFlag = void (*)(int);
 using Init = int (*)(unsigned);
+using RetainPrimary = int (*)(void**, int);
+using SetCurrent = int (*)(void*);
 
 template <typename F>
 F driverEntry(void* driver, const char* name) {
@@ -59,8 +61,10 @@ class GpuBuffers : public ::testing::Test {
     failPointerQueries_ = driverEntry<SetFlag>(fake, "fakeCudaFailPointerQueries");
     withoutContext_ = driverEntry<SetFlag>(fake, "fakeCudaRangeWithoutContext");
     init_ = driverEntry<Init>(fake, "cuInit");
+    retainPrimary_ = driverEntry<RetainPrimary>(fake, "cuDevicePrimaryCtxRetain");
+    setCurrent_ = driverEntry<SetCurrent>(fake, "cuCtxSetCurrent");
     ASSERT_TRUE(setDeviceRange_ && copies_ && contextDepth_ && failCopies_ && failPointerQueries_ &&
-                withoutContext_ && init_)
+                withoutContext_ && init_ && retainPrimary_ && setCurrent_)
         << dlerror();
     // braid looks for a newly loaded driver at most once a millisecond.
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -91,6 +95,8 @@ class GpuBuffers : public ::testing::Test {
   static SetFlag failPointerQueries_;
   static SetFlag withoutContext_;
   static Init init_;
+  static RetainPrimary retainPrimary_;
+  static SetCurrent setCurrent_;
   float gpu_[64] = {};  // "device memory of GPU 3" for the driver
   float host_[64] = {};
 };
@@ -102,6 +108,8 @@ SetFlag GpuBuffers::failCopies_ = nullptr;
 SetFlag GpuBuffers::failPointerQueries_ = nullptr;
 SetFlag GpuBuffers::withoutContext_ = nullptr;
 Init GpuBuffers::init_ = nullptr;
+RetainPrimary GpuBuffers::retainPrimary_ = nullptr;
+SetCurrent GpuBuffers::setCurrent_ = nullptr;
 
 void fill(float* data, int n, float first) {
   for (int i = 0; i < n; ++i) data[i] = first + static_cast<float>(i);
@@ -148,6 +156,27 @@ TEST_F(GpuBuffers, MemoryOfNoContextIsStagedInThePrimaryContextOfItsGpu) {
   EXPECT_EQ(copies_() - before, 2u);  // over and back
   EXPECT_EQ(gpu_[0], 1.0f);
   EXPECT_EQ(gpu_[63], 64.0f);
+}
+
+// Managed memory of a memory pool may name no GPU (the driver says -1, the
+// CPU) and belong to no context: it is staged in the calling thread's
+// current context, and refused, saying why, where the thread has none.
+// Before, it was staged in the primary context of "GPU -1", which failed.
+TEST_F(GpuBuffers, ManagedMemoryOfNoGpuIsStagedInTheCurrentContext) {
+  ASSERT_EQ(init_(0), 0);
+  setDeviceRange_(gpu_, sizeof(gpu_), -1, 1);
+  withoutContext_(1);
+  fill(gpu_, 64, 1);
+  EXPECT_BRAID_ERROR(braidAllReduce(gpu_, host_, 64, braidFloat32, braidSum, comm_, nullptr),
+                     braidInvalidArgument, "staging sendbuff", "names no GPU", "cudaSetDevice");
+  void* context = nullptr;
+  ASSERT_EQ(retainPrimary_(&context, 0), 0);
+  ASSERT_EQ(setCurrent_(context), 0);
+  const unsigned long before = copies_();
+  EXPECT_BRAID_OK(braidAllReduce(gpu_, host_, 64, braidFloat32, braidSum, comm_, nullptr));
+  EXPECT_EQ(host_[63], 64.0f);
+  EXPECT_EQ(copies_() - before, 1u);
+  ASSERT_EQ(setCurrent_(nullptr), 0);
 }
 
 TEST_F(GpuBuffers, ManagedMemoryIsStagedToo) {

@@ -279,6 +279,12 @@ int cuCtxSetCurrent(void* context) {
   return FAKE_CUDA_SUCCESS;
 }
 
+int cuCtxGetCurrent(void** context) {
+  if (context == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  *context = fakeHasContext() ? &theContext : NULL;
+  return FAKE_CUDA_SUCCESS;
+}
+
 /* Device memory: a bump allocator over an arena, which becomes the range
  * of GPU memory: one of this process reserved at the first allocation, or
  * the region shared among forked processes (fakeCudaShareArena). Freeing
