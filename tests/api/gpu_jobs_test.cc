@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -270,7 +271,9 @@ int firstCallOnACudaStreamAllocatesBeforeTheStreamWaits(Rank& r) {
 // GPU scratch, which some schedules need (Bruck's AllToAll and AllGather
 // stage their blocks in it), is grown on the calling thread too, before the
 // stream waits: for each call larger than any before it, alone or in a
-// group.
+// group. No peer opens it, so it is never exported: where memory is
+// exported as descriptors (gpu_jobs_fd_handles), the cuMem mappings after
+// the first call (the slots, this rank's and its peers') are all there are.
 int scratchGrowsBeforeTheStreamWaits(Rank& r) {
   const int n = r.nranks(), me = r.rank();
   OnACudaStream on;
@@ -278,6 +281,7 @@ int scratchGrowsBeforeTheStreamWaits(Rank& r) {
   float *send = on.send, *recv = on.recv;
   braidStream_t stream = on.stream;
   on.holdTheMemoryLock();
+  std::optional<unsigned long> mappedAfterTheFirstCall;
   // Blocks of at most a quarter of a connection's slots: nothing spills.
   for (size_t block : {kChunkBytes / sizeof(float) / 2, 2 * kChunkBytes / sizeof(float)}) {
     for (size_t i = 0; i < n * block; ++i)
@@ -285,6 +289,7 @@ int scratchGrowsBeforeTheStreamWaits(Rank& r) {
     for (size_t i = 0; i < n * block; ++i) recv[i] = -1;
     RANK_CHECK(13, braidAllToAll(send, recv, block, braidFloat32, r.comm, stream) == braidSuccess);
     RANK_CHECK(14, braidStreamSynchronize(stream) == braidSuccess);
+    if (!mappedAfterTheFirstCall) mappedAfterTheFirstCall = fake.liveVmmMaps();
     RANK_CHECK(15, firstWrong(recv, n * block, [&](size_t i) {
                      return value(static_cast<int>(i / block), me, i % block);
                    }) == -1);
@@ -318,6 +323,7 @@ int scratchGrowsBeforeTheStreamWaits(Rank& r) {
                    const size_t j = i % large;  // element j of rank `from`'s send
                    return value(from, static_cast<int>(j / small), j % small);
                  }) == -1);
+  RANK_CHECK(37, fake.liveVmmMaps() == mappedAfterTheFirstCall);
   return on.releaseTheMemoryLock(r, 21);
 }
 

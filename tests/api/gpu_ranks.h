@@ -48,6 +48,7 @@ struct FakeDriver {
   void (*setGlobalCapture)(int);
   void (*holdMemoryLock)(int);
   unsigned long (*memoryLockRefusals)();
+  unsigned long (*liveVmmMaps)();  // cuMem mappings: memory exported as descriptors, or imported
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -67,7 +68,8 @@ struct FakeDriver {
            find(refuseIpcOpens, "fakeCudaRefuseIpcOpens") &&
            find(setGlobalCapture, "fakeCudaSetGlobalCapture") &&
            find(holdMemoryLock, "fakeCudaHoldMemoryLockWhileStreamsWait") &&
-           find(memoryLockRefusals, "fakeCudaMemoryLockRefusals");
+           find(memoryLockRefusals, "fakeCudaMemoryLockRefusals") &&
+           find(liveVmmMaps, "fakeCudaLiveVmmMaps");
   }
 };
 
