@@ -41,13 +41,16 @@ constexpr int kAttributeDeviceOrdinal = 9;            // CU_POINTER_ATTRIBUTE_DE
 constexpr unsigned int kMemoryTypeDevice = 2;         // CU_MEMORYTYPE_DEVICE
 constexpr unsigned int kMemoryTypeUnified = 4;        // CU_MEMORYTYPE_UNIFIED
 // CU_MEMORYTYPE_HOST (1) is pinned or registered host memory: host for braid.
-// cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr)
-using PointerGetAttribute = CuResult (*)(void*, int, CuDevicePtr);
+// cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes,
+//                        void** data, CUdeviceptr ptr): unlike cuPointerGetAttribute, it
+// answers host memory the driver never saw with success and memory type 0,
+// not with an error that tools such as compute-sanitizer report.
+using PointerGetAttribute = CuResult (*)(unsigned int, int*, void**, CuDevicePtr);
 
 constexpr const char* kDriverSoname = "libcuda.so.1";
 constexpr int64_t kLookIntervalNs = 1'000'000;  // at most one look at the loader a millisecond
 
-// The loaded driver's cuPointerGetAttribute; null until one is found. Once
+// The loaded driver's cuPointerGetAttributes; null until one is found. Once
 // found it stays: the handle that found it is never closed, so the driver
 // cannot be unloaded under it.
 std::atomic<PointerGetAttribute> driverPointerGetAttribute{nullptr};
@@ -98,7 +101,7 @@ bool lookForDriver() {
   objectsLoadedAtLastLook = loaded;
   void* driver = dlopen(kDriverSoname, RTLD_NOW | RTLD_NOLOAD);
   if (driver == nullptr) return false;
-  auto query = reinterpret_cast<PointerGetAttribute>(dlsym(driver, "cuPointerGetAttribute"));
+  auto query = reinterpret_cast<PointerGetAttribute>(dlsym(driver, "cuPointerGetAttributes"));
   if (query == nullptr) {  // not a CUDA driver after all: nothing to ask
     dlclose(driver);
     return false;
@@ -143,16 +146,19 @@ Result<BufferMemory> memoryKindOf(const void* p) {
   if (!gpuMemoryPossible()) return BufferMemory{};
   const PointerGetAttribute query = driverPointerGetAttribute.load(std::memory_order_acquire);
   const auto address = static_cast<CuDevicePtr>(reinterpret_cast<uintptr_t>(p));
+  // One question for all three answers. The managed flag is a boolean that
+  // the driver may write as one byte or as an int: zeroed first, either
+  // reads right.
   unsigned int memoryType = 0;
-  if (const CuResult r = query(&memoryType, kAttributeMemoryType, address); r != kCudaSuccess) {
+  unsigned int isManaged = 0;
+  int device = -1;
+  int attributes[] = {kAttributeMemoryType, kAttributeIsManaged, kAttributeDeviceOrdinal};
+  void* answers[] = {&memoryType, &isManaged, &device};
+  if (const CuResult r = query(3, attributes, answers, address); r != kCudaSuccess) {
     if (answersHost(r)) return BufferMemory{};
     return cudaDriverError(r, "asking the CUDA driver what memory it is");
   }
-  // A boolean that the driver may write as one byte or as an int: zeroed
-  // first, either reads right.
-  unsigned int isManaged = 0;
-  const bool managed =
-      query(&isManaged, kAttributeIsManaged, address) == kCudaSuccess && isManaged != 0;
+  const bool managed = isManaged != 0;
   MemoryKind kind;
   if (managed || memoryType == kMemoryTypeUnified)
     kind = MemoryKind::kManaged;  // the driver reports managed memory as device memory
@@ -162,8 +168,6 @@ Result<BufferMemory> memoryKindOf(const void* p) {
     return BufferMemory{};
   // The ordinal only names the GPU: the kind is known, and a buffer of
   // unknown GPU is staged or refused by that kind all the same.
-  int device = -1;
-  if (query(&device, kAttributeDeviceOrdinal, address) != kCudaSuccess) device = -1;
   return BufferMemory{kind, device};
 }
 

@@ -39,6 +39,8 @@ static int rangeWithoutContext; /* the driver names no context for the range */
  * counts every copy; hostDeviceCopies those between host and GPU memory
  * (staging), deviceCopies those from GPU to GPU memory. */
 static unsigned long queries;
+/* Pointer queries answered with an error: what compute-sanitizer reports. */
+static unsigned long failedQueries;
 static unsigned long copies, waits, hostDeviceCopies, deviceCopies;
 /* Copies made with a context pushed, as braid stages a GPU buffer; the perf
  * tests copy in the current context instead. */
@@ -113,7 +115,7 @@ void fakeCudaFailCopies(int fail) {
   __atomic_store_n(&failCopies, fail, __ATOMIC_RELAXED);
 }
 
-/* Nonzero: cuPointerGetAttribute answers every question with this error, as
+/* Nonzero: cuPointerGetAttribute(s) answers every question with this error, as
  * the driver does with a sticky error after a faulting kernel, or once it
  * has shut down. */
 static int pointerQueryError;
@@ -126,7 +128,20 @@ unsigned long fakeCudaQueryCount(void) {
   return READ(queries);
 }
 
+/* How many pointer queries were answered with an error. */
+unsigned long fakeCudaFailedPointerQueries(void) {
+  return READ(failedQueries);
+}
+
+static int pointerAttribute(void* data, int attribute, unsigned long long ptr);
+
 int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
+  const int r = pointerAttribute(data, attribute, ptr);
+  if (r != FAKE_CUDA_SUCCESS) BUMP(failedQueries);
+  return r;
+}
+
+static int pointerAttribute(void* data, int attribute, unsigned long long ptr) {
   BUMP(queries);
   if (READ(pointerQueryError) != 0) return READ(pointerQueryError);
   if (data == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
@@ -149,6 +164,32 @@ int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
     default:
       return FAKE_CUDA_ERROR_INVALID_VALUE;
   }
+}
+
+/* As the driver: one answer per attribute, and for an address it does not
+ * know, success with every answer zero (memory type 0: not the driver's). */
+int cuPointerGetAttributes(unsigned int count, int* attributes, void** data,
+                           unsigned long long ptr) {
+  if (attributes == NULL || data == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (READ(pointerQueryError) != 0) {
+    BUMP(queries);
+    BUMP(failedQueries);
+    return READ(pointerQueryError);
+  }
+  const int known = inRange(ptr, 1);
+  for (unsigned int i = 0; i < count; ++i) {
+    if (data[i] == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
+    if (!known) {
+      if (attributes[i] == FAKE_CU_POINTER_ATTRIBUTE_CONTEXT)
+        *(void**)data[i] = NULL;
+      else
+        *(unsigned int*)data[i] = 0;
+      continue;
+    }
+    const int r = cuPointerGetAttribute(data[i], attributes[i], ptr);
+    if (r != FAKE_CUDA_SUCCESS) return r;
+  }
+  return FAKE_CUDA_SUCCESS;
 }
 
 int cuCtxPushCurrent_v2(void* context) {

@@ -70,6 +70,16 @@ TEST(MemoryKind, FoundOnlyOnceTheProcessLoadsTheDriver) {
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   EXPECT_TRUE(gpuMemoryPossible());
 
+  // Host memory is asked about in a way the driver answers without an
+  // error (cuPointerGetAttributes), which tools such as compute-sanitizer
+  // would otherwise report at every call.
+  using Count = unsigned long (*)();
+  auto failedQueries = reinterpret_cast<Count>(dlsym(fake, "fakeCudaFailedPointerQueries"));
+  ASSERT_NE(failedQueries, nullptr) << dlerror();
+  EXPECT_EQ(kindOf(buffer.data()), MemoryKind::kHost);
+  EXPECT_EQ(kindOf(&onStack), MemoryKind::kHost);
+  EXPECT_EQ(failedQueries(), 0u);
+
   setDeviceRange(buffer.data(), 512 * sizeof(float), 3, 0);
   BufferMemory m = memoryKindOf(buffer.data() + 10).value();
   EXPECT_EQ(m.kind, MemoryKind::kDevice);
