@@ -45,6 +45,8 @@ std::string agreedSettings(const Config& config) {
       {"BRAID_SHM_BOARD_BYTES", strCat(config.shmBoardBytes)},
       {"BRAID_CUDA_IPC", config.cudaIpc ? "1" : "0"},
       {"BRAID_GPU_STAGING", config.gpuStagingPipelined ? "pipelined" : "whole"},
+      {"BRAID_CUDA_IPC_SLOT_BYTES",
+       config.cudaIpcSlotBytes > 0 ? strCat(config.cudaIpcSlotBytes) : std::string("auto")},
       {"BRAID_LINK_ALPHA_US", numberOrMeasured(config.linkAlphaMicroseconds)},
       {"BRAID_LINK_GBPS", numberOrMeasured(config.linkGigabytesPerSecond)},
       {"BRAID_REDUCE_GBPS", numberOrMeasured(config.reduceGigabytesPerSecond)},

@@ -129,7 +129,10 @@ algo::CollectiveArgs Communicator::planArgs(const Operation& op) const {
   algo::CollectiveArgs args = op.args;
   args.rank = rank_;
   args.nranks = nranks_;
-  args.chunkBytes = config_.chunkBytes;
+  // A GPU job pipelines in the chunks its messages cross GPU to GPU in.
+  args.chunkBytes = op.gpuOrdinal >= 0 && gpuJobsPossible()
+                        ? gpuChunkBytes(config_.cudaIpcSlotBytes)
+                        : config_.chunkBytes;
   return args;
 }
 
@@ -367,7 +370,9 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
 }
 
 bool Communicator::gpuJobsPossible() const {
-  if (!GpuPath::built() || nranks_ < 2) return false;
+  // One rank alone runs its local copies and reductions as a GPU job too,
+  // rather than through host memory.
+  if (!GpuPath::built()) return false;
   // Every rank reaches the same verdict: all on one host or not, alike.
   return config_.gpuStagingPipelined || (config_.cudaIpc && ranksOnHostOf(rank_) == nranks_);
 }

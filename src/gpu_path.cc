@@ -55,6 +55,15 @@ void loadGpuKernels() {
 #endif
 }
 
+size_t gpuChunkBytes(size_t configuredSlotBytes) {
+  constexpr size_t kDefaultBytes = size_t{32} << 20;
+  return configuredSlotBytes > 0 ? configuredSlotBytes : kDefaultBytes;
+}
+
+int cudaIpcSlotsFor(size_t slotBytes) {
+  return slotBytes >= (size_t{16} << 20) ? 4 : 8;
+}
+
 bool GpuPath::built() {
 #ifdef BRAID_HAVE_CUDA
   return true;
@@ -87,8 +96,8 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
   });
   path->device_ = std::move(device);
   transport::cuda_ipc::CudaIpcConnection::Options options;
-  options.slotBytes =
-      slotBytes > 0 ? slotBytes : std::max<size_t>(4096, (chunkBytes + 15) / 16 * 16);
+  options.slotBytes = gpuChunkBytes(slotBytes);
+  options.slots = cudaIpcSlotsFor(options.slotBytes);
   transport::gpu_staged::StagedConnection::Options staged;
   staged.minBounceBytes = chunkBytes;
   for (size_t p = 0; p < host.size(); ++p) {

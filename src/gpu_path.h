@@ -51,6 +51,18 @@ inline constexpr uint8_t kCudaIpcChannel = 0xfd;
 // launch may wait for the whole context, which such a stream holds.
 void loadGpuKernels();
 
+// The unit a GPU job's messages cross GPU to GPU in, and the pipelining unit
+// of its schedule: BRAID_CUDA_IPC_SLOT_BYTES, or by default 32 MiB. Every
+// handoff of a chunk between two processes that take turns on one GPU (no
+// MPS) costs a switch of the GPU between them, about 200 us on an H200, so
+// chunks far larger than the host's (BRAID_CHUNK_BYTES) pay: AllReduce of
+// 1 GiB between two processes on one H200 ran at 8 GB/s in 512 KiB chunks
+// and at 240 GB/s in 32 MiB ones (docs/PERFORMANCE.md).
+size_t gpuChunkBytes(size_t configuredSlotBytes);
+// How many slots of `slotBytes` cuda_ipc keeps per peer: 8, or 4 of 16 MiB
+// or more, which bounds the GPU memory a peer costs (128 MiB by default).
+int cudaIpcSlotsFor(size_t slotBytes);
+
 class GpuPath {
  public:
   // Whether this build runs collectives on GPU memory this way (a CUDA build).
@@ -59,8 +71,8 @@ class GpuPath {
   // `host[p]` is the host connection to rank p (outlives the path); the own
   // rank's entry stands in for its own place in connections(). `ipc[p]`:
   // whether rank p is reached over cuda_ipc (else gpu_staged). `chunkBytes`
-  // sizes cuda_ipc's slots and the smallest bounce buffers; `handles` says
-  // how cuda_ipc exports them.
+  // sizes the smallest bounce buffers, `slotBytes` cuda_ipc's slots (0:
+  // gpuChunkBytes' default); `handles` says how cuda_ipc exports them.
   static Result<std::unique_ptr<GpuPath>> create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
                                                  const std::vector<bool>& ipc, size_t chunkBytes,

@@ -92,6 +92,28 @@ TEST_F(GpuJobs, CopyCollectivesMoveGpuToGpuAmongThreeRanks) {
   expectEveryRankPassed(runRanks(3, copyCollectives));
 }
 
+// One rank alone runs its calls as GPU jobs too: a copy on the GPU, where
+// staging went through host memory and back (at 0.5 GB/s on an H200).
+int oneRankCopiesOnTheGpu(Rank& r) {
+  float *send = nullptr, *recv = nullptr;
+  RANK_CHECK(10, r.allocateBlocks(send, recv));
+  {
+    Copies copies;
+    if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
+    RANK_CHECK(13, copies.hostDeviceSince() == 0);
+    RANK_CHECK(14, copies.deviceSince() >= 1);
+  }
+  Copies copies;
+  if (const int failed = allGatherChecked(r, send, recv)) return failed;
+  RANK_CHECK(23, copies.hostDeviceSince() == 0);
+  RANK_CHECK(24, copies.deviceSince() >= 1);
+  return 0;
+}
+
+TEST_F(GpuJobs, OneRankCopiesOnTheGpu) {
+  expectEveryRankPassed(runRanks(1, oneRankCopiesOnTheGpu));
+}
+
 // With BRAID_GPU_STAGING=whole and BRAID_CUDA_IPC=0 the same Broadcast is
 // staged whole through host memory: only host<->device copies, exactly
 // those staging makes (the root's send over, and every rank's recv over and
@@ -116,8 +138,8 @@ TEST_F(GpuJobs, WithWholeStagingBroadcastIsStagedWhole) {
 
 // BRAID_CUDA_IPC_SLOT_BYTES sets the unit a message crosses GPU to GPU in:
 // with a chunk of 4 MiB a Broadcast of 1.2 MB is one message, 19 copies on
-// each rank in 64 KiB slots, where slots of the chunk (the default) make one
-// and the root's own.
+// each rank in 64 KiB slots, where slots of the chunk or larger (the default)
+// make one and the root's own.
 int broadcastInSmallSlots(Rank& r) {
   float* send = r.allocate(kCount);
   float* recv = r.allocate(kCount);

@@ -249,7 +249,9 @@ class ForkedGpuRanks : public ::testing::Test {
     RANK_CHECK(1, fake.init(0) == 0);
     RANK_CHECK(2, fake.primaryCtxRetain(&context, 0) == 0);
     RANK_CHECK(3, fake.ctxSetCurrent(context) == 0);
-    std::vector<std::string> environment = {"BRAID_CHUNK_BYTES=" + std::to_string(kChunkBytes)};
+    std::vector<std::string> environment = {
+        "BRAID_CHUNK_BYTES=" + std::to_string(kChunkBytes),
+        "BRAID_CUDA_IPC_SLOT_BYTES=" + std::to_string(kChunkBytes)};
     environment.insert(environment.end(), setup.environment.begin(), setup.environment.end());
     if (setup.hostOf != nullptr)
       environment.push_back(std::string("BRAID_HOSTID=") + setup.hostOf(rank));
