@@ -60,10 +60,6 @@ size_t gpuChunkBytes(size_t configuredSlotBytes) {
   return configuredSlotBytes > 0 ? configuredSlotBytes : kDefaultBytes;
 }
 
-int cudaIpcSlotsFor(size_t slotBytes) {
-  return slotBytes >= (size_t{16} << 20) ? 4 : 8;
-}
-
 bool GpuPath::built() {
 #ifdef BRAID_HAVE_CUDA
   return true;
@@ -97,7 +93,6 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
   path->device_ = std::move(device);
   transport::cuda_ipc::CudaIpcConnection::Options options;
   options.slotBytes = gpuChunkBytes(slotBytes);
-  options.slots = cudaIpcSlotsFor(options.slotBytes);
   transport::gpu_staged::StagedConnection::Options staged;
   staged.minBounceBytes = chunkBytes;
   for (size_t p = 0; p < host.size(); ++p) {

@@ -57,11 +57,8 @@ void loadGpuKernels();
 // MPS) costs a switch of the GPU between them, about 200 us on an H200, so
 // chunks far larger than the host's (BRAID_CHUNK_BYTES) pay: AllReduce of
 // 1 GiB between two processes on one H200 ran at 8 GB/s in 512 KiB chunks
-// and at 240 GB/s in 32 MiB ones (docs/PERFORMANCE.md).
+// and at 240 GB/s in 32 MiB ones, 8 slots each (docs/PERFORMANCE.md).
 size_t gpuChunkBytes(size_t configuredSlotBytes);
-// How many slots of `slotBytes` cuda_ipc keeps per peer: 8, or 4 of 16 MiB
-// or more, which bounds the GPU memory a peer costs (128 MiB by default).
-int cudaIpcSlotsFor(size_t slotBytes);
 
 class GpuPath {
  public:

@@ -64,7 +64,7 @@ constexpr EnvParam kParams[] = {
      "a POSIX file descriptor, handed over a Unix socket; legacy: cudaMalloc memory and a legacy "
      "CUDA IPC handle; auto: fd where the driver and GPU support it, else legacy."},
     {"BRAID_CUDA_IPC_SLOT_BYTES", "auto",
-     "Bytes of each slot of GPU memory cuda_ipc keeps per peer (8 slots, 4 from 16 MiB), the "
+     "Bytes of each of the 8 slots of GPU memory cuda_ipc keeps per peer, the "
      "unit a message crosses GPU to GPU in and the pipelining unit of GPU jobs (4096 .. 1 GiB, "
      "a multiple of 16); auto: 32 MiB."},
     {"BRAID_CUDA_IPC_CONNECT_SECONDS", "30",

@@ -51,6 +51,9 @@ TEST(AgreedSettings, ADifferenceNamesTheSettingTheRankAndBothValues) {
            {"BRAID_TUNE is measure on rank 2", [](Config& c) { c.tune = Config::Tune::kMeasure; }},
            {"BRAID_GPU_STAGING is whole on rank 2",
             [](Config& c) { c.gpuStagingPipelined = false; }},
+           // The pipelining unit of GPU jobs: their plans must match.
+           {"BRAID_CUDA_IPC_SLOT_BYTES is 4194304 on rank 2 but auto on rank 0",
+            [](Config& c) { c.cudaIpcSlotBytes = size_t{4} << 20; }},
            {"BRAID_LINK_GBPS is 12.5 on rank 2 but measured on rank 0",
             [](Config& c) { c.linkGigabytesPerSecond = 12.5; }},
        }) {
