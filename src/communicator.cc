@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <optional>
 
@@ -399,6 +400,17 @@ Result<GpuPath*> Communicator::gpuPathFor(int deviceOrdinal) {
       return why;
     }
     gpuPath_ = std::move(*made);
+    // Peers on one GPU hand chunks over cuda_ipc. Said by the host's first
+    // rank, once a process: every communicator of it would say the same.
+    static std::once_flag warned;
+    const bool firstOfHost =
+        std::find(sameHost_.begin(), sameHost_.end(), true) == sameHost_.begin() + rank_;
+    if (config_.cudaIpc && firstOfHost)
+      if (const std::string warning =
+              sharedGpuWarning(rank_, ranksOnHostOf(rank_), hostShares_[rank_].nvidiaGpus,
+                               gpuPath_->sharedThroughMps());
+          !warning.empty())
+        std::call_once(warned, [&] { BRAID_WARN(warning); });
   }
   if (gpuPath_->deviceOrdinal() != deviceOrdinal)
     return notSupported(strCat("buffers on GPU ", deviceOrdinal, " after calls on GPU ",

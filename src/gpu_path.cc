@@ -60,6 +60,18 @@ size_t gpuChunkBytes(size_t configuredSlotBytes) {
   return configuredSlotBytes > 0 ? configuredSlotBytes : kDefaultBytes;
 }
 
+std::string sharedGpuWarning(int rank, int ranksOnHost, int nvidiaGpusOnHost,
+                             std::optional<bool> mps) {
+  if (nvidiaGpusOnHost <= 0 || ranksOnHost <= nvidiaGpusOnHost || mps.value_or(false)) return "";
+  return strCat("rank ", rank, ": ", ranksOnHost, " ranks of this host share its ",
+                nvidiaGpusOnHost, " NVIDIA GPU", nvidiaGpusOnHost > 1 ? "s" : "",
+                mps ? ", and MPS is off" : ", and the driver does not say whether MPS is on",
+                ": processes that share a GPU take turns on it, and every chunk of a GPU call "
+                "handed between two of them waits for a turn (about 200 us on an H200), so those "
+                "calls run far below the GPU's bandwidth. Start MPS (nvidia-cuda-mps-control -d) "
+                "before the ranks, or give each rank a GPU of its own (docs/GPU.md)");
+}
+
 bool GpuPath::built() {
 #ifdef BRAID_HAVE_CUDA
   return true;
@@ -123,6 +135,10 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
     path->owned_.push_back(std::move(stagedTo));
   }
   return path;
+}
+
+std::optional<bool> GpuPath::sharedThroughMps() const {
+  return device_->sharedThroughMps();
 }
 
 GpuPath::~GpuPath() {

@@ -26,7 +26,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -60,6 +62,14 @@ void loadGpuKernels();
 // and at 240 GB/s in 32 MiB ones, 8 slots each (docs/PERFORMANCE.md).
 size_t gpuChunkBytes(size_t configuredSlotBytes);
 
+// What to tell the user when more ranks share a host than it has NVIDIA GPUs
+// (so some share a GPU) and MPS is not known to be on: those processes take
+// turns on their GPU, and their GPU calls run far below its bandwidth. ""
+// when there is nothing to tell. `mps`: whether the GPU is shared through
+// MPS, nothing when the driver does not say.
+std::string sharedGpuWarning(int rank, int ranksOnHost, int nvidiaGpusOnHost,
+                             std::optional<bool> mps);
+
 class GpuPath {
  public:
   // Whether this build runs collectives on GPU memory this way (a CUDA build).
@@ -78,6 +88,8 @@ class GpuPath {
   ~GpuPath();
 
   int deviceOrdinal() const { return deviceOrdinal_; }
+  // Whether the GPU is shared through MPS; nothing when the driver does not say.
+  std::optional<bool> sharedThroughMps() const;
   // Whether some peer is reached over gpu_staged by configuration (the same
   // on every rank: all share one host with cuda_ipc on, or not), not
   // counting pairs that fell back from cuda_ipc, which only they know of.

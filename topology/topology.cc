@@ -472,14 +472,20 @@ Result<Transport> parseTransport(std::string_view name) {
 std::vector<HostShare> hostShares(std::span<const RankTopology> ranks) {
   std::map<std::string_view, int> ranksOf;
   std::map<std::string_view, std::set<int>> coresOf;
+  std::map<std::string_view, int> gpusOf;
   for (const RankTopology& r : ranks) {
     ++ranksOf[r.hostId];
     coresOf[r.hostId].insert(r.cores.begin(), r.cores.end());
+    const auto gpus = std::count_if(r.devices.begin(), r.devices.end(), [](const PciDevice& d) {
+      return d.kind == DeviceKind::kGpu && d.vendor == kNvidiaVendor;
+    });
+    gpusOf[r.hostId] = std::max(gpusOf[r.hostId], static_cast<int>(gpus));
   }
   std::vector<HostShare> out;
   out.reserve(ranks.size());
   for (const RankTopology& r : ranks)
-    out.push_back({ranksOf[r.hostId], static_cast<int>(coresOf[r.hostId].size())});
+    out.push_back(
+        {ranksOf[r.hostId], static_cast<int>(coresOf[r.hostId].size()), gpusOf[r.hostId]});
   return out;
 }
 

@@ -159,6 +159,7 @@ Result<Transport> parseTransport(std::string_view name);
 struct HostShare {
   int ranks = 0;
   int cores = 0;
+  int nvidiaGpus = 0;  // the most any rank of the host lists
 };
 std::vector<HostShare> hostShares(std::span<const RankTopology> ranks);
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -40,6 +41,23 @@ TEST_F(DriverIpcDeviceTest, CreatesADeviceWithAStreamOfItsOwn) {
   EXPECT_NE(noSuchGpu.status().message().find("GPU 1: invalid argument (CUDA error 1)"),
             std::string::npos)
       << noSuchGpu.status().message();
+}
+
+// Whether processes on the GPU run at once (MPS) is asked once, at create;
+// a driver that does not know the attribute leaves it unknown.
+TEST_F(DriverIpcDeviceTest, SaysWhetherTheGpuIsSharedThroughMps) {
+  auto unknown = makeDevice();
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->sharedThroughMps(), std::nullopt);
+  setenv("FAKE_CUDA_MPS", "1", 1);
+  auto shared = makeDevice();
+  setenv("FAKE_CUDA_MPS", "0", 1);
+  auto takingTurns = makeDevice();
+  unsetenv("FAKE_CUDA_MPS");
+  ASSERT_TRUE(shared && takingTurns);
+  EXPECT_EQ(shared->sharedThroughMps(), std::optional<bool>(true));
+  EXPECT_EQ(takingTurns->sharedThroughMps(), std::optional<bool>(false));
+  EXPECT_EQ(shared->sharedThroughMps(), std::optional<bool>(true));  // asked once
 }
 
 TEST_F(DriverIpcDeviceTest, ExportedMemoryOpensFromItsHandleAndCopiesThroughItLand) {

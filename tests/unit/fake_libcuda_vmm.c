@@ -24,6 +24,7 @@ enum {
   GRANULARITY = 1 << 16,
   ATTRIBUTE_VMM = 102,
   ATTRIBUTE_POSIX_FD = 103,
+  ATTRIBUTE_MPS_ENABLED = 133,
   HANDLE_TYPE_POSIX_FD = 1,
   ALLOCATION_PINNED = 1,
   LOCATION_DEVICE = 1,
@@ -73,6 +74,13 @@ static int supported(void) {
 
 int cuDeviceGetAttribute(int* value, int attribute, int device) {
   if (value == NULL || device != 0) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (attribute == ATTRIBUTE_MPS_ENABLED) {
+    /* FAKE_CUDA_MPS=0 or 1; unset: a driver older than the attribute. */
+    const char* mps = getenv("FAKE_CUDA_MPS");
+    if (mps == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
+    *value = strcmp(mps, "1") == 0;
+    return FAKE_CUDA_SUCCESS;
+  }
   if (attribute != ATTRIBUTE_VMM && attribute != ATTRIBUTE_POSIX_FD)
     return FAKE_CUDA_ERROR_INVALID_VALUE;
   *value = supported();

@@ -50,6 +50,28 @@ TEST(HostShares, CountCoresAsTheUnionOverTheRanksOfAHost) {
   }
 }
 
+// The NVIDIA GPUs of a host, as its ranks list them (each lists all of the
+// host's): another maker's GPU and a NIC do not count.
+TEST(HostShares, CountTheNvidiaGpusOfAHost) {
+  auto rank = [](std::string host, int nvidiaGpus) {
+    RankTopology r;
+    r.hostId = std::move(host);
+    for (int g = 0; g < nvidiaGpus; ++g)
+      r.devices.push_back(
+          {DeviceKind::kGpu, "0000:0" + std::to_string(g) + ":00.0", kNvidiaVendor});
+    r.devices.push_back({DeviceKind::kGpu, "0000:80:00.0", 0x1002});
+    r.devices.push_back({DeviceKind::kEthernet, "0000:81:00.0", 0x8086});
+    return r;
+  };
+  std::vector<RankTopology> ranks = {rank("a", 1), rank("a", 1), rank("b", 8), rank("c", 0)};
+  std::vector<HostShare> shares = hostShares(ranks);
+  ASSERT_EQ(shares.size(), ranks.size());
+  EXPECT_EQ(shares[0].nvidiaGpus, 1);
+  EXPECT_EQ(shares[1].nvidiaGpus, 1);
+  EXPECT_EQ(shares[2].nvidiaGpus, 8);
+  EXPECT_EQ(shares[3].nvidiaGpus, 0);
+}
+
 // A display controller is a GPU only when a GPU maker made it: servers
 // carry a BMC's VGA (ASPEED, Matrox) and virtual machines an emulated one.
 TEST(PciDeviceKind, GpusAreDisplayControllersOfGpuMakers) {

@@ -69,6 +69,9 @@ constexpr int kAccessReadWrite = 0x3;          // CU_MEM_ACCESS_FLAGS_PROT_READW
 constexpr int kGranularityMinimum = 0x0;       // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 constexpr int kAttributeVmm = 102;             // ..._VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
 constexpr int kAttributePosixFdHandles = 103;  // ..._HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+// CU_DEVICE_ATTRIBUTE_MPS_ENABLED: contexts on the device are shared through
+// MPS. Drivers older than CUDA 12.x answer CUDA_ERROR_INVALID_VALUE.
+constexpr int kAttributeMpsEnabled = 133;
 
 // What an IpcHandle of scheme kPosixFd holds.
 struct FdMemoryHandle {

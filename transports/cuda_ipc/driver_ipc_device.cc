@@ -225,8 +225,17 @@ Result<std::unique_ptr<DriverIpcDevice>> DriverIpcDevice::create(int deviceOrdin
                                " cannot export its memory as a file descriptor (cuMem), or the "
                                "driver is older than CUDA 10.2; BRAID_CUDA_IPC_HANDLES=legacy "
                                "uses legacy CUDA IPC handles"));
+  // Asked once: whether the processes that share this GPU run at once.
+  std::optional<bool> mps;
+  if (d->deviceGetAttribute != nullptr) {
+    int enabled = 0;
+    if (d->deviceGetAttribute(&enabled, driver_ipc::kAttributeMpsEnabled, context->device()) ==
+        driver_ipc::kSuccess)
+      mps = enabled != 0;
+  }
   std::unique_ptr<DriverIpcDevice> device(new DriverIpcDevice(*d, std::move(context), handles));
   device->fdExports_ = fdExports;
+  device->sharedThroughMps_ = mps;
   // Non-blocking: work the application queues on the legacy default stream
   // neither waits for the transport's copies nor holds them.
   BRAID_RETURN_IF_ERROR(device->context_->call("cuda_ipc: creating the device's stream", [&] {

@@ -56,6 +56,7 @@ class DriverIpcDevice final : public IpcDevice {
   Result<std::unique_ptr<DeviceEvent>> createUnsharedEvent() override;
   Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) override;
   Result<std::unique_ptr<HostMemory>> allocateHost(size_t bytes) override;
+  std::optional<bool> sharedThroughMps() const override { return sharedThroughMps_; }
 
   Status enqueueCopy(void* dst, const void* src, size_t bytes) override;
   Status enqueueCombine(void* dst, const void* local, const void* incoming, size_t bytes,
@@ -90,8 +91,9 @@ class DriverIpcDevice final : public IpcDevice {
   void* stream_ = nullptr;
   mutable std::mutex mutex_;
   double synchronizeLimitSeconds_ = 300;
-  bool fdExports_ = false;              // what kAuto settled on, or kPosixFd
-  std::shared_ptr<FdServer> fdServer_;  // started at the first such export
+  bool fdExports_ = false;                // what kAuto settled on, or kPosixFd
+  std::optional<bool> sharedThroughMps_;  // nothing: the driver does not say
+  std::shared_ptr<FdServer> fdServer_;    // started at the first such export
 };
 
 }  // namespace braid::transport::cuda_ipc

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "src/common/status.h"
 #include "transports/transport.h"
@@ -78,6 +79,9 @@ class IpcDevice {
   virtual Result<std::unique_ptr<DeviceEvent>> createUnsharedEvent() = 0;
   virtual Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) = 0;
   virtual Result<std::unique_ptr<HostMemory>> allocateHost(size_t bytes) = 0;
+  // Whether processes on this device share it through MPS (and so run at
+  // once) rather than take turns; nothing when the driver does not say.
+  virtual std::optional<bool> sharedThroughMps() const { return std::nullopt; }
 
   // dst = src, `bytes` of device memory (either may be a peer's) or of
   // allocateHost's memory.
