@@ -5,7 +5,7 @@
 #   tools/gpu-checks.sh bundle DIR      (on the build machine, after a CUDA
 #       build in ./build) copies the CUDA tests, the perf binaries, braidrun,
 #       libbraid and the shared libraries they need (not glibc) into DIR;
-#   tools/gpu-checks.sh run DIR OUT [core|more|all]   (on the GPU machine)
+#   tools/gpu-checks.sh run DIR OUT [core|more|tune|all]   (on the GPU machine)
 #       runs, each step under a time limit and all within GPU_CHECKS_SECONDS
 #       (default 500: one command of the device's), and logs to
 #       OUT/gpu-checks.log and OUT/steps-PHASE.tgz. First it checks that the
@@ -24,6 +24,9 @@
 #       2 processes; AllReduce with BRAID_CUDA_IPC=0 (pinned host memory);
 #       AllReduce at one rank; Send/Recv of GPU memory in pieces. (The
 #       kernels use no shared memory, so racecheck has nothing to check.)
+#       Phase tune: every AllReduce algorithm among 2 processes, the warning
+#       that they share the GPU, and AllReduce at 2 and 4 ranks under MPS
+#       (a daemon of the run's own), where no warning is wanted.
 #       The last line says how many steps failed or did not run; the
 #       steps' own logs are in OUT/steps-PHASE.tgz.
 set -u
@@ -144,6 +147,41 @@ more_steps() {
   step first-calls 90 "$b/tests/cuda/cuda_gpu_collectives" --gtest_filter='GpuFirstCalls.*'
 }
 
+# What the defaults should be, between processes that share the GPU: every
+# AllReduce algorithm at 2 ranks, and the same with MPS, where the processes
+# run at once rather than take turns; and whether braid tells the two apart.
+tune_steps() {
+  local b=$1 braidrun=$1/tools/braidrun algorithm
+  for algorithm in butterfly dbtree ring halving; do
+    BRAID_ALGO=allreduce=$algorithm step "algorithm-$algorithm" 60 "$braidrun" -n 2 \
+      "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 10 -w 3 -c 1
+  done
+  # Two ranks on the one GPU without MPS: the first rank says so.
+  step shared-gpu-warning 30 bash -c "'$braidrun' -n 2 '$b/perf/all_reduce_perf' -M cuda -b 8 \
+    -e 8 -c 1 2>&1 | tee /dev/stderr | grep -q 'share its 1 NVIDIA GPU'"
+  if ! command -v nvidia-cuda-mps-control > /dev/null; then
+    echo "=== mps: not run, no nvidia-cuda-mps-control here"
+    return
+  fi
+  # A daemon of this run's own (its own pipe directory), stopped at the end.
+  CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=$(mktemp -d)
+  export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  if nvidia-cuda-mps-control -d; then
+    step mps-all_reduce 90 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 \
+      -n 10 -w 3 -c 1
+    step mps-all_reduce-4-ranks 90 "$braidrun" -n 4 "$b/perf/all_reduce_perf" -M cuda -b 8 \
+      -e 1G -f 8 -n 10 -w 3 -c 1
+    # Under MPS nothing is said.
+    step mps-no-warning 30 bash -c "! '$braidrun' -n 2 '$b/perf/all_reduce_perf' -M cuda -b 8 \
+      -e 8 -c 1 2>&1 | tee /dev/stderr | grep -q 'share its'"
+    echo quit | nvidia-cuda-mps-control
+  else
+    echo "=== mps: the daemon did not start"
+    failures=$((failures + 1))
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+
 run_steps() {
   local dir=$1 phase=$2
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -155,7 +193,8 @@ run_steps() {
   case "$phase" in
     core) core_steps "$dir/build" ;;
     more) more_steps "$dir/build" ;;
-    all) core_steps "$dir/build" && more_steps "$dir/build" ;;
+    tune) tune_steps "$dir/build" ;;
+    all) core_steps "$dir/build" && more_steps "$dir/build" && tune_steps "$dir/build" ;;
     *) echo "unknown phase $phase"; return 2 ;;
   esac
   echo "$failures steps failed"
@@ -178,5 +217,5 @@ run() {
 case "${1:-}" in
   bundle) bundle "${2:?bundle DIR}" ;;
   run) run "${2:?run DIR OUT}" "${3:?run DIR OUT}" "${4:-core}" ;;
-  *) echo "usage: $0 bundle DIR | run DIR OUT [core|more|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 bundle DIR | run DIR OUT [core|more|tune|all]" >&2; exit 2 ;;
 esac
