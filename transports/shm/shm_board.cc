@@ -141,8 +141,9 @@ Announcement Board::announced(int rank, int stream) const {
 
 // Relaxed: the counts order nothing else; a reader only asks whether a call
 // is under way now.
-void Board::addPointToPoint(int rank, int peer, int calls) {
-  pointToPointWord(rank, peer).fetch_add(static_cast<uint32_t>(calls), std::memory_order_relaxed);
+void Board::addPointToPoint(int rank, int peer, int operations) {
+  pointToPointWord(rank, peer)
+      .fetch_add(static_cast<uint32_t>(operations), std::memory_order_relaxed);
 }
 
 uint32_t Board::pointToPoint(int rank, int peer) const {

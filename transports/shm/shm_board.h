@@ -17,8 +17,9 @@
 // Each rank also announces every collective it makes, board or not, on one
 // line per stream, so that a rank waiting for a contribution or a message
 // that will never come can tell that its peer made another call instead;
-// and counts, for each peer, its calls with a Send or Recv to or from that
-// peer under way, so that a rank can tell a peer that waits for it.
+// and counts, for each peer, its Send and Recv operations with that peer
+// under way (a group's count each), so that a rank can tell a peer that
+// waits for it.
 //
 // A reader that has waited long sleeps on the sequence word (a futex in
 // the shared mapping); a publisher wakes it only when it says it sleeps.
@@ -95,9 +96,9 @@ class Board {
   void announce(int rank, int stream, uint32_t callIndex, uint64_t check);
   Announcement announced(int rank, int stream) const;
 
-  // `rank`'s calls under way that send to or receive from `peer`: `calls`
+  // `rank`'s Send and Recv operations under way with `peer`: `operations`
   // more (or fewer, when negative). Any thread of `rank` may write.
-  void addPointToPoint(int rank, int peer, int calls);
+  void addPointToPoint(int rank, int peer, int operations);
   uint32_t pointToPoint(int rank, int peer) const;
 
   // A seqlock: `version` is odd while its owner rewrites the rest.
