@@ -24,7 +24,8 @@
 #       2 processes; AllReduce with BRAID_CUDA_IPC=0 (pinned host memory);
 #       AllReduce at one rank; Send/Recv of GPU memory in pieces. (The
 #       kernels use no shared memory, so racecheck has nothing to check.)
-#       Phase tune: every AllReduce algorithm among 2 processes, the warning
+#       Phase tune: what a turn between 2 processes on the GPU costs
+#       (gpu_handoff), every AllReduce algorithm among 2 processes, the warning
 #       that they share the GPU, and AllReduce at 2 and 4 ranks under MPS
 #       (a daemon of the run's own), where no warning is wanted.
 #       The last line says how many steps failed or did not run; the
@@ -39,7 +40,7 @@ bundle() {
     "$dir/build/tools" "$dir/lib"
   cp -P build/src/libbraid.so build/src/libbraid.so.0 build/src/libbraid.so.0.*[0-9] "$dir/build/src/"
   cp build/tests/cuda/cuda_device_reduce build/tests/cuda/cuda_gpu_collectives "$dir/build/tests/cuda/"
-  cp build/perf/*_perf build/perf/gpu_copy_bandwidth "$dir/build/perf/"
+  cp build/perf/*_perf build/perf/gpu_copy_bandwidth build/perf/gpu_handoff "$dir/build/perf/"
   cp build/tools/braidrun "$dir/build/tools/"
   # The CUDA version the runtime inside libbraid was built with: the driver
   # on the GPU machine must be at least as new.
@@ -152,6 +153,8 @@ more_steps() {
 # run at once rather than take turns; and whether braid tells the two apart.
 tune_steps() {
   local b=$1 braidrun=$1/tools/braidrun algorithm
+  # What one turn between two processes on the GPU costs, by how each waits.
+  step gpu-handoff 60 "$b/perf/gpu_handoff"
   for algorithm in butterfly dbtree ring halving; do
     BRAID_ALGO=allreduce=$algorithm step "algorithm-$algorithm" 60 "$braidrun" -n 2 \
       "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 10 -w 3 -c 1
