@@ -156,7 +156,16 @@ Result<BufferMemory> memoryKindOf(const void* p) {
   void* answers[] = {&memoryType, &isManaged, &device};
   if (const CuResult r = query(3, attributes, answers, address); r != kCudaSuccess) {
     if (answersHost(r)) return BufferMemory{};
-    return cudaDriverError(r, "asking the CUDA driver what memory it is");
+    // A driver that cannot answer all three may still answer the type
+    // alone; the flag and the ordinal then stay unknown, as they may.
+    memoryType = isManaged = 0;
+    device = -1;
+    if (const CuResult type = query(1, attributes, answers, address); type != kCudaSuccess) {
+      if (answersHost(type)) return BufferMemory{};
+      return cudaDriverError(type, "asking the CUDA driver what memory it is");
+    }
+    if (query(1, &attributes[1], &answers[1], address) != kCudaSuccess) isManaged = 0;
+    if (query(1, &attributes[2], &answers[2], address) != kCudaSuccess) device = -1;
   }
   const bool managed = isManaged != 0;
   MemoryKind kind;

@@ -168,9 +168,21 @@ static int pointerAttribute(void* data, int attribute, unsigned long long ptr) {
 
 /* As the driver: one answer per attribute, and for an address it does not
  * know, success with every answer zero (memory type 0: not the driver's). */
+/* Nonzero: cuPointerGetAttributes answers a question of more than one
+ * attribute with this error, as a driver might that cannot answer one of
+ * them; one attribute at a time is still answered. */
+static int batchedQueryError;
+void fakeCudaFailBatchedPointerQueries(int error) {
+  WRITE(batchedQueryError, error);
+}
+
 int cuPointerGetAttributes(unsigned int count, int* attributes, void** data,
                            unsigned long long ptr) {
   if (attributes == NULL || data == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (count > 1 && READ(batchedQueryError) != 0) {
+    BUMP(failedQueries);
+    return READ(batchedQueryError);
+  }
   if (READ(pointerQueryError) != 0) {
     BUMP(queries);
     BUMP(failedQueries);

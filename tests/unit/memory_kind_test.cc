@@ -89,6 +89,17 @@ TEST(MemoryKind, FoundOnlyOnceTheProcessLoadsTheDriver) {
   EXPECT_EQ(kindOf(&onStack), MemoryKind::kHost);
   EXPECT_EQ(kindOf(nullptr), MemoryKind::kHost);
 
+  // A driver that cannot answer the three questions at once is asked one
+  // at a time.
+  auto failBatched =
+      reinterpret_cast<FailPointerQueries>(dlsym(fake, "fakeCudaFailBatchedPointerQueries"));
+  ASSERT_NE(failBatched, nullptr) << dlerror();
+  failBatched(201);  // CUDA_ERROR_INVALID_CONTEXT
+  m = memoryKindOf(buffer.data() + 10).value();
+  EXPECT_EQ(m.kind, MemoryKind::kDevice);
+  EXPECT_EQ(m.device, 3);
+  failBatched(0);
+
   setDeviceRange(buffer.data(), 512 * sizeof(float), 1, 1);
   m = memoryKindOf(buffer.data() + 511).value();
   EXPECT_EQ(m.kind, MemoryKind::kManaged);
