@@ -108,7 +108,9 @@ int side(int fd, bool first, int turns) {
     const char* name;
   } ways[] = {{Wait::kStream, "stream"}, {Wait::kHost, "host"}, {Wait::kHostIdle, "host-idle"}};
   for (const auto& way : ways) {
-    (void)takeTurns(fd, first, way.wait, turns / 10, stream, word, mine, peers);  // warm up
+    // A warm-up first; a side that fails closes its socket, which ends the
+    // other's wait.
+    if (takeTurns(fd, first, way.wait, turns / 10, stream, word, mine, peers) < 0) return 1;
     const double seconds = takeTurns(fd, first, way.wait, turns, stream, word, mine, peers);
     if (seconds < 0) return 1;
     // Each side's turns interleave with the other's: 2 * turns handoffs.

@@ -55,6 +55,7 @@ bundle() {
 
 failures=0
 budget=${GPU_CHECKS_SECONDS:-500}
+self=$(readlink -f "$0")  # steps run its `says` under timeout, which needs a program
 out_dir=.
 step() {  # step NAME SECONDS COMMAND...: runs and logs COMMAND, counting a failure
   local name=$1 seconds=$2
@@ -154,14 +155,14 @@ more_steps() {
 tune_steps() {
   local b=$1 braidrun=$1/tools/braidrun algorithm
   # What one turn between two processes on the GPU costs, by how each waits.
-  step gpu-handoff 60 "$b/perf/gpu_handoff"
+  step gpu-handoff 45 "$b/perf/gpu_handoff"
   for algorithm in butterfly dbtree ring halving; do
-    BRAID_ALGO=allreduce=$algorithm step "algorithm-$algorithm" 60 "$braidrun" -n 2 \
+    BRAID_ALGO=allreduce=$algorithm step "algorithm-$algorithm" 45 "$braidrun" -n 2 \
       "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 10 -w 3 -c 1
   done
   # Two ranks on the one GPU without MPS: the first rank says so.
-  step shared-gpu-warning 30 bash -c "'$braidrun' -n 2 '$b/perf/all_reduce_perf' -M cuda -b 8 \
-    -e 8 -c 1 2>&1 | tee /dev/stderr | grep -q 'share its 1 NVIDIA GPU'"
+  step shared-gpu-warning 30 "$self" says yes "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda \
+    -b 8 -e 8 -c 1
   if ! command -v nvidia-cuda-mps-control > /dev/null; then
     echo "=== mps: not run, no nvidia-cuda-mps-control here"
     return
@@ -170,19 +171,36 @@ tune_steps() {
   CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=$(mktemp -d)
   export CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   if nvidia-cuda-mps-control -d; then
-    step mps-all_reduce 90 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 \
+    step mps-all_reduce 60 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 \
       -n 10 -w 3 -c 1
-    step mps-all_reduce-4-ranks 90 "$braidrun" -n 4 "$b/perf/all_reduce_perf" -M cuda -b 8 \
+    step mps-all_reduce-4-ranks 60 "$braidrun" -n 4 "$b/perf/all_reduce_perf" -M cuda -b 8 \
       -e 1G -f 8 -n 10 -w 3 -c 1
     # Under MPS nothing is said.
-    step mps-no-warning 30 bash -c "! '$braidrun' -n 2 '$b/perf/all_reduce_perf' -M cuda -b 8 \
-      -e 8 -c 1 2>&1 | tee /dev/stderr | grep -q 'share its'"
+    step mps-no-warning 30 "$self" says no "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 8 \
+      -e 8 -c 1
     echo quit | nvidia-cuda-mps-control
   else
     echo "=== mps: the daemon did not start"
     failures=$((failures + 1))
   fi
+  rm -rf "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+
+# says yes|no COMMAND...: runs COMMAND, which must succeed, and fails unless
+# its output warns that ranks share a GPU (yes) or does not (no).
+says() {
+  local want=$1 output rc
+  shift
+  output=$("$@" 2>&1)
+  rc=$?
+  printf '%s\n' "$output"
+  [ "$rc" -eq 0 ] || { echo "says: the command failed (exit $rc)"; return 1; }
+  if printf '%s\n' "$output" | grep -q 'ranks of this host share its'; then
+    [ "$want" = yes ] || { echo "says: a warning that was not wanted"; return 1; }
+  else
+    [ "$want" = no ] || { echo "says: no warning that ranks share the GPU"; return 1; }
+  fi
 }
 
 run_steps() {
@@ -220,5 +238,6 @@ run() {
 case "${1:-}" in
   bundle) bundle "${2:?bundle DIR}" ;;
   run) run "${2:?run DIR OUT}" "${3:?run DIR OUT}" "${4:-core}" ;;
+  says) shift; says "$@" ;;
   *) echo "usage: $0 bundle DIR | run DIR OUT [core|more|tune|all]" >&2; exit 2 ;;
 esac
