@@ -45,8 +45,9 @@ std::string agreedSettings(const Config& config) {
       {"BRAID_SHM_BOARD_BYTES", strCat(config.shmBoardBytes)},
       {"BRAID_CUDA_IPC", config.cudaIpc ? "1" : "0"},
       {"BRAID_GPU_STAGING", config.gpuStagingPipelined ? "pipelined" : "whole"},
+      // The size it comes to: auto and 32M are alike.
       {"BRAID_CUDA_IPC_SLOT_BYTES",
-       config.cudaIpcSlotBytes > 0 ? strCat(config.cudaIpcSlotBytes) : std::string("auto")},
+       strCat(config.cudaIpcSlotBytes > 0 ? config.cudaIpcSlotBytes : kDefaultCudaIpcSlotBytes)},
       {"BRAID_LINK_ALPHA_US", numberOrMeasured(config.linkAlphaMicroseconds)},
       {"BRAID_LINK_GBPS", numberOrMeasured(config.linkGigabytesPerSecond)},
       {"BRAID_REDUCE_GBPS", numberOrMeasured(config.reduceGigabytesPerSecond)},

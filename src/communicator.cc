@@ -130,10 +130,8 @@ algo::CollectiveArgs Communicator::planArgs(const Operation& op) const {
   algo::CollectiveArgs args = op.args;
   args.rank = rank_;
   args.nranks = nranks_;
-  // A GPU job pipelines in the chunks its messages cross GPU to GPU in.
-  args.chunkBytes = op.gpuOrdinal >= 0 && gpuJobsPossible()
-                        ? gpuChunkBytes(config_.cudaIpcSlotBytes)
-                        : config_.chunkBytes;
+  args.chunkBytes =
+      gpuJobsInSlots(op) ? gpuChunkBytes(config_.cudaIpcSlotBytes) : config_.chunkBytes;
   return args;
 }
 
@@ -319,8 +317,9 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
       schedule = plan.schedule;
       job.index = plan.index;
       if (schedule->steps.size() >= kMessagesPerCall)
-        return notSupported(strCat(op.name, ": count ", args.count,
-                                   " needs too many messages; raise BRAID_CHUNK_BYTES"));
+        return notSupported(
+            strCat(op.name, ": count ", args.count, " needs too many messages; raise ",
+                   gpuJobsInSlots(op) ? "BRAID_CUDA_IPC_SLOT_BYTES" : "BRAID_CHUNK_BYTES"));
       const uint32_t sequence = st.sequence++;
       if (board_ && streamIndex <= kMaxStreams) {
         // Over cuda_ipc, a GPU job and a host call of a peer never exchange
@@ -368,6 +367,13 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         (*jobs)[firstJob + i].serialKey =
             op.isSend ? &st.sentTo[op.peer] : &st.receivedFrom[op.peer];
   return Status::ok();
+}
+
+bool Communicator::gpuJobsInSlots(const Operation& op) const {
+  // The same verdict on every rank: all on one host with cuda_ipc on, or
+  // not. Between hosts the wire sets the pace, in BRAID_CHUNK_BYTES.
+  return op.gpuOrdinal >= 0 && GpuPath::built() && config_.cudaIpc &&
+         ranksOnHostOf(rank_) == nranks_;
 }
 
 bool Communicator::gpuJobsPossible() const {

@@ -119,10 +119,13 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // "shm", "tcp" or "self": what carries messages to `peer` (static string).
   const char* transportTo(int peer) const { return transportNames_[peer]; }
   // Whether collectives on GPU device memory run as GPU jobs (gpu_path.h):
-  // a CUDA build, two or more ranks, and either BRAID_GPU_STAGING=pipelined
-  // or BRAID_CUDA_IPC=1 with every rank on this host. Every rank reaches
-  // the same verdict.
+  // a CUDA build, and either BRAID_GPU_STAGING=pipelined or BRAID_CUDA_IPC=1
+  // with every rank on this host. Every rank reaches the same verdict.
   bool gpuJobsPossible() const;
+  // Whether `op` is a GPU job whose schedule pipelines in cuda_ipc's slot
+  // size (gpuChunkBytes), not BRAID_CHUNK_BYTES: GPU memory, a CUDA build,
+  // and BRAID_CUDA_IPC=1 with every rank on this host. Alike on every rank.
+  bool gpuJobsInSlots(const Operation& op) const;
   // Whether a Send or Recv of GPU device memory runs as a GPU job, its
   // pieces staged through pinned host memory (gpu_path.h): a CUDA build,
   // two or more ranks and BRAID_GPU_STAGING=pipelined. Decided by each rank

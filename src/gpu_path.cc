@@ -56,8 +56,7 @@ void loadGpuKernels() {
 }
 
 size_t gpuChunkBytes(size_t configuredSlotBytes) {
-  constexpr size_t kDefaultBytes = size_t{32} << 20;
-  return configuredSlotBytes > 0 ? configuredSlotBytes : kDefaultBytes;
+  return configuredSlotBytes > 0 ? configuredSlotBytes : kDefaultCudaIpcSlotBytes;
 }
 
 std::string sharedGpuWarning(int rank, int ranksOnHost, int nvidiaGpusOnHost,

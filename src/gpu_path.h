@@ -59,7 +59,9 @@ void loadGpuKernels();
 // MPS) costs a switch of the GPU between them, about 200 us on an H200, so
 // chunks far larger than the host's (BRAID_CHUNK_BYTES) pay: AllReduce of
 // 1 GiB between two processes on one H200 ran at 8 GB/s in 512 KiB chunks
-// and at 240 GB/s in 32 MiB ones, 8 slots each (docs/PERFORMANCE.md).
+// and at 218 GB/s in 32 MiB ones, 8 slots each (docs/PERFORMANCE.md). Only
+// GPU jobs among the ranks of one host pipeline so (Communicator::planArgs);
+// between hosts the wire sets the pace and BRAID_CHUNK_BYTES still does.
 size_t gpuChunkBytes(size_t configuredSlotBytes);
 
 // What to tell the user when more ranks share a host than it has NVIDIA GPUs

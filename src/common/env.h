@@ -39,6 +39,9 @@ struct FaultSpec {
 // most once, nothing else; "" is no faults.
 Result<FaultSpec> parseFaultSpec(const std::string& text);
 
+// BRAID_CUDA_IPC_SLOT_BYTES=auto (src/gpu_path.h, gpuChunkBytes, says why).
+inline constexpr size_t kDefaultCudaIpcSlotBytes = size_t{32} << 20;
+
 struct Config {
   double timeoutSeconds = 300;  // BRAID_TIMEOUT
   std::string transport;        // BRAID_TRANSPORT ("" = automatic)
@@ -71,8 +74,9 @@ struct Config {
   // BRAID_CUDA_IPC_HANDLES: how cuda_ipc exports its GPU memory to peers.
   enum class CudaIpcHandles { kAuto, kLegacy, kPosixFd };
   CudaIpcHandles cudaIpcHandles = CudaIpcHandles::kAuto;
-  // BRAID_CUDA_IPC_SLOT_BYTES: each cuda_ipc slot; 0 = chunkBytes. Peers
-  // say theirs in the handshake, so it need not be alike on every rank.
+  // BRAID_CUDA_IPC_SLOT_BYTES: each cuda_ipc slot, and the pipelining unit
+  // of GPU jobs among the ranks of one host; 0 = kDefaultCudaIpcSlotBytes.
+  // Alike on every rank (agreed_settings.h).
   size_t cudaIpcSlotBytes = 0;
   // BRAID_CUDA_IPC_CONNECT_SECONDS: how long the first GPU call on a CUDA
   // stream waits for the cuda_ipc handshakes (GpuPath::settleHandshakes).

@@ -136,25 +136,37 @@ TEST_F(GpuJobs, WithWholeStagingBroadcastIsStagedWhole) {
   expectEveryRankPassed(runRanks(2, stagedWholeBroadcast, setup));
 }
 
-// BRAID_CUDA_IPC_SLOT_BYTES sets the unit a message crosses GPU to GPU in:
-// with a chunk of 4 MiB a Broadcast of 1.2 MB is one message, 19 copies on
-// each rank in 64 KiB slots, where slots of the chunk or larger (the default)
-// make one and the root's own.
-int broadcastInSmallSlots(Rank& r) {
+// BRAID_CUDA_IPC_SLOT_BYTES, not BRAID_CHUNK_BYTES, sets the unit a GPU
+// job of one host pipelines and crosses GPU to GPU in. A chain Broadcast
+// (pipelined in chunks) of 1.2 MB in 64 KiB slots is 19 copies on each rank,
+// whatever the chunk; in 256 KiB slots with 64 KiB chunks it is 5 messages
+// of a slot (the root copying each into its own recv too), where
+// pipelining in the chunk would make 19.
+template <size_t kSlotBytes>
+int broadcastInSlots(Rank& r) {
   float* send = r.allocate(kCount);
   float* recv = r.allocate(kCount);
   RANK_CHECK(10, send != nullptr && recv != nullptr);
   Copies copies;
   if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
+  const size_t slots = (kCount * sizeof(float) + kSlotBytes - 1) / kSlotBytes;
   RANK_CHECK(13, copies.hostDeviceSince() == 0);
-  RANK_CHECK(14, copies.deviceSince() >= (kCount * sizeof(float) + 65535) / 65536);
+  RANK_CHECK(14, copies.deviceSince() >= slots);
+  // The root also copies each chunk into its own recv.
+  const bool root = r.rank() == r.nranks() - 1;
+  RANK_CHECK(15, copies.deviceSince() <= (root ? 2 * slots : slots) + 1);
   return 0;
 }
 
-TEST_F(GpuJobs, TheSlotSizeSetsTheUnitAMessageCrossesIn) {
-  RankSetup setup;
-  setup.environment = {"BRAID_CHUNK_BYTES=4194304", "BRAID_CUDA_IPC_SLOT_BYTES=64K"};
-  expectEveryRankPassed(runRanks(2, broadcastInSmallSlots, setup));
+TEST_F(GpuJobs, TheSlotSizeSetsTheUnitAGpuJobPipelinesAndCrossesIn) {
+  RankSetup small;
+  small.environment = {"BRAID_CHUNK_BYTES=4194304", "BRAID_CUDA_IPC_SLOT_BYTES=64K",
+                       "BRAID_ALGO=broadcast=chain"};
+  expectEveryRankPassed(runRanks(2, broadcastInSlots<65536>, small));
+  RankSetup large;
+  large.environment = {"BRAID_CHUNK_BYTES=65536", "BRAID_CUDA_IPC_SLOT_BYTES=256K",
+                       "BRAID_ALGO=broadcast=chain"};
+  expectEveryRankPassed(runRanks(2, broadcastInSlots<262144>, large));
 }
 
 // Between hosts (each rank its own BRAID_HOSTID) the copy collectives are

@@ -52,7 +52,7 @@ TEST(AgreedSettings, ADifferenceNamesTheSettingTheRankAndBothValues) {
            {"BRAID_GPU_STAGING is whole on rank 2",
             [](Config& c) { c.gpuStagingPipelined = false; }},
            // The pipelining unit of GPU jobs: their plans must match.
-           {"BRAID_CUDA_IPC_SLOT_BYTES is 4194304 on rank 2 but auto on rank 0",
+           {"BRAID_CUDA_IPC_SLOT_BYTES is 4194304 on rank 2 but 33554432 on rank 0",
             [](Config& c) { c.cudaIpcSlotBytes = size_t{4} << 20; }},
            {"BRAID_LINK_GBPS is 12.5 on rank 2 but measured on rank 0",
             [](Config& c) { c.linkGigabytesPerSecond = 12.5; }},
@@ -64,6 +64,11 @@ TEST(AgreedSettings, ADifferenceNamesTheSettingTheRankAndBothValues) {
     EXPECT_EQ(s.code(), ErrorCode::kInvalidUsage);
     EXPECT_NE(s.message().find(change.first), std::string::npos) << s.message();
   }
+  // auto is the size it comes to.
+  Config explicitDefault;
+  explicitDefault.cudaIpcSlotBytes = kDefaultCudaIpcSlotBytes;
+  EXPECT_TRUE(
+      checkAgreedSettings(std::vector<std::string>{usual, agreedSettings(explicitDefault)}).isOk());
   // A line that does not even list the same settings: another build.
   const Status s = checkAgreedSettings(std::vector<std::string>{usual, "BRAID_CHUNK_BYTES=4096"});
   EXPECT_EQ(s.code(), ErrorCode::kInvalidUsage);
