@@ -131,7 +131,7 @@ std::string findRaces(const algo::Schedule& plan, const RankMemory& m) {
 // waiting for it; a receive takes its message or waits for it. Every step
 // is handled once, so thousands of ranks simulate in seconds.
 std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory>& memory,
-                DataType dtype, RedOp op) {
+                DataType dtype, RedOp op, Delivery delivery) {
   const int P = static_cast<int>(plans.size());
   const size_t es = dataTypeSize(dtype);
   std::vector<RankState> state(P);
@@ -161,6 +161,8 @@ std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory
     }
   }
   std::unordered_map<uint64_t, std::vector<uint8_t>> mailbox;
+  // kRendezvous: message -> the send step still waiting for its receive.
+  std::unordered_map<uint64_t, std::pair<int, int>> unmatchedSend;
   std::unordered_map<uint64_t, int> waitingRecv;  // message -> receiving step
   std::vector<int> active;
   for (int r = 0; r < P; ++r)
@@ -217,10 +219,14 @@ std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory
               int receiver = w->second;
               waitingRecv.erase(w);
               if (std::string e = deliver(out.peer, receiver, payload); !e.empty()) return e;
+              finish(r, send);
             } else {
               mailbox.emplace(key, std::move(payload));
+              if (delivery == Delivery::kBuffered)
+                finish(r, send);
+              else
+                unmatchedSend.emplace(key, std::pair{r, send});
             }
-            finish(r, send);
           }
           continue;
         }
@@ -230,6 +236,10 @@ std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory
           if (auto m = mailbox.find(key); m != mailbox.end()) {
             std::vector<uint8_t> payload = std::move(m->second);
             mailbox.erase(m);
+            if (auto u = unmatchedSend.find(key); u != unmatchedSend.end()) {
+              finish(u->second.first, u->second.second);
+              unmatchedSend.erase(u);
+            }
             if (std::string e = deliver(r, i, payload); !e.empty()) return e;
           } else {
             waitingRecv.emplace(key, i);

@@ -20,10 +20,18 @@ struct RankMemory {
   long sendInRecv = -1, recvInSend = -1;
 };
 
+// How a send completes. kBuffered: once its bytes are taken, whether or not
+// the receive is posted (a transport with buffers of its own). kRendezvous:
+// only once the peer has started the matching receive (a transport whose
+// receiver reads the sender's buffer in place, cuda_ipc's direct reads), so
+// a schedule whose receives wait for sends that wait for those receives
+// deadlocks.
+enum class Delivery { kBuffered, kRendezvous };
+
 // Executes every rank's schedule; returns "" on success, else what went
 // wrong (a message size mismatch, a deadlock, a malformed schedule).
 std::string run(const std::vector<algo::Schedule>& plans, std::vector<RankMemory>& memory,
-                DataType dtype, RedOp op);
+                DataType dtype, RedOp op, Delivery delivery = Delivery::kBuffered);
 
 // Two steps of one rank that no chain of dependencies orders, one writing
 // bytes the other reads or writes: a race on real transports, whatever the
