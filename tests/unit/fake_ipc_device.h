@@ -54,6 +54,10 @@ class FakeIpcDevice final : public IpcDevice {
   // Memory and events no peer can open (allocateUnshared, createUnsharedEvent).
   std::atomic<size_t> unsharedAllocations{0}, unsharedBytes{0}, unsharedEvents{0};
   std::atomic<bool> failEnqueues{false};
+  // exportRange answers with an error, as the driver does for memory it
+  // cannot share.
+  std::atomic<bool> refuseExports{false};
+  std::atomic<size_t> exports{0};  // ranges exportRange exported
   // Runs before each openMemory; an error it returns is openMemory's.
   std::function<Status()> beforeOpen;
   // Runs before each allocateHost (pinning memory, which may wait long).
@@ -93,6 +97,18 @@ class FakeIpcDevice final : public IpcDevice {
     if (beforeAllocateHost) beforeAllocateHost();
     ++hostAllocations;
     return std::unique_ptr<HostMemory>(new Pinned(*this, bytes == 0 ? 1 : bytes));
+  }
+  // Memory from allocate() (which the tests' buffers are) exports as the
+  // shared memory it is: the handle of the whole allocation, and an offset.
+  Result<ExportedRange> exportRange(const void* data, size_t bytes) override {
+    if (refuseExports) return notSupported("fake device: this memory cannot be exported");
+    const auto a = reinterpret_cast<uintptr_t>(data);
+    std::lock_guard lock(rangesMutex_);
+    auto it = exportable_.upper_bound(a);
+    if (it == exportable_.begin() || (--it, a + bytes > it->first + it->second.bytes))
+      return notSupported("fake device: not memory of allocate()");
+    ++exports;
+    return ExportedRange{it->second.handle, it->second.id, a - it->first};
   }
   Result<bool> hasRun(DeviceEvent& event) override {
     Counters& c = static_cast<Event&>(event).counters();
@@ -155,6 +171,7 @@ class FakeIpcDevice final : public IpcDevice {
     Memory(FakeIpcDevice& device, void* data, size_t bytes, std::string owned, IpcHandle handle)
         : device_(device), data_(data), bytes_(bytes), owned_(std::move(owned)), handle_(handle) {
       device_.addRange(data_, bytes_);
+      if (!owned_.empty()) device_.addExportable(data_, bytes_, handle_);
       ++device_.liveMappings;
     }
     ~Memory() override {
@@ -271,6 +288,14 @@ class FakeIpcDevice final : public IpcDevice {
   void removeRange(void* data) {
     std::lock_guard lock(rangesMutex_);
     ranges_.erase(reinterpret_cast<uintptr_t>(data));
+    exportable_.erase(reinterpret_cast<uintptr_t>(data));
+  }
+  void addExportable(void* data, size_t bytes, const IpcHandle& handle) {
+    HandleFields fields;
+    std::memcpy(&fields, handle.bytes.data(), sizeof(fields));
+    std::lock_guard lock(rangesMutex_);
+    exportable_[reinterpret_cast<uintptr_t>(data)] = {
+        bytes, handle, uint64_t{static_cast<uint32_t>(fields.pid)} << 32 | fields.serial};
   }
   // False (and the device faulted) when [p, p + bytes) is not this device's.
   bool inRange(const void* p, size_t bytes, const char* what) {
@@ -316,6 +341,12 @@ class FakeIpcDevice final : public IpcDevice {
 
   std::mutex rangesMutex_;
   std::map<uintptr_t, size_t> ranges_;
+  struct Exportable {
+    size_t bytes;
+    IpcHandle handle;
+    uint64_t id;
+  };
+  std::map<uintptr_t, Exportable> exportable_;
   std::mutex mutex_;
   std::condition_variable wake_, idle_;
   std::deque<std::function<void()>> queue_;

@@ -85,6 +85,7 @@ Status CudaIpcConnection::startHandshake() {
     filled_.push_back(std::move(filled));
     drained_.push_back(std::move(drained));
   }
+  BRAID_RETURN_IF_ERROR(createDirectEvents());
   helloReceived_ = control_->postRecv(&peerHello_, sizeof(peerHello_),
                                       Tag{channelBits_ | kHelloTag, kHelloMagic});
   verdictReceived_ = control_->postRecv(&peerVerdict_, sizeof(peerVerdict_),
@@ -116,7 +117,7 @@ Status CudaIpcConnection::mapPeer() {
     peerFilled_.push_back(std::move(filled));
     peerDrained_.push_back(std::move(drained));
   }
-  return Status::ok();
+  return openDirectEvents();
 }
 
 Status CudaIpcConnection::sendVerdict(const Status& mapped) {
@@ -139,6 +140,7 @@ Status CudaIpcConnection::settleMapping() {
   if (verdict_.mapped == 1 && theirs.mapped == 1) {
     for (uint32_t k = 0; k < peerHello_.slots; ++k) freePeerSlots_.push_back(k);
     peerSlotWritten_.assign(peerHello_.slots, false);
+    for (uint32_t e = 0; e < kDirectReads; ++e) freeDirect_.push_back(e);
     ready_ = true;
     postRecordReceives();
     return Status::ok();
@@ -268,6 +270,22 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
   auto it = unexpected_.find(tag);
   Unexpected u = std::move(it->second);
   unexpected_.erase(it);
+  p.arriving = true;
+  if (u.direct) {
+    if (u.check == p.check && u.total == p.bytes) {
+      BRAID_RETURN_IF_ERROR(readDirect(p, *u.direct));
+    } else {
+      p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (",
+                                          u.total, " bytes arrived, ", p.bytes, " expected)")),
+                      Request::Failure::kDifferentCall, Tag{tag, u.check});
+      // Answered unread: the sender's request is done, as a send through
+      // the slots would be.
+      BRAID_RETURN_IF_ERROR(
+          sendRecord(Record{kDirectRead, u.direct->slot, tag, 0, 0, 0, 0, 0, {}}));
+    }
+    done = true;
+    return Status::ok();
+  }
   if (u.check != p.check || u.total != p.bytes) {
     p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (", u.total,
                                         " bytes arrived, ", p.bytes, " expected)")),
@@ -319,64 +337,10 @@ Status CudaIpcConnection::consume(PostedRecv& p, const Chunk& c) {
   return Status::ok();
 }
 
-Status CudaIpcConnection::spillHeldChunks() {
-  for (auto& [tag, u] : unexpected_) {
-    for (Chunk& c : u.chunks) {
-      if (c.spilledTo != nullptr || c.length == 0) continue;
-      BRAID_ASSIGN_OR_RETURN(uint8_t * block, takeSpillBlock());
-      BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerFilled_[c.slot]));
-      BRAID_RETURN_IF_ERROR(device_->enqueueCopy(block, slot(c.slot), c.length));
-      BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*drained_[c.slot]));
-      BRAID_RETURN_IF_ERROR(sendRecord(Record{kCredit, c.slot, 0, 0, 0, 0, 0}));
-      c.spilledTo = block;
-      --heldSlots_;
-      ++spilledChunks_;
-    }
-  }
-  return Status::ok();
-}
-
-size_t CudaIpcConnection::spillRoundBytes() const {
-  return static_cast<size_t>(options_.slots) * options_.slotBytes;
-}
-
-void CudaIpcConnection::addSpillRound(std::unique_ptr<DeviceMemory> round) {
-  auto* base = static_cast<uint8_t*>(round->data());
-  // Taken from the back: the round's blocks in address order.
-  for (int k = options_.slots - 1; k >= 0; --k)
-    freeSpillBlocks_.push_back(base + static_cast<size_t>(k) * options_.slotBytes);
-  spillRounds_.push_back(std::move(round));
-}
-
-Result<uint8_t*> CudaIpcConnection::takeSpillBlock() {
-  if (freeSpillBlocks_.empty()) {
-    BRAID_ASSIGN_OR_RETURN(auto round, device_->allocateUnshared(spillRoundBytes()));
-    addSpillRound(std::move(round));
-  }
-  uint8_t* block = freeSpillBlocks_.back();
-  freeSpillBlocks_.pop_back();
-  return block;
-}
-
-// Any message may spill, a later call's too: the sizes do not matter.
-Status CudaIpcConnection::reserve(std::span<const size_t>, std::span<const size_t>) {
-  {
-    std::lock_guard lock(mutex_);
-    if (!spillRounds_.empty() || !dead_.isOk()) return Status::ok();  // dead: nothing spills
-  }
-  // Allocated outside the lock, which the call before, still running on
-  // the engine's thread, may need: an allocation can wait for a lock of
-  // the driver that an application thread holds until that call ends.
-  BRAID_ASSIGN_OR_RETURN(auto round, device_->allocateUnshared(spillRoundBytes()));
-  std::lock_guard lock(mutex_);
-  addSpillRound(std::move(round));  // two racing reserves: both rounds serve
-  return Status::ok();
-}
-
 void CudaIpcConnection::failPostedBefore(uint64_t tag) {
   auto it = posted_.lower_bound(channelBase(tag));
   while (it != posted_.end() && it->first < tag) {
-    if (it->second.consumed > 0) {  // its message is arriving
+    if (it->second.consumed > 0 || it->second.arriving) {  // its message is arriving
       ++it;
       continue;
     }
@@ -435,12 +399,22 @@ Status CudaIpcConnection::handleRecord(const Record& r) {
     return Status::ok();
   }
   if (r.kind == kChunk) return chunkArrived(r);
+  if (r.kind == kDirect) return directArrived(r);
+  if (r.kind == kDirectRead || r.kind == kDirectRefused) return directAnswered(r);
   return remoteError(strCat("cuda_ipc: rank ", peer(), " sent a record of unknown kind ", r.kind));
 }
 
 Status CudaIpcConnection::pushSends(bool& moved) {
   while (!sends_.empty()) {
     PendingSend& s = sends_.front();
+    bool sentDirect = false;
+    BRAID_RETURN_IF_ERROR(trySendDirect(s, sentDirect));
+    if (sentDirect) {
+      sends_.pop_front();
+      moved = true;
+      continue;
+    }
+    if (!s.viaSlots) return Status::ok();  // waits for a read index to come back
     if (s.bytes == 0) {
       BRAID_RETURN_IF_ERROR(sendRecord(Record{kChunk, 0, s.tag.value, s.tag.check, 0, 0, 0}));
     } else {
@@ -563,6 +537,11 @@ bool CudaIpcConnection::mayHaveUnclaimed() const {
   return control_->mayHaveUnclaimed();
 }
 
+size_t CudaIpcConnection::directReads() const {
+  std::lock_guard lock(mutex_);
+  return directReads_;
+}
+
 size_t CudaIpcConnection::spilledChunks() const {
   std::lock_guard lock(mutex_);
   return spilledChunks_;
@@ -581,6 +560,7 @@ void CudaIpcConnection::failAll(const Status& reason) {
       send->fail(dead_);
   }
   sentAwaitingRecord_.clear();
+  failDirectSends();
   for (auto& [tag, p] : posted_) p.request->fail(dead_);
   posted_.clear();
   control_->abort(reason);

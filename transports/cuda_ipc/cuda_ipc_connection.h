@@ -34,6 +34,24 @@
 // mapping() and declinedBecause() say so, on both ends alike, so that a
 // caller can carry the pair's messages another way (IpcOrFallback).
 //
+// Reads in place. A message of at least Options::directMinBytes whose
+// buffer the device can export (IpcDevice::exportRange: memory from
+// cuMemAlloc, as cudaMalloc and PyTorch's allocator make) skips the slots:
+// the sender queues record(ready[e]) and sends a direct record naming the
+// buffer's allocation; the receiver opens it (once per allocation, kept
+// open for the connection's life) and queues
+//
+//   wait(peer ready[e]); copy (or combine) peer buffer -> place; record(read[e])
+//
+// and answers with a read record for e, on which the sender queues
+// wait(peer read[e]) and completes the send. So the bytes cross once, by
+// the receiver's kernel or copy engine, rather than into a slot and out
+// again, and a message costs one handoff each way whatever its size. A
+// send is then done only once its receive is posted (a rendezvous): every
+// algorithm's schedule completes so (tests/unit/rendezvous_test.cc). A
+// receiver that cannot open the allocation answers so instead, and the
+// sender moves that message, and every later one, through the slots.
+//
 // A message that arrives before its receive holds its slots. When every
 // slot of this end is held so, the held chunks are copied out into spill
 // blocks, GPU memory of this end of a slot each, so the sender can go on
@@ -46,6 +64,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -57,9 +76,15 @@ namespace braid::transport::cuda_ipc {
 class CudaIpcConnection final : public Connection {
  public:
   static constexpr int kMaxSlots = 16;
+  // Direct messages in flight at once, per direction.
+  static constexpr uint32_t kDirectReads = 16;
+  // Peer allocations one end keeps open; past them, messages use the slots.
+  static constexpr size_t kMaxPeerAllocations = 256;
   struct Options {
     int slots = 8;
     size_t slotBytes = size_t{1} << 20;  // a multiple of 16, so no element spans two chunks
+    // Messages of at least this many bytes are read in place (above); 0: none.
+    size_t directMinBytes = 0;
   };
 
   // Allocates and exports this end's slots and events; the handshake with
@@ -110,13 +135,27 @@ class CudaIpcConnection final : public Connection {
   // driver's error.
   Status declinedBecause() const;
 
-  // The records on the control connection, in host byte order.
+  // Messages read in place so far, by this end's receives: for tests.
+  size_t directReads() const;
+
+  // The records on the control connection, in host byte order. kDirect,
+  // kDirectRead and kDirectRefused carry the read's index e in `slot`;
+  // kDirect also the allocation (`handle`, `allocationId`) and the
+  // message's `offset` in it.
   struct Record {
     uint32_t kind;  // Kind
     uint32_t slot;
     uint64_t tag, check, total, offset, length;
+    uint64_t allocationId;
+    IpcHandle handle;
   };
-  enum Kind : uint32_t { kChunk = 1, kCredit = 2 };
+  enum Kind : uint32_t {
+    kChunk = 1,
+    kCredit = 2,
+    kDirect = 3,
+    kDirectRead = 4,  // read queued (or the message refused by a different call)
+    kDirectRefused = 5,
+  };
   struct Hello {
     uint64_t magic;
     uint32_t slots;
@@ -124,6 +163,7 @@ class CudaIpcConnection final : public Connection {
     uint64_t slotBytes;
     IpcHandle pool;
     std::array<IpcHandle, kMaxSlots> filled, drained;
+    std::array<IpcHandle, kDirectReads> ready, read;
   };
   struct Verdict {
     uint64_t magic;
@@ -145,7 +185,8 @@ class CudaIpcConnection final : public Connection {
     size_t bytes;
     Tag tag;
     RequestPtr request;
-    size_t queued = 0;  // bytes whose copies are queued
+    size_t queued = 0;      // bytes whose copies are queued
+    bool viaSlots = false;  // not read in place (its buffer or the peer cannot)
   };
   struct PostedRecv {
     uint8_t* dst;
@@ -155,10 +196,13 @@ class CudaIpcConnection final : public Connection {
     Combiner combiner;
     RequestPtr request;
     size_t consumed = 0;
+    bool arriving = false;  // its message began to arrive (chunks may not yet)
   };
   struct Unexpected {
     uint64_t check, total;
     std::vector<Chunk> chunks;
+    // A message to read in place, its kDirect record; empty for chunks.
+    std::optional<Record> direct;
     bool whole() const;  // every byte of it arrived
   };
   struct OutRecord {
@@ -197,6 +241,19 @@ class CudaIpcConnection final : public Connection {
   void failAll(const Status& reason);
   uint8_t* slot(uint32_t k) const;
   uint8_t* peerSlot(uint32_t k) const;
+
+  // Reads in place (cuda_ipc_direct.cc).
+  Status createDirectEvents();
+  Status openDirectEvents();
+  // Sends `s` as a direct record if its size, its buffer and the peer allow
+  // it; `sent` says whether it did.
+  Status trySendDirect(PendingSend& s, bool& sent);
+  Status directArrived(const Record& record);
+  Status directAnswered(const Record& record);
+  // The peer's allocation a kDirect record names, opened or from the cache.
+  Result<const uint8_t*> peerAllocation(const Record& record);
+  Status readDirect(PostedRecv& p, const Record& record);
+  void failDirectSends();
 
   std::unique_ptr<Connection> ownedControl_;
   Connection* const control_;
@@ -250,6 +307,15 @@ class CudaIpcConnection final : public Connection {
   std::vector<std::unique_ptr<DeviceMemory>> spillRounds_;
   std::vector<uint8_t*> freeSpillBlocks_;
   std::array<uint64_t, 256> highestArrived_{};  // per channel, +1 (0 = none)
+
+  // Reads in place: this end's events and the peer's, by read index.
+  std::vector<std::unique_ptr<DeviceEvent>> sourceReady_, sourceRead_, peerSourceReady_,
+      peerSourceRead_;
+  std::deque<uint32_t> freeDirect_;              // indices of this end's sends
+  std::map<uint32_t, PendingSend> directSends_;  // by read index: awaiting the peer's answer
+  bool peerReadsInPlace_ = true;                 // until it refuses one
+  std::map<uint64_t, std::unique_ptr<DeviceMemory>> peerAllocations_;  // by id
+  size_t directReads_ = 0;
 };
 
 }  // namespace braid::transport::cuda_ipc

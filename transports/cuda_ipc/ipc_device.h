@@ -64,6 +64,15 @@ class DeviceEvent {
   virtual const IpcHandle& handle() const = 0;
 };
 
+// Where a buffer lies in memory a peer can open: the handle of its whole
+// allocation, an id naming that allocation for as long as it lives (never
+// one a later allocation takes), and the buffer's offset in it.
+struct ExportedRange {
+  IpcHandle handle;
+  uint64_t allocationId = 0;
+  uint64_t offset = 0;
+};
+
 class IpcDevice {
  public:
   virtual ~IpcDevice() = default;
@@ -79,6 +88,16 @@ class IpcDevice {
   virtual Result<std::unique_ptr<DeviceEvent>> createUnsharedEvent() = 0;
   virtual Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) = 0;
   virtual Result<std::unique_ptr<HostMemory>> allocateHost(size_t bytes) = 0;
+  // Exports the allocation that holds [data, data + bytes) (the caller's
+  // own buffer, not memory of this interface), so that a peer may read
+  // the bytes in place; an error where it cannot be shared (memory of
+  // another kind, or allocated in a way the handles cannot carry), and the
+  // caller moves the bytes another way.
+  virtual Result<ExportedRange> exportRange(const void* data, size_t bytes) {
+    (void)data;
+    (void)bytes;
+    return notSupported("this device exports no buffers of the caller");
+  }
   // Whether processes on this device share it through MPS (and so run at
   // once) rather than take turns; nothing when the driver does not say.
   virtual std::optional<bool> sharedThroughMps() const { return std::nullopt; }

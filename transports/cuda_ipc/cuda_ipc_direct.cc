@@ -1,0 +1,170 @@
+// Reads in place: a large message's receiver reads it out of the sender's
+// own buffer, rather than out of a slot the sender copied it into
+// (cuda_ipc_connection.h, "Reads in place").
+#include <utility>
+
+#include "src/common/log.h"
+#include "src/common/strcat.h"
+#include "transports/cuda_ipc/cuda_ipc_connection.h"
+
+namespace braid::transport::cuda_ipc {
+
+Status CudaIpcConnection::createDirectEvents() {
+  for (uint32_t e = 0; e < kDirectReads; ++e) {
+    BRAID_ASSIGN_OR_RETURN(auto ready, device_->createEvent());
+    BRAID_ASSIGN_OR_RETURN(auto read, device_->createEvent());
+    hello_.ready[e] = ready->handle();
+    hello_.read[e] = read->handle();
+    sourceReady_.push_back(std::move(ready));
+    sourceRead_.push_back(std::move(read));
+  }
+  return Status::ok();
+}
+
+Status CudaIpcConnection::openDirectEvents() {
+  for (uint32_t e = 0; e < kDirectReads; ++e) {
+    BRAID_ASSIGN_OR_RETURN(auto ready, device_->openEvent(peerHello_.ready[e]));
+    BRAID_ASSIGN_OR_RETURN(auto read, device_->openEvent(peerHello_.read[e]));
+    peerSourceReady_.push_back(std::move(ready));
+    peerSourceRead_.push_back(std::move(read));
+  }
+  return Status::ok();
+}
+
+Status CudaIpcConnection::trySendDirect(PendingSend& s, bool& sent) {
+  sent = false;
+  if (s.viaSlots) return Status::ok();
+  if (s.queued > 0 || s.bytes == 0 || options_.directMinBytes == 0 ||
+      s.bytes < options_.directMinBytes || !peerReadsInPlace_) {
+    s.viaSlots = true;
+    return Status::ok();
+  }
+  if (freeDirect_.empty()) return Status::ok();  // the caller waits for an answer
+  auto exported = device_->exportRange(s.data, s.bytes);
+  if (!exported.isOk()) {
+    BRAID_TRACE("cuda_ipc: a ", s.bytes, "-byte message to rank ", peer(),
+                " goes through the slots: ", exported.status().message());
+    s.viaSlots = true;
+    return Status::ok();
+  }
+  const uint32_t e = freeDirect_.front();
+  freeDirect_.pop_front();
+  // Later work on this device may change the buffer only once the peer
+  // read it: directAnswered queues that wait.
+  BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*sourceReady_[e]));
+  BRAID_RETURN_IF_ERROR(
+      sendRecord(Record{kDirect, e, s.tag.value, s.tag.check, s.bytes, exported->offset, s.bytes,
+                        exported->allocationId, exported->handle}));
+  directSends_.emplace(e, std::move(s));
+  sent = true;
+  return Status::ok();
+}
+
+Status CudaIpcConnection::directAnswered(const Record& r) {
+  auto it = directSends_.find(r.slot);
+  if (it == directSends_.end() || it->second.tag.value != r.tag)
+    return remoteError(
+        strCat("cuda_ipc: rank ", peer(), " answered a direct message it was not sent"));
+  PendingSend s = std::move(it->second);
+  directSends_.erase(it);
+  freeDirect_.push_back(r.slot);
+  if (r.kind == kDirectRead) {
+    BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerSourceRead_[r.slot]));
+    s.request->complete();
+    return Status::ok();
+  }
+  // Refused: this message and every later one go through the slots. Its
+  // record arrived first, so the receiver waits for its chunks.
+  if (peerReadsInPlace_)
+    BRAID_INFO("cuda_ipc: rank ", peer(),
+               " cannot read this rank's buffers in place; messages to it go through the slots");
+  peerReadsInPlace_ = false;
+  s.viaSlots = true;
+  sends_.push_front(std::move(s));
+  return Status::ok();
+}
+
+Result<const uint8_t*> CudaIpcConnection::peerAllocation(const Record& r) {
+  auto it = peerAllocations_.find(r.allocationId);
+  if (it == peerAllocations_.end()) {
+    if (peerAllocations_.size() >= kMaxPeerAllocations)
+      return notSupported(strCat("cuda_ipc: ", kMaxPeerAllocations, " allocations of rank ", peer(),
+                                 " are open already"));
+    BRAID_ASSIGN_OR_RETURN(auto opened, device_->openMemory(r.handle));
+    it = peerAllocations_.emplace(r.allocationId, std::move(opened)).first;
+  }
+  return static_cast<const uint8_t*>(it->second->data()) + r.offset;
+}
+
+Status CudaIpcConnection::directArrived(const Record& r) {
+  if (r.slot >= kDirectReads || r.total == 0 || r.length != r.total)
+    return remoteError(strCat("cuda_ipc: rank ", peer(), " sent a malformed direct record"));
+  const uint8_t channel = static_cast<uint8_t>(r.tag >> 56);
+  highestArrived_[channel] = std::max(highestArrived_[channel], r.tag + 1);
+  failPostedBefore(r.tag);
+  auto posted = posted_.find(r.tag);
+  if (posted != posted_.end() &&
+      (posted->second.check != r.check || posted->second.bytes != r.total)) {
+    PostedRecv& p = posted->second;
+    p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (", r.total,
+                                        " bytes arrived, ", p.bytes, " expected)")),
+                    Request::Failure::kDifferentCall, Tag{r.tag, r.check});
+    posted_.erase(posted);
+    // Answered unread, so the sender's request ends as a send through the
+    // slots would; kept as unclaimed, to name the sender's call.
+    Unexpected& u = unexpected_[r.tag];
+    u.check = r.check;
+    u.total = r.total;
+    return sendRecord(Record{kDirectRead, r.slot, r.tag, 0, 0, 0, 0, 0, {}});
+  }
+  // Opened as it arrives, so that a refusal reaches the sender at once.
+  if (auto opened = peerAllocation(r); !opened.isOk()) {
+    BRAID_INFO("cuda_ipc: this rank cannot read rank ", peer(),
+               "'s buffers in place, so they come through the slots: ", opened.status().message());
+    BRAID_RETURN_IF_ERROR(sendRecord(Record{kDirectRefused, r.slot, r.tag, 0, 0, 0, 0, 0, {}}));
+    // Its chunks follow: the receive waits for them.
+    if (posted != posted_.end()) {
+      posted->second.arriving = true;
+    } else {
+      Unexpected& u = unexpected_[r.tag];
+      u.check = r.check;
+      u.total = r.total;
+    }
+    return Status::ok();
+  }
+  if (posted != posted_.end()) {
+    BRAID_RETURN_IF_ERROR(readDirect(posted->second, r));
+    posted_.erase(posted);
+    return Status::ok();
+  }
+  Unexpected& u = unexpected_[r.tag];
+  u.check = r.check;
+  u.total = r.total;
+  u.direct = r;
+  return Status::ok();
+}
+
+Status CudaIpcConnection::readDirect(PostedRecv& p, const Record& r) {
+  BRAID_ASSIGN_OR_RETURN(const uint8_t* from, peerAllocation(r));
+  BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerSourceReady_[r.slot]));
+  if (p.combiner.apply != nullptr || p.combiner.applyOnDevice != nullptr) {
+    BRAID_RETURN_IF_ERROR(device_->enqueueCombine(p.dst, p.local, from, r.total, p.combiner));
+  } else {
+    BRAID_RETURN_IF_ERROR(device_->enqueueCopy(p.dst, from, r.total));
+  }
+  BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*sourceRead_[r.slot]));
+  if (dead_.isOk())
+    BRAID_RETURN_IF_ERROR(sendRecord(Record{kDirectRead, r.slot, r.tag, 0, 0, 0, 0, 0, {}}));
+  ++directReads_;
+  p.consumed = p.bytes;
+  p.request->complete();
+  return Status::ok();
+}
+
+// Whether the peer read them before it went is unknown: they fail.
+void CudaIpcConnection::failDirectSends() {
+  for (auto& [e, s] : directSends_) s.request->fail(dead_);
+  directSends_.clear();
+}
+
+}  // namespace braid::transport::cuda_ipc
