@@ -1,6 +1,7 @@
 #include "src/cuda_stream.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -226,6 +227,14 @@ Status CudaStreamBridge::gpuBuffersAllowed() const {
       "synchronizing the CUDA stream");
 }
 
+namespace {
+std::atomic<int> gatesHeld{0};
+}  // namespace
+
+int CudaStreamBridge::gatesHeldNow() {
+  return gatesHeld.load(std::memory_order_acquire);
+}
+
 Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
   const StreamDriver& d = driver();
   std::lock_guard lock(holdMutex_);
@@ -248,6 +257,7 @@ Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
         return d.streamWaitValue32(stream_, releasedOnGpu_, gate.release, kWaitValueGreaterEqual);
       }));
   held_ = gate.release;
+  gatesHeld.fetch_add(1, std::memory_order_acq_rel);
   return gate;
 }
 
@@ -280,6 +290,7 @@ Status CudaStreamBridge::awaitReached(const Gate& gate, double timeoutSeconds) {
 }
 
 void CudaStreamBridge::release(const Gate& gate) {
+  gatesHeld.fetch_sub(1, std::memory_order_acq_rel);
   // Never backwards: a wait the stream has not reached yet would see a value
   // below its own after it had passed, and hold the stream.
   uint32_t seen = __atomic_load_n(released_, __ATOMIC_ACQUIRE);

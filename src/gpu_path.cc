@@ -9,6 +9,7 @@
 #include "braid_config.h"
 #include "src/common/log.h"
 #include "src/common/strcat.h"
+#include "src/cuda_stream.h"
 #include "src/steadily_waiting.h"
 #include "transports/cuda_ipc/cuda_ipc_connection.h"
 #include "transports/cuda_ipc/driver_ipc_device.h"
@@ -83,7 +84,7 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
                                                  const std::vector<bool>& ipc, size_t chunkBytes,
                                                  Config::CudaIpcHandles handles, size_t slotBytes,
-                                                 double timeoutSeconds) {
+                                                 size_t directBytes, double timeoutSeconds) {
   if (!built()) return notSupported("this build of braid moves host memory only");
   std::unique_ptr<GpuPath> path(new GpuPath);
   path->deviceOrdinal_ = deviceOrdinal;
@@ -104,6 +105,10 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
   path->device_ = std::move(device);
   transport::cuda_ipc::CudaIpcConnection::Options options;
   options.slotBytes = gpuChunkBytes(slotBytes);
+  options.directMinBytes = directBytes;
+  // Not while a CUDA stream may wait for a call: opening a peer's
+  // allocation takes the driver's memory lock (docs/GPU.md).
+  options.mayMapNow = [] { return CudaStreamBridge::gatesHeldNow() == 0; };
   transport::gpu_staged::StagedConnection::Options staged;
   staged.minBounceBytes = chunkBytes;
   for (size_t p = 0; p < host.size(); ++p) {

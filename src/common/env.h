@@ -78,6 +78,10 @@ struct Config {
   // of GPU jobs among the ranks of one host; 0 = kDefaultCudaIpcSlotBytes.
   // Alike on every rank (agreed_settings.h).
   size_t cudaIpcSlotBytes = 0;
+  // BRAID_CUDA_IPC_DIRECT_BYTES: messages of at least this many bytes are
+  // read by the receiver in the sender's buffer (cuda_ipc_connection.h);
+  // 0 = never. Ranks may differ: each end sends as it is set.
+  size_t cudaIpcDirectBytes = size_t{64} << 10;
   // BRAID_CUDA_IPC_CONNECT_SECONDS: how long the first GPU call on a CUDA
   // stream waits for the cuda_ipc handshakes (GpuPath::settleHandshakes).
   double cudaIpcConnectSeconds = 30;

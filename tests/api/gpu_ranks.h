@@ -44,6 +44,7 @@ struct FakeDriver {
   void (*setWaitLimit)(unsigned);
   unsigned long (*hostDeviceCopies)();
   unsigned long (*deviceCopies)();
+  unsigned long (*ipcExports)();  // legacy memory handles exported (cuIpcGetMemHandle)
   void (*refuseIpcOpens)(int);
   void (*setGlobalCapture)(int);
   void (*holdMemoryLock)(int);
@@ -65,6 +66,7 @@ struct FakeDriver {
            find(setWaitLimit, "fakeCudaSetWaitLimit") &&
            find(hostDeviceCopies, "fakeCudaHostDeviceCopyCount") &&
            find(deviceCopies, "fakeCudaDeviceToDeviceCopyCount") &&
+           find(ipcExports, "fakeCudaIpcExportCount") &&
            find(refuseIpcOpens, "fakeCudaRefuseIpcOpens") &&
            find(setGlobalCapture, "fakeCudaSetGlobalCapture") &&
            find(holdMemoryLock, "fakeCudaHoldMemoryLockWhileStreamsWait") &&
@@ -267,21 +269,40 @@ class ForkedGpuRanks : public ::testing::Test {
 };
 inline void* ForkedGpuRanks::gpu_ = nullptr;
 
-// Brackets calls: what the stand-in copied since.
+// Brackets calls: what the stand-in copied (and exported) since.
 struct Copies {
   unsigned long hostDevice = fake.hostDeviceCopies();
   unsigned long device = fake.deviceCopies();
+  unsigned long exports = fake.ipcExports();
   unsigned long hostDeviceSince() const { return fake.hostDeviceCopies() - hostDevice; }
   unsigned long deviceSince() const { return fake.deviceCopies() - device; }
+  unsigned long exportsSince() const { return fake.ipcExports() - exports; }
+  // Chunks this rank moved GPU to GPU: each a copy (into a peer's slot, or
+  // out of its own, or out of a peer's buffer read in place) or an export
+  // of its own buffer for a peer to read in place (BRAID_CUDA_IPC_DIRECT_BYTES).
+  unsigned long movedSince() const { return deviceSince() + exportsSince(); }
 };
 
-// Every rank sends or receives at least a block in each of these calls, in
-// slot-sized chunks, each one a device-to-device copy on this rank (into a
-// peer's slot, or out of its own); and the call stages nothing.
-#define EXPECT_GPU_TO_GPU(step, copies)                              \
-  do {                                                               \
-    RANK_CHECK(step, (copies).hostDeviceSince() == 0);               \
-    RANK_CHECK(step + 1, (copies).deviceSince() >= kChunksPerBlock); \
+// Whether messages go through the slots only (BRAID_CUDA_IPC_DIRECT_BYTES=0
+// in the rank's environment), never read in place.
+inline bool slotsOnly() {
+  const char* v = std::getenv("BRAID_CUDA_IPC_DIRECT_BYTES");
+  return v != nullptr && std::string(v) == "0";
+}
+
+// The moves of a block of kCount floats: through the slots, a copy for each
+// slot-sized chunk; read in place, a message may be a whole block, read in
+// one copy (gpu_direct_reads_test.cc counts those exactly).
+inline unsigned long blockMoves(unsigned long blocks = 1) {
+  return slotsOnly() ? blocks * kChunksPerBlock : 1;
+}
+
+// Every rank sends or receives at least a block in each of these calls,
+// moved GPU to GPU; and the call stages nothing.
+#define EXPECT_GPU_TO_GPU(step, copies)                          \
+  do {                                                           \
+    RANK_CHECK(step, (copies).hostDeviceSince() == 0);           \
+    RANK_CHECK(step + 1, (copies).movedSince() >= blockMoves()); \
   } while (0)
 
 inline int broadcastFromTheLastRank(Rank& r, float* send, float* recv) {

@@ -201,9 +201,29 @@ TEST(Config, CudaIpcSlotsAreAutoUnlessSet) {
     ScopedEnv slot("BRAID_CUDA_IPC_SLOT_BYTES", bad);
     auto refused = loadConfig();
     EXPECT_FALSE(refused.isOk()) << bad;
-    if (!refused.isOk())
+    if (!refused.isOk()) {
       EXPECT_NE(refused.status().message().find("BRAID_CUDA_IPC_SLOT_BYTES"), std::string::npos)
           << refused.status().message();
+    }
+  }
+}
+
+TEST(Config, CudaIpcDirectReadsStartAt64KiBUnlessSet) {
+  auto c = loadConfig();
+  ASSERT_TRUE(c.isOk());
+  EXPECT_EQ(c->cudaIpcDirectBytes, size_t{64} << 10);
+  for (const auto& [text, bytes] : {std::pair{"0", size_t{0}}, std::pair{"1M", size_t{1} << 20}}) {
+    ScopedEnv direct("BRAID_CUDA_IPC_DIRECT_BYTES", text);
+    auto parsed = loadConfig();
+    ASSERT_TRUE(parsed.isOk()) << text;
+    EXPECT_EQ(parsed->cudaIpcDirectBytes, bytes);
+  }
+  for (const char* bad : {"-1", "2T", "some"}) {
+    ScopedEnv direct("BRAID_CUDA_IPC_DIRECT_BYTES", bad);
+    auto refused = loadConfig();
+    ASSERT_FALSE(refused.isOk()) << bad;
+    EXPECT_NE(refused.status().message().find("BRAID_CUDA_IPC_DIRECT_BYTES"), std::string::npos)
+        << refused.status().message();
   }
 }
 

@@ -4,6 +4,7 @@
 // bytes went, and slow devices expose a missing wait as corrupt bytes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -236,6 +237,44 @@ TEST_F(DirectPair, AReceiverThatCannotOpenTheBufferHasItSentThroughTheSlots) {
   EXPECT_TRUE(r3.holds(33));
   EXPECT_EQ(B->directReads(), 0u);
   EXPECT_LE(devA->exports.load(), 2u);  // not the third: the peer said it cannot
+}
+
+// While a CUDA stream may wait for a call, nothing opens a peer's memory
+// (it takes the driver's memory lock): such a message goes through the
+// slots, and its allocation is opened at the next reserve(), which runs
+// before a stream waits; from then on the buffer is read in place.
+TEST_F(CudaIpcPair, AnAllocationThatMayNotBeOpenedNowIsOpenedAtTheNextReserve) {
+  auto mayMap = std::make_shared<std::atomic<bool>>(false);
+  auto options = smallSlots();
+  options.directMinBytes = kDirectMin;
+  options.mayMapNow = [mayMap] { return mayMap->load(); };
+  open(options);
+  DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
+  s.fill(41);
+  int opens = 0;
+  auto first = A->postSend(s.data(), kLarge, Tag{2, 1});
+  auto gotFirst = B->postRecv(r.data(), kLarge, Tag{2, 1});
+  drive({first, gotFirst});
+  ASSERT_EQ(gotFirst->state(), State::kDone);
+  synchronize();
+  EXPECT_TRUE(r.holds(41));
+  EXPECT_EQ(B->directReads(), 0u);  // declined: through the slots
+  devB->beforeOpen = [&] {
+    ++opens;
+    return Status::ok();
+  };
+  ASSERT_TRUE(B->reserve({}, {}).isOk());
+  EXPECT_EQ(opens, 1);  // the sender's allocation, opened now
+  std::memset(r.data(), 0, kLarge);
+  s.fill(42);
+  auto second = A->postSend(s.data(), kLarge, Tag{3, 1});
+  auto gotSecond = B->postRecv(r.data(), kLarge, Tag{3, 1});
+  drive({second, gotSecond});
+  ASSERT_EQ(gotSecond->state(), State::kDone);
+  synchronize();
+  EXPECT_TRUE(r.holds(42));
+  EXPECT_EQ(B->directReads(), 1u);  // read in place, still without mapping now
+  EXPECT_EQ(opens, 1);
 }
 
 TEST_F(DirectPair, AReceiveOfAnotherSizeFailsAndTheSendStillEnds) {

@@ -134,6 +134,7 @@ unsigned long fakeCudaFailedPointerQueries(void) {
 }
 
 static int pointerAttribute(void* data, int attribute, unsigned long long ptr);
+static int allocationOf(unsigned long long address);
 
 int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
   const int r = pointerAttribute(data, attribute, ptr);
@@ -161,6 +162,14 @@ static int pointerAttribute(void* data, int attribute, unsigned long long ptr) {
     case FAKE_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
       *(int*)data = READ(rangeDevice);
       return FAKE_CUDA_SUCCESS;
+    case FAKE_CU_POINTER_ATTRIBUTE_BUFFER_ID: {
+      /* Memory cuMemAlloc did not make answers 0 here; the driver has
+       * an id for every allocation. */
+      const int i = allocationOf(ptr);
+      *(unsigned long long*)data =
+          i < 0 ? 0 : (unsigned long long)getpid() << 32 | (unsigned)(i + 1);
+      return FAKE_CUDA_SUCCESS;
+    }
     default:
       return FAKE_CUDA_ERROR_INVALID_VALUE;
   }
@@ -421,6 +430,45 @@ void* fakeSharedCarve(size_t bytes, int* shared) {
   return *shared ? carve(bytes, 64, 1) : NULL;
 }
 
+/* The allocations cuMemAlloc made in this process, for
+ * cuMemGetAddressRange and CU_POINTER_ATTRIBUTE_BUFFER_ID; ids from 1. */
+#define FAKE_MAX_ALLOCATIONS 4096
+static struct {
+  uintptr_t base;
+  size_t bytes;
+} allocations[FAKE_MAX_ALLOCATIONS];
+static int allocationCount;
+
+static void noteAllocation(void* memory, size_t bytes) {
+  pthread_mutex_lock(&arenaLock);
+  if (allocationCount < FAKE_MAX_ALLOCATIONS) {
+    allocations[allocationCount].base = (uintptr_t)memory;
+    allocations[allocationCount].bytes = bytes;
+    ++allocationCount;
+  }
+  pthread_mutex_unlock(&arenaLock);
+}
+
+/* The index of the allocation holding `address`, or -1. */
+static int allocationOf(unsigned long long address) {
+  int found = -1;
+  pthread_mutex_lock(&arenaLock);
+  for (int i = allocationCount - 1; i >= 0 && found < 0; --i)
+    if (address >= allocations[i].base && address - allocations[i].base < allocations[i].bytes)
+      found = i;
+  pthread_mutex_unlock(&arenaLock);
+  return found;
+}
+
+int cuMemGetAddressRange_v2(unsigned long long* base, size_t* size, unsigned long long ptr) {
+  if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+  const int i = allocationOf(ptr);
+  if (i < 0) return FAKE_CUDA_ERROR_NOT_FOUND;
+  if (base != NULL) *base = allocations[i].base;
+  if (size != NULL) *size = allocations[i].bytes;
+  return FAKE_CUDA_SUCCESS;
+}
+
 int cuMemAlloc_v2(unsigned long long* device, size_t bytes) {
   if (fakeUnsafeDuringCapture()) return FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
@@ -428,6 +476,7 @@ int cuMemAlloc_v2(unsigned long long* device, size_t bytes) {
   if (!fakeMemoryLockFree(FAKE_LOCK_ALLOCATIONS)) return FAKE_CUDA_ERROR_MEMORY_LOCK_HELD;
   void* memory = carve(bytes, FAKE_ALIGNMENT, 0);
   if (memory == NULL) return FAKE_CUDA_ERROR_OUT_OF_MEMORY;
+  noteAllocation(memory, bytes);
   *device = (unsigned long long)(uintptr_t)memory;
   return FAKE_CUDA_SUCCESS;
 }
@@ -466,6 +515,9 @@ int cuGetErrorString(int error, const char** text) {
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
       *text = "operation not permitted when stream is capturing";
+      return FAKE_CUDA_SUCCESS;
+    case FAKE_CUDA_ERROR_NOT_FOUND:
+      *text = "named symbol not found";
       return FAKE_CUDA_SUCCESS;
     case FAKE_CUDA_ERROR_INVALID_HANDLE:
       *text = "invalid resource handle";

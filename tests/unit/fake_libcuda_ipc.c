@@ -94,6 +94,13 @@ int fakeRefusesIpcOpens(void) {
   return __atomic_load_n(&refuseIpcOpens, __ATOMIC_RELAXED);
 }
 
+/* How many legacy memory handles this process exported (cuIpcGetMemHandle):
+ * one per connection's slots, and one per message read in place. */
+static unsigned long ipcExports;
+unsigned long fakeCudaIpcExportCount(void) {
+  return __atomic_load_n(&ipcExports, __ATOMIC_RELAXED);
+}
+
 /* How many times a memory handle was opened; the mappings and events not
  * yet closed or destroyed: 0 once everything is released. */
 unsigned long fakeCudaIpcOpenCount(void) {
@@ -144,6 +151,7 @@ int cuIpcGetMemHandle(FakeIpcHandle* handle, unsigned long long device) {
   if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
   if (handle == NULL || !isDeviceMemory(device, 1)) return FAKE_CUDA_ERROR_INVALID_VALUE;
   writeHandle(handle, HANDLE_MEMORY, device);
+  __atomic_add_fetch(&ipcExports, 1, __ATOMIC_RELAXED);
   return FAKE_CUDA_SUCCESS;
 }
 

@@ -400,7 +400,8 @@ Status CudaIpcConnection::handleRecord(const Record& r) {
   }
   if (r.kind == kChunk) return chunkArrived(r);
   if (r.kind == kDirect) return directArrived(r);
-  if (r.kind == kDirectRead || r.kind == kDirectRefused) return directAnswered(r);
+  if (r.kind == kDirectRead || r.kind == kDirectRefused || r.kind == kDirectDeclined)
+    return directAnswered(r);
   return remoteError(strCat("cuda_ipc: rank ", peer(), " sent a record of unknown kind ", r.kind));
 }
 

@@ -51,6 +51,11 @@
 // algorithm's schedule completes so (tests/unit/rendezvous_test.cc). A
 // receiver that cannot open the allocation answers so instead, and the
 // sender moves that message, and every later one, through the slots.
+// Opening takes the driver's memory lock, which nothing may take while a
+// CUDA stream waits for a call (docs/GPU.md): where Options::mayMapNow says
+// not now, the receiver declines that message alone, which then goes
+// through the slots, and opens the allocation at the next reserve(), which
+// runs before a CUDA stream waits; later messages from it are read in place.
 //
 // A message that arrives before its receive holds its slots. When every
 // slot of this end is held so, the held chunks are copied out into spill
@@ -61,6 +66,7 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -85,6 +91,9 @@ class CudaIpcConnection final : public Connection {
     size_t slotBytes = size_t{1} << 20;  // a multiple of 16, so no element spans two chunks
     // Messages of at least this many bytes are read in place (above); 0: none.
     size_t directMinBytes = 0;
+    // Whether a peer's allocation may be opened during progress() (above);
+    // null: always.
+    std::function<bool()> mayMapNow;
   };
 
   // Allocates and exports this end's slots and events; the handshake with
@@ -155,6 +164,7 @@ class CudaIpcConnection final : public Connection {
     kDirect = 3,
     kDirectRead = 4,  // read queued (or the message refused by a different call)
     kDirectRefused = 5,
+    kDirectDeclined = 6,  // not now: this message through the slots, later ones in place
   };
   struct Hello {
     uint64_t magic;
@@ -253,6 +263,10 @@ class CudaIpcConnection final : public Connection {
   // The peer's allocation a kDirect record names, opened or from the cache.
   Result<const uint8_t*> peerAllocation(const Record& record);
   Status readDirect(PostedRecv& p, const Record& record);
+  // Answers `record` with `kind` (refused or declined); its chunks follow.
+  Status declineDirect(const Record& record, Kind kind);
+  // Opens the allocations declined while they could not be; outside mutex_.
+  Status openPendingAllocations();
   void failDirectSends();
 
   std::unique_ptr<Connection> ownedControl_;
@@ -315,6 +329,8 @@ class CudaIpcConnection final : public Connection {
   std::map<uint32_t, PendingSend> directSends_;  // by read index: awaiting the peer's answer
   bool peerReadsInPlace_ = true;                 // until it refuses one
   std::map<uint64_t, std::unique_ptr<DeviceMemory>> peerAllocations_;  // by id
+  std::map<uint64_t, IpcHandle> pendingOpens_;  // by id: to open at the next reserve()
+  Status cannotOpen_;                           // why an allocation would not open
   size_t directReads_ = 0;
 };
 

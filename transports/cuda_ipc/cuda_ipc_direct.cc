@@ -73,12 +73,14 @@ Status CudaIpcConnection::directAnswered(const Record& r) {
     s.request->complete();
     return Status::ok();
   }
-  // Refused: this message and every later one go through the slots. Its
-  // record arrived first, so the receiver waits for its chunks.
-  if (peerReadsInPlace_)
+  // Refused: this message and every later one go through the slots;
+  // declined: this one only. Its record arrived first, so the receiver
+  // waits for its chunks.
+  if (r.kind == kDirectRefused && peerReadsInPlace_) {
     BRAID_INFO("cuda_ipc: rank ", peer(),
                " cannot read this rank's buffers in place; messages to it go through the slots");
-  peerReadsInPlace_ = false;
+    peerReadsInPlace_ = false;
+  }
   s.viaSlots = true;
   sends_.push_front(std::move(s));
   return Status::ok();
@@ -94,6 +96,41 @@ Result<const uint8_t*> CudaIpcConnection::peerAllocation(const Record& r) {
     it = peerAllocations_.emplace(r.allocationId, std::move(opened)).first;
   }
   return static_cast<const uint8_t*>(it->second->data()) + r.offset;
+}
+
+Status CudaIpcConnection::declineDirect(const Record& r, Kind kind) {
+  BRAID_RETURN_IF_ERROR(sendRecord(Record{kind, r.slot, r.tag, 0, 0, 0, 0, 0, {}}));
+  if (auto posted = posted_.find(r.tag); posted != posted_.end()) {
+    posted->second.arriving = true;
+  } else {
+    Unexpected& u = unexpected_[r.tag];
+    u.check = r.check;
+    u.total = r.total;
+  }
+  return Status::ok();
+}
+
+Status CudaIpcConnection::openPendingAllocations() {
+  std::map<uint64_t, IpcHandle> pending;
+  {
+    std::lock_guard lock(mutex_);
+    if (!dead_.isOk()) return Status::ok();
+    pending.swap(pendingOpens_);
+  }
+  for (const auto& [id, handle] : pending) {
+    auto opened = device_->openMemory(handle);
+    std::lock_guard lock(mutex_);
+    if (!opened.isOk()) {
+      BRAID_INFO(
+          "cuda_ipc: this rank cannot read rank ", peer(),
+          "'s buffers in place, so they come through the slots: ", opened.status().message());
+      cannotOpen_ = opened.status();
+      return Status::ok();
+    }
+    if (peerAllocations_.size() < kMaxPeerAllocations)
+      peerAllocations_.emplace(id, std::move(*opened));
+  }
+  return Status::ok();
 }
 
 Status CudaIpcConnection::directArrived(const Record& r) {
@@ -117,20 +154,18 @@ Status CudaIpcConnection::directArrived(const Record& r) {
     u.total = r.total;
     return sendRecord(Record{kDirectRead, r.slot, r.tag, 0, 0, 0, 0, 0, {}});
   }
-  // Opened as it arrives, so that a refusal reaches the sender at once.
+  if (!cannotOpen_.isOk()) return declineDirect(r, kDirectRefused);
+  // Opened as it arrives, so that a refusal reaches the sender at once;
+  // or, where it may not be opened now, declined, and opened later.
+  if (!peerAllocations_.count(r.allocationId) && options_.mayMapNow && !options_.mayMapNow()) {
+    pendingOpens_.emplace(r.allocationId, r.handle);
+    return declineDirect(r, kDirectDeclined);
+  }
   if (auto opened = peerAllocation(r); !opened.isOk()) {
     BRAID_INFO("cuda_ipc: this rank cannot read rank ", peer(),
                "'s buffers in place, so they come through the slots: ", opened.status().message());
-    BRAID_RETURN_IF_ERROR(sendRecord(Record{kDirectRefused, r.slot, r.tag, 0, 0, 0, 0, 0, {}}));
-    // Its chunks follow: the receive waits for them.
-    if (posted != posted_.end()) {
-      posted->second.arriving = true;
-    } else {
-      Unexpected& u = unexpected_[r.tag];
-      u.check = r.check;
-      u.total = r.total;
-    }
-    return Status::ok();
+    cannotOpen_ = opened.status();
+    return declineDirect(r, kDirectRefused);
   }
   if (posted != posted_.end()) {
     BRAID_RETURN_IF_ERROR(readDirect(posted->second, r));

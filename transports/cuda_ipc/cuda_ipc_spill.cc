@@ -1,6 +1,8 @@
 // Spilling: a message whose receive is not posted holds its slots, and
 // once it holds all of them, its chunks are copied out into spill blocks of
 // this end's GPU memory so the sender can go on (cuda_ipc_connection.h).
+// And reserve(), which makes ahead, before a CUDA stream waits, what a call
+// would otherwise make while it waits.
 #include "transports/cuda_ipc/cuda_ipc_connection.h"
 
 namespace braid::transport::cuda_ipc {
@@ -46,6 +48,9 @@ Result<uint8_t*> CudaIpcConnection::takeSpillBlock() {
 
 // Any message may spill, a later call's too: the sizes do not matter.
 Status CudaIpcConnection::reserve(std::span<const size_t>, std::span<const size_t>) {
+  // Before a CUDA stream waits for the call: a safe time to open the
+  // peer's allocations that could not be opened during a call.
+  BRAID_RETURN_IF_ERROR(openPendingAllocations());
   {
     std::lock_guard lock(mutex_);
     if (!spillRounds_.empty() || !dead_.isOk()) return Status::ok();  // dead: nothing spills

@@ -46,6 +46,8 @@ const Driver* loadDriver(std::string& why) {
     return nullptr;
   }
   finder.findOptional(d.threadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
+  finder.findOptional(d.memGetAddressRange, "cuMemGetAddressRange_v2");
+  finder.findOptional(d.pointerGetAttribute, "cuPointerGetAttribute");
   cudadriver::EntryFinder vmm;
   vmm.find(d.deviceGetAttribute, "cuDeviceGetAttribute");
   vmm.find(d.memCreate, "cuMemCreate");

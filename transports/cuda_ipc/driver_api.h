@@ -37,6 +37,8 @@ constexpr unsigned kEventInterprocess = 0x4;   // CU_EVENT_INTERPROCESS
 // that kernels may read it (a reduction of bytes a host connection brought).
 constexpr unsigned kHostAllocPortableMapped = 0x1 | 0x2;  // CU_MEMHOSTALLOC_PORTABLE | _DEVICEMAP
 constexpr CuResult kNotReady = 600;                       // CUDA_ERROR_NOT_READY
+// A process-wide id of the allocation a pointer lies in, never reused.
+constexpr int kPointerAttributeBufferId = 7;  // CU_POINTER_ATTRIBUTE_BUFFER_ID
 
 // The virtual memory management API (cuMem*), for memory exported as a
 // POSIX file descriptor.
@@ -139,6 +141,10 @@ struct Driver {
   CuResult (*getErrorString)(CuResult, const char**) = nullptr;
   // Optional (CUDA 10.1): null where the driver has no graph capture.
   cudadriver::ExchangeCaptureMode threadExchangeStreamCaptureMode = nullptr;
+  // Optional: without them, no buffer of the caller is exported
+  // (exportRange), and every message goes through the slots.
+  CuResult (*memGetAddressRange)(DevicePtr*, size_t*, DevicePtr) = nullptr;
+  CuResult (*pointerGetAttribute)(void*, int, DevicePtr) = nullptr;
   // Optional: drivers before CUDA 10.2 lack them (vmm false then).
   bool vmm = false;
   CuResult (*deviceGetAttribute)(int*, int, CuDevice) = nullptr;

@@ -282,6 +282,27 @@ Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocate(size_t bytes) {
   return std::unique_ptr<DeviceMemory>(std::move(memory));
 }
 
+Result<ExportedRange> DriverIpcDevice::exportRange(const void* data, size_t bytes) {
+  if (driver_.memGetAddressRange == nullptr || driver_.pointerGetAttribute == nullptr)
+    return notSupported("cuda_ipc: the driver cannot say which allocation holds a buffer");
+  const driver_ipc::DevicePtr pointer = driver_ipc::devicePointer(data);
+  driver_ipc::DevicePtr base = 0;
+  size_t allocationBytes = 0;
+  unsigned long long id = 0;
+  driver_ipc::CuIpcMemHandle handle{};
+  BRAID_RETURN_IF_ERROR(context_->call("cuda_ipc: exporting a buffer", [&] {
+    driver_ipc::CuResult r = driver_.memGetAddressRange(&base, &allocationBytes, pointer);
+    if (r == driver_ipc::kSuccess)
+      r = driver_.pointerGetAttribute(&id, driver_ipc::kPointerAttributeBufferId, base);
+    if (r == driver_ipc::kSuccess) r = driver_.ipcGetMemHandle(&handle, base);
+    return r;
+  }));
+  if (pointer < base || bytes > allocationBytes - (pointer - base))
+    return invalidArgument(
+        strCat("cuda_ipc: a buffer of ", bytes, " bytes runs past the end of its allocation"));
+  return ExportedRange{driver_ipc::fromCuda(handle), id, pointer - base};
+}
+
 Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocateUnshared(size_t bytes) {
   if (bytes == 0) return invalidArgument("cuda_ipc: allocating 0 bytes of GPU memory");
   BRAID_ASSIGN_OR_RETURN(std::unique_ptr<DriverMemory> memory,

@@ -56,6 +56,10 @@ class DriverIpcDevice final : public IpcDevice {
   Result<std::unique_ptr<DeviceEvent>> createUnsharedEvent() override;
   Result<std::unique_ptr<DeviceEvent>> openEvent(const IpcHandle& handle) override;
   Result<std::unique_ptr<HostMemory>> allocateHost(size_t bytes) override;
+  // The legacy CUDA IPC handle of the cuMemAlloc (cudaMalloc) allocation
+  // that holds the buffer; memory of cuMemCreate or of a memory pool has
+  // none, and is refused.
+  Result<ExportedRange> exportRange(const void* data, size_t bytes) override;
   std::optional<bool> sharedThroughMps() const override { return sharedThroughMps_; }
 
   Status enqueueCopy(void* dst, const void* src, size_t bytes) override;

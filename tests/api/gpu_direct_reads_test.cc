@@ -1,0 +1,71 @@
+// Reads in place among forked ranks on the stand-in driver's one GPU
+// (BRAID_CUDA_IPC_DIRECT_BYTES, transports/cuda_ipc/cuda_ipc_connection.h):
+// a message at least that large is read by its receiver out of the
+// sender's cudaMalloc buffer, so the sender copies nothing into a slot.
+// The copy and export counts tell the two ways apart, and every result is
+// checked.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "braid.h"
+#include "gpu_ranks.h"
+
+namespace {
+
+using namespace braid::testing::gpu_ranks;
+
+class GpuDirectReads : public ForkedGpuRanks {};
+
+// A chain Broadcast from the last rank in chunks of up to 64 KiB: the root sends
+// every chunk of its block (and copies each into its own recv), the other
+// ranks receive each one (and pass it on).
+template <bool kReadsInPlace>
+int broadcastChecked(Rank& r) {
+  float* send = r.allocate(kCount);
+  float* recv = r.allocate(kCount);
+  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  const bool root = r.rank() == r.nranks() - 1;
+  Copies copies;
+  if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
+  RANK_CHECK(13, copies.hostDeviceSince() == 0);
+  if (kReadsInPlace) {
+    // Read in place: the root exports a chunk for each message and copies
+    // only into its own recv; the receiver copies each chunk once.
+    if (root) RANK_CHECK(14, copies.exportsSince() >= kChunksPerBlock);
+    RANK_CHECK(15, copies.deviceSince() <= kChunksPerBlock + 1);
+    if (!root) RANK_CHECK(16, copies.deviceSince() >= kChunksPerBlock);
+  } else {
+    // Through the slots: the root copies each chunk into the peer's slot
+    // too, and exports at most its slots, once.
+    if (root) RANK_CHECK(17, copies.deviceSince() >= 2 * kChunksPerBlock);
+    RANK_CHECK(18, copies.exportsSince() <= 1);
+  }
+  return 0;
+}
+
+// Chunks of 63160 bytes: the block cut into 19 even pieces of at most 64 KiB.
+RankSetup withDirectBytes(const char* bytes) {
+  RankSetup setup;
+  setup.environment = {"BRAID_CUDA_IPC_SLOT_BYTES=64K", "BRAID_ALGO=broadcast=chain",
+                       std::string("BRAID_CUDA_IPC_DIRECT_BYTES=") + bytes};
+  return setup;
+}
+
+TEST_F(GpuDirectReads, AReceiverReadsEachChunkInPlaceAndTheSenderCopiesNone) {
+  expectEveryRankPassed(runRanks(2, broadcastChecked<true>, withDirectBytes("32K")));
+}
+
+TEST_F(GpuDirectReads, ChunksUnderTheMinimumGoThroughTheSlots) {
+  expectEveryRankPassed(runRanks(2, broadcastChecked<false>, withDirectBytes("64K")));
+}
+
+TEST_F(GpuDirectReads, ThreeRanksReadInPlaceToo) {
+  expectEveryRankPassed(runRanks(3, broadcastChecked<true>, withDirectBytes("1")));
+}
+
+TEST_F(GpuDirectReads, ZeroSendsEveryMessageThroughTheSlots) {
+  expectEveryRankPassed(runRanks(2, broadcastChecked<false>, withDirectBytes("0")));
+}
+
+}  // namespace
