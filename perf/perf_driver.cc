@@ -108,6 +108,21 @@ class PerfRun {
         for (int r = 0; r < nranks_; ++r) roots.push_back(r);
       }
     }
+    // With --mem cuda, GPU buffers the shape of the host ones below, for
+    // every type at once: allocated once for the whole run, since peers
+    // that read them in place keep them open (BRAID_CUDA_IPC_DIRECT_BYTES).
+    std::optional<CudaDriver::Buffer> deviceSend, deviceRecv;
+    if (cuda_) {
+      size_t sendBytes = 0, recvBytes = 0;
+      for (const DataType* type : options_.types) {
+        Sizes largest = collective_.sizesFor(options_.sweep.back(), type->size, nranks_);
+        sendBytes = std::max(sendBytes, largest.sendCount * type->size);
+        recvBytes =
+            std::max(recvBytes, std::max(largest.sendCount, largest.recvCount) * type->size);
+      }
+      deviceSend.emplace(cuda_->allocate(sendBytes));
+      deviceRecv.emplace(cuda_->allocate(recvBytes));
+    }
     for (const DataType* type : options_.types) {
       // Allocated once, for the largest size; the receive buffer also holds
       // the in-place send data.
@@ -115,15 +130,10 @@ class PerfRun {
       Buffer send = allocateBuffer(largest.sendCount * type->size, options_.localRegister);
       const size_t recvBytes = std::max(largest.sendCount, largest.recvCount) * type->size;
       Buffer recv = allocateBuffer(recvBytes, options_.localRegister);
-      // With --mem cuda, GPU buffers of the same shape: the calls use them,
-      // and the host ones stage the inputs and the results to check.
-      std::optional<CudaDriver::Buffer> deviceSend, deviceRecv;
+      // The calls use the GPU buffers, and the host ones stage the inputs
+      // and the results to check.
       GpuMirror mirror;
-      if (cuda_) {
-        deviceSend.emplace(cuda_->allocate(largest.sendCount * type->size));
-        deviceRecv.emplace(cuda_->allocate(recvBytes));
-        mirror = {deviceSend->get(), deviceRecv->get()};
-      }
+      if (cuda_) mirror = {deviceSend->get(), deviceRecv->get()};
       Registration sendDeclared, recvDeclared;
       if (options_.localRegister) {
         sendDeclared =

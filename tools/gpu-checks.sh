@@ -17,11 +17,13 @@
 #          (cuda_gpu_collectives);
 #       3. compute-sanitizer memcheck on the kernels of every float type;
 #       4. the GPU's copy bandwidth and AllReduce among 2 processes on the
-#          one GPU (8 B to 1 GiB) over cuda_ipc, then 1 GiB with 4 and
-#          128 MiB slots (BRAID_CUDA_IPC_SLOT_BYTES), and the best busbw
-#          against the bound (copy bandwidth / 4).
+#          one GPU (8 B to 1 GiB) over cuda_ipc, then 1 GiB with 4, 128 and
+#          512 MiB slots (BRAID_CUDA_IPC_SLOT_BYTES), all with reads in
+#          place (BRAID_CUDA_IPC_DIRECT_BYTES=64K), and the best busbw
+#          against the bound (copy bandwidth / 4); and AllReduce with every
+#          message through the slots (the default).
 #       Phase more: memcheck on AllReduce, AllGather and ReduceScatter among
-#       2 processes; AllReduce with BRAID_CUDA_IPC=0 (pinned host memory);
+#       2 processes, and AllReduce read in place; AllReduce with BRAID_CUDA_IPC=0 (pinned host memory);
 #       AllReduce at one rank; Send/Recv of GPU memory in pieces. (The
 #       kernels use no shared memory, so racecheck has nothing to check.)
 #       Phase tune: what a turn between 2 processes on the GPU costs
@@ -102,23 +104,31 @@ core_steps() {
   step memcheck-kernels 150 compute-sanitizer --error-exitcode 9 --tool memcheck \
     "$b/tests/cuda/cuda_device_reduce" --gtest_filter='*float*'
   step copy-bandwidth 60 "$b/perf/gpu_copy_bandwidth"
-  step all_reduce-cuda_ipc 150 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda \
-    -b 8 -e 1G -f 2 -c 1
-  # 1 GiB with smaller and larger cuda_ipc slots than the default 32 MiB:
-  # between processes that share the GPU each slot handed over costs a
-  # switch of the GPU between them.
+  # Reads in place (BRAID_CUDA_IPC_DIRECT_BYTES): the perf binaries keep
+  # their GPU buffers for the whole run, as it requires.
+  BRAID_CUDA_IPC_DIRECT_BYTES=64K step all_reduce-cuda_ipc 150 "$braidrun" -n 2 \
+    "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 2 -c 1
+  # 1 GiB with smaller and larger cuda_ipc slots (the schedule's chunks)
+  # than the default 32 MiB: between processes that share the GPU each
+  # chunk handed over costs a switch of the GPU between them. Then every
+  # message through the slots (the default), none read in place, for the
+  # ratio of the two.
   local slot
-  for slot in 4M 128M; do
-    BRAID_CUDA_IPC_SLOT_BYTES=$slot step "all_reduce-slot-$slot" 60 "$braidrun" -n 2 \
-      "$b/perf/all_reduce_perf" -M cuda -b 1G -e 1G -n 20 -w 5 -c 1
+  for slot in 4M 128M 512M; do
+    BRAID_CUDA_IPC_DIRECT_BYTES=64K BRAID_CUDA_IPC_SLOT_BYTES=$slot step "all_reduce-slot-$slot" \
+      60 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 1G -e 1G -n 20 -w 5 -c 1
   done
+  BRAID_CUDA_IPC_DIRECT_BYTES=0 step all_reduce-slots-only 60 "$braidrun" -n 2 \
+    "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 20 -w 5 -c 1
   local bound busbw
   bound=$(awk '/busbw bound/{print $(NF-1)}' "$out_dir/steps/copy-bandwidth.log" | tail -1)
-  # The best of rank 0's rows: "[0] size count type redop root time algbw
-  # busbw #wrong time algbw busbw #wrong", out of place then in place.
-  busbw=$(awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ && $9 + 0 > best {best = $9 + 0; size = $2}
-      END {if (size) print best, size}' "$out_dir/steps/all_reduce-cuda_ipc.log")
-  echo "AllReduce best busbw (out of place) over cuda_ipc: ${busbw:-?} (GB/s, bytes); bound: ${bound:-?} GB/s"
+  # The best of rank 0's rows over the runs with reads in place: "[0] size
+  # count type redop root time algbw busbw #wrong time algbw busbw #wrong",
+  # out of place then in place.
+  busbw=$(cd "$out_dir/steps" && awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ && $9 + 0 > best {
+      best = $9 + 0; size = $2; run = FILENAME} END {if (size) print best, size, run}' \
+      all_reduce-cuda_ipc.log all_reduce-slot-*.log)
+  echo "AllReduce best busbw (out of place) over cuda_ipc: ${busbw:-?} (GB/s, bytes, run); bound: ${bound:-?} GB/s"
   busbw=${busbw%% *}
   if [ -n "$bound" ] && [ -n "$busbw" ]; then
     awk -v b="$busbw" -v l="$bound" 'BEGIN{r=b/l; ok = (r >= 0.7); printf "ratio %.2f (at least 0.70 wanted): %s\n", r, (ok ? "met" : "NOT met"); exit !ok}' ||
@@ -134,6 +144,10 @@ more_steps() {
     step "memcheck-$perf" 100 compute-sanitizer --error-exitcode 9 --target-processes all \
       --tool memcheck "$braidrun" -n 2 "$b/perf/$perf" -M cuda -b 8 -e 4M -f 8 -n 2 -w 1 -c 1
   done
+  # The same AllReduce with every message read in place.
+  BRAID_CUDA_IPC_DIRECT_BYTES=1 step "memcheck-all_reduce_perf-in-place" 100 compute-sanitizer \
+    --error-exitcode 9 --target-processes all --tool memcheck "$braidrun" -n 2 \
+    "$b/perf/all_reduce_perf" -M cuda -b 8 -e 4M -f 8 -n 2 -w 1 -c 1
   BRAID_CUDA_IPC=0 step all_reduce-pinned 120 "$braidrun" -n 2 "$b/perf/all_reduce_perf" \
     -M cuda -b 8 -e 256M -f 4 -c 1
   # One rank alone: its calls run on the GPU, not through host memory.

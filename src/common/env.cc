@@ -67,10 +67,11 @@ constexpr EnvParam kParams[] = {
      "Bytes of each of the 8 slots of GPU memory cuda_ipc keeps per peer, the "
      "unit a message crosses GPU to GPU in and the pipelining unit of GPU jobs (4096 .. 1 GiB, "
      "a multiple of 16); auto: 32 MiB."},
-    {"BRAID_CUDA_IPC_DIRECT_BYTES", "65536",
+    {"BRAID_CUDA_IPC_DIRECT_BYTES", "0",
      "Messages of at least this many bytes between GPU buffers of ranks on one host are read by "
      "the receiver straight out of the sender's buffer (where it is cudaMalloc memory), once, "
-     "rather than copied into a slot and out again; 0: every message goes through the slots."},
+     "rather than copied into a slot and out again; every GPU buffer must then stay allocated "
+     "until every rank has destroyed the communicator. 0: every message goes through the slots."},
     {"BRAID_CUDA_IPC_CONNECT_SECONDS", "30",
      "At the first GPU call of a communicator on a CUDA stream, how long the calling thread "
      "waits for the ranks of its host to exchange and map their cuda_ipc memory, so that the "

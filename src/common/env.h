@@ -80,8 +80,11 @@ struct Config {
   size_t cudaIpcSlotBytes = 0;
   // BRAID_CUDA_IPC_DIRECT_BYTES: messages of at least this many bytes are
   // read by the receiver in the sender's buffer (cuda_ipc_connection.h);
-  // 0 = never. Ranks may differ: each end sends as it is set.
-  size_t cudaIpcDirectBytes = size_t{64} << 10;
+  // 0 = never, the default: peers keep the sender's allocations open, and
+  // CUDA leaves undefined an allocation freed while another process has
+  // it open, so it is for programs whose GPU buffers outlive the
+  // communicator. Ranks may differ: each end sends as it is set.
+  size_t cudaIpcDirectBytes = 0;
   // BRAID_CUDA_IPC_CONNECT_SECONDS: how long the first GPU call on a CUDA
   // stream waits for the cuda_ipc handshakes (GpuPath::settleHandshakes).
   double cudaIpcConnectSeconds = 30;

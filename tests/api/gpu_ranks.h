@@ -283,11 +283,11 @@ struct Copies {
   unsigned long movedSince() const { return deviceSince() + exportsSince(); }
 };
 
-// Whether messages go through the slots only (BRAID_CUDA_IPC_DIRECT_BYTES=0
-// in the rank's environment), never read in place.
+// Whether messages go through the slots only (BRAID_CUDA_IPC_DIRECT_BYTES
+// unset or 0 in the rank's environment), never read in place.
 inline bool slotsOnly() {
   const char* v = std::getenv("BRAID_CUDA_IPC_DIRECT_BYTES");
-  return v != nullptr && std::string(v) == "0";
+  return v == nullptr || std::string(v) == "0";
 }
 
 // The moves of a block of kCount floats: through the slots, a copy for each

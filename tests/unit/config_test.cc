@@ -208,10 +208,10 @@ TEST(Config, CudaIpcSlotsAreAutoUnlessSet) {
   }
 }
 
-TEST(Config, CudaIpcDirectReadsStartAt64KiBUnlessSet) {
+TEST(Config, CudaIpcReadsInPlaceAreOffUnlessSet) {
   auto c = loadConfig();
   ASSERT_TRUE(c.isOk());
-  EXPECT_EQ(c->cudaIpcDirectBytes, size_t{64} << 10);
+  EXPECT_EQ(c->cudaIpcDirectBytes, 0u);
   for (const auto& [text, bytes] : {std::pair{"0", size_t{0}}, std::pair{"1M", size_t{1} << 20}}) {
     ScopedEnv direct("BRAID_CUDA_IPC_DIRECT_BYTES", text);
     auto parsed = loadConfig();
