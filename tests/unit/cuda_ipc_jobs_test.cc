@@ -48,6 +48,10 @@ enum class Route {
   // same one where it declines: rank 1 cannot open what its peers export,
   // so its pairs fall back and the others stay, as in src/gpu_path.cc.
   kDeclined,
+  // cuda_ipc with every message read in place out of the sender's buffer;
+  // or only those of 3000 bytes or more, the others through the slots.
+  kReadInPlace,
+  kSomeReadInPlace,
 };
 
 struct Case {
@@ -61,10 +65,12 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  const char* route = c.route == Route::kIpc      ? "ipc"
-                      : c.route == Route::kStaged ? "staged"
-                      : c.route == Route::kMixed  ? "mixed"
-                                                  : "declined";
+  const char* route = c.route == Route::kIpc               ? "ipc"
+                      : c.route == Route::kStaged          ? "staged"
+                      : c.route == Route::kMixed           ? "mixed"
+                      : c.route == Route::kReadInPlace     ? "read in place"
+                      : c.route == Route::kSomeReadInPlace ? "some read in place"
+                                                           : "declined";
   return strCat(algo::collectiveName(c.algorithm->kind), "/", c.algorithm->name, " P=", c.P,
                 " count=", c.count, " ", dataTypeName(c.dtype), " ", route);
 }
@@ -125,6 +131,8 @@ int runRank(const Case& c, int rank, const std::map<std::pair<int, int>, int>& f
   CudaIpcConnection::Options options;
   options.slots = 3;
   options.slotBytes = 1024;
+  if (c.route == Route::kReadInPlace) options.directMinBytes = 1;
+  if (c.route == Route::kSomeReadInPlace) options.directMinBytes = 3000;
   if (c.route == Route::kDeclined && rank == 1)
     device->beforeOpen = [] { return notSupported("no peer access between these GPUs"); };
   for (int p = 0; p < c.P; ++p) {
@@ -216,9 +224,23 @@ int runRank(const Case& c, int rank, const std::map<std::pair<int, int>, int>& f
             describe(c).c_str(), at, recvBytes);
     return 5;
   }
-  if (device->copies.load() + device->combines.load() == 0 &&
-      c.algorithm->kind != CollectiveKind::kBarrier)
-    return 6;
+  // The device did the work: every rank but in a Barrier moves bytes, by
+  // copies and combinations, or, read in place, by letting peers read its
+  // buffers (exports) and reading theirs.
+  size_t moved = device->copies.load() + device->combines.load();
+  const bool readsInPlace = c.route == Route::kReadInPlace || c.route == Route::kSomeReadInPlace;
+  if (readsInPlace) {
+    size_t reads = 0;
+    for (int p = 0; p < c.P; ++p)
+      if (p != rank) reads += static_cast<CudaIpcConnection*>(connections[p])->directReads();
+    if (c.route == Route::kReadInPlace && c.algorithm->kind != CollectiveKind::kBarrier &&
+        device->exports.load() + reads == 0) {
+      fprintf(stderr, "rank %d: %s read nothing in place\n", rank, describe(c).c_str());
+      return 7;
+    }
+    moved += device->exports.load();
+  }
+  if (moved == 0 && c.algorithm->kind != CollectiveKind::kBarrier) return 6;
   return 0;
 }
 
@@ -323,6 +345,23 @@ TEST(CudaIpcJobs, EveryAlgorithmOverMixedConnectionsMatchesTheSimulator) {
   for (const algo::Algorithm& a : algo::allAlgorithms())
     if (a.kind == CollectiveKind::kAllReduce)
       runCase({&a, 4, 3001, DataType::kFloat32, RedOp::kAvg, 0, Route::kMixed});
+}
+
+// Messages read in place out of the sender's buffer (a send ends only once
+// its receive is posted), all of them or those of 3000 bytes and more
+// beside others through the slots on the same connections.
+TEST(CudaIpcJobs, EveryAlgorithmReadInPlaceMatchesTheSimulator) {
+  for (const algo::Algorithm& a : algo::allAlgorithms()) {
+    if (a.kind == CollectiveKind::kSendRecv) continue;
+    for (int P : {2, 3, 4}) {
+      const size_t count = a.kind == CollectiveKind::kAllToAll ? 700 : 2500;
+      runCase({&a, P, count, DataType::kInt32, RedOp::kSum, P - 1, Route::kReadInPlace});
+      runCase({&a, P, count, DataType::kInt32, RedOp::kSum, 0, Route::kSomeReadInPlace});
+    }
+  }
+  for (const algo::Algorithm& a : algo::allAlgorithms())
+    if (a.kind == CollectiveKind::kAllReduce)
+      runCase({&a, 3, 3001, DataType::kFloat32, RedOp::kAvg, 0, Route::kReadInPlace});
 }
 
 // Pairs that fell back from cuda_ipc in their handshake carry whole messages
