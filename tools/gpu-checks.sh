@@ -23,13 +23,15 @@
 #          against the bound (copy bandwidth / 4); and AllReduce with every
 #          message through the slots (the default).
 #       Phase more: memcheck on AllReduce, AllGather and ReduceScatter among
-#       2 processes, and AllReduce read in place; AllReduce with BRAID_CUDA_IPC=0 (pinned host memory);
-#       AllReduce at one rank; Send/Recv of GPU memory in pieces. (The
-#       kernels use no shared memory, so racecheck has nothing to check.)
+#       2 processes, and on AllReduce read in place; AllReduce with
+#       BRAID_CUDA_IPC=0 (pinned host memory); AllReduce at one rank;
+#       Send/Recv of GPU memory in pieces. (The kernels use no shared
+#       memory, so racecheck has nothing to check.)
 #       Phase tune: what a turn between 2 processes on the GPU costs
-#       (gpu_handoff), every AllReduce algorithm among 2 processes, the warning
-#       that they share the GPU, and AllReduce at 2 and 4 ranks under MPS
-#       (a daemon of the run's own), where no warning is wanted.
+#       (gpu_handoff), every AllReduce algorithm among 2 processes (read in
+#       place), the warning that they share the GPU, and AllReduce at 2
+#       (through the slots and read in place) and 4 ranks under MPS (a
+#       daemon of the run's own), where no warning is wanted.
 #       The last line says how many steps failed or did not run; the
 #       steps' own logs are in OUT/steps-PHASE.tgz.
 set -u
@@ -171,8 +173,8 @@ tune_steps() {
   # What one turn between two processes on the GPU costs, by how each waits.
   step gpu-handoff 45 "$b/perf/gpu_handoff"
   for algorithm in butterfly dbtree ring halving; do
-    BRAID_ALGO=allreduce=$algorithm step "algorithm-$algorithm" 45 "$braidrun" -n 2 \
-      "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 10 -w 3 -c 1
+    BRAID_CUDA_IPC_DIRECT_BYTES=64K BRAID_ALGO=allreduce=$algorithm step "algorithm-$algorithm" \
+      45 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 10 -w 3 -c 1
   done
   # Two ranks on the one GPU without MPS: the first rank says so.
   step shared-gpu-warning 30 "$self" says yes "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda \
@@ -187,6 +189,8 @@ tune_steps() {
   if nvidia-cuda-mps-control -d; then
     step mps-all_reduce 60 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 \
       -n 10 -w 3 -c 1
+    BRAID_CUDA_IPC_DIRECT_BYTES=64K step mps-all_reduce-in-place 60 "$braidrun" -n 2 \
+      "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 10 -w 3 -c 1
     step mps-all_reduce-4-ranks 60 "$braidrun" -n 4 "$b/perf/all_reduce_perf" -M cuda -b 8 \
       -e 1G -f 8 -n 10 -w 3 -c 1
     # Under MPS nothing is said.
