@@ -151,7 +151,7 @@ TEST_F(DirectPair, TheSendersLaterWorkWaitsForThePeersRead) {
   EXPECT_TRUE(s.holds(99));
 }
 
-TEST_F(DirectPair, MoreMessagesThanReadIndicesAllArrive) {
+TEST_F(DirectPair, MessagesPastTheReadIndicesGoThroughTheSlots) {
   constexpr int kMessages = static_cast<int>(CudaIpcConnection::kDirectReads) * 2 + 3;
   std::vector<std::unique_ptr<DeviceBuffer>> sends, recvs;
   std::vector<RequestPtr> requests;
@@ -174,7 +174,10 @@ TEST_F(DirectPair, MoreMessagesThanReadIndicesAllArrive) {
   for (const auto& q : requests) ASSERT_EQ(q->state(), State::kDone) << q->error().message();
   synchronize();
   for (int m = 0; m < kMessages; ++m) EXPECT_TRUE(recvs[m]->holds(static_cast<uint8_t>(m))) << m;
-  EXPECT_EQ(B->directReads(), static_cast<size_t>(kMessages));
+  // The one past the read indices went through the slots, the sender not
+  // waiting for an index (later ones found indices answered again).
+  EXPECT_GE(B->directReads(), static_cast<size_t>(CudaIpcConnection::kDirectReads));
+  EXPECT_LT(B->directReads(), static_cast<size_t>(kMessages));
 }
 
 TEST_F(DirectPair, EachAllocationOfThePeerIsOpenedOnce) {

@@ -415,7 +415,6 @@ Status CudaIpcConnection::pushSends(bool& moved) {
       moved = true;
       continue;
     }
-    if (!s.viaSlots) return Status::ok();  // waits for a read index to come back
     if (s.bytes == 0) {
       BRAID_RETURN_IF_ERROR(sendRecord(Record{kChunk, 0, s.tag.value, s.tag.check, 0, 0, 0}));
     } else {

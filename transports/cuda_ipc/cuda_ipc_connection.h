@@ -82,8 +82,9 @@ namespace braid::transport::cuda_ipc {
 class CudaIpcConnection final : public Connection {
  public:
   static constexpr int kMaxSlots = 16;
-  // Direct messages in flight at once, per direction.
-  static constexpr uint32_t kDirectReads = 16;
+  // Direct messages in flight at once, per direction; more go through the
+  // slots.
+  static constexpr uint32_t kDirectReads = 32;
   // Peer allocations one end keeps open; past them, messages use the slots.
   static constexpr size_t kMaxPeerAllocations = 256;
   struct Options {
@@ -255,8 +256,8 @@ class CudaIpcConnection final : public Connection {
   // Reads in place (cuda_ipc_direct.cc).
   Status createDirectEvents();
   Status openDirectEvents();
-  // Sends `s` as a direct record if its size, its buffer and the peer allow
-  // it; `sent` says whether it did.
+  // Sends `s` as a direct record if its size, its buffer, the peer and a
+  // free read index allow it (`sent`), else marks it for the slots.
   Status trySendDirect(PendingSend& s, bool& sent);
   Status directArrived(const Record& record);
   Status directAnswered(const Record& record);

@@ -39,7 +39,13 @@ Status CudaIpcConnection::trySendDirect(PendingSend& s, bool& sent) {
     s.viaSlots = true;
     return Status::ok();
   }
-  if (freeDirect_.empty()) return Status::ok();  // the caller waits for an answer
+  // Every read index taken (messages to a receiver that has not posted
+  // their receives yet): through the slots, which never wait for it, rather
+  // than wait for an index, which a schedule could need this message for.
+  if (freeDirect_.empty()) {
+    s.viaSlots = true;
+    return Status::ok();
+  }
   auto exported = device_->exportRange(s.data, s.bytes);
   if (!exported.isOk()) {
     BRAID_TRACE("cuda_ipc: a ", s.bytes, "-byte message to rank ", peer(),
