@@ -101,7 +101,7 @@ check_driver() {
 core_steps() {
   local b=$1 braidrun=$1/tools/braidrun
   step kernels 90 "$b/tests/cuda/cuda_device_reduce"
-  step collectives 240 "$b/tests/cuda/cuda_gpu_collectives" \
+  step collectives 330 "$b/tests/cuda/cuda_gpu_collectives" \
     --gtest_filter='-GpuCaptures.*:GpuFirstCalls.*'
   step memcheck-kernels 150 compute-sanitizer --error-exitcode 9 --tool memcheck \
     "$b/tests/cuda/cuda_device_reduce" --gtest_filter='*float*'

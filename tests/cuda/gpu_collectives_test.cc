@@ -298,8 +298,8 @@ int runRanks(int nranks, const std::vector<std::string>& environment,
 class GpuCollectives : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
 
 TEST_P(GpuCollectives, EveryCollectiveOnStreamNullAndOnACudaStream) {
-  const auto [nranks, handles] = GetParam();
-  EXPECT_EQ(runRanks(nranks, {std::string("BRAID_CUDA_IPC_HANDLES=") + handles},
+  const auto [nranks, setting] = GetParam();
+  EXPECT_EQ(runRanks(nranks, {setting},
                      [](Rank& r) {
                        if (int failed = checkCases(r, everyCollective(r.nranks))) return failed;
                        if (int failed = ringSendRecv(r)) return failed;
@@ -310,11 +310,11 @@ TEST_P(GpuCollectives, EveryCollectiveOnStreamNullAndOnACudaStream) {
 }
 
 TEST_P(GpuCollectives, EveryAllReduceAlgorithm) {
-  const auto [nranks, handles] = GetParam();
+  const auto [nranks, setting] = GetParam();
   for (const char* algorithm : {"ring", "butterfly", "halving", "dbtree"}) {
     SCOPED_TRACE(algorithm);
     const std::string forced = std::string("BRAID_ALGO=allreduce=") + algorithm;
-    EXPECT_EQ(runRanks(nranks, {std::string("BRAID_CUDA_IPC_HANDLES=") + handles, forced},
+    EXPECT_EQ(runRanks(nranks, {setting, forced},
                        [algorithm](Rank& r) {
                          std::vector<Case> cases = everyCollective(r.nranks);
                          cases.resize(1);  // AllReduce
@@ -329,9 +329,13 @@ TEST_P(GpuCollectives, EveryAllReduceAlgorithm) {
   }
 }
 
+// Each way of exporting the slots, and every message read in place out of
+// the sender's buffer (docs/GPU.md, "Reads in place").
 INSTANTIATE_TEST_SUITE_P(OneGpu, GpuCollectives,
                          ::testing::Combine(::testing::Values(2, 3, 4),
-                                            ::testing::Values("auto", "legacy")));
+                                            ::testing::Values("BRAID_CUDA_IPC_HANDLES=auto",
+                                                              "BRAID_CUDA_IPC_HANDLES=legacy",
+                                                              "BRAID_CUDA_IPC_DIRECT_BYTES=1")));
 
 // While another thread captures a CUDA graph in global mode (as
 // torch.cuda.graph does), the driver refuses allocations, queries and
