@@ -218,9 +218,16 @@ Status Communicator::prepareGpuCalls(std::span<const Operation> ops, int streamI
     const algo::Algorithm& algorithm = op.algorithm ? *op.algorithm : selector_.choose(args);
     const size_t pieceBytes = gpu->hasStagedPeers() ? config_.chunkBytes : 0;  // as prepare()
     const auto needs = gpuCallNeeds(args, algorithm, pieceBytes);
-    if (needs->scratchBytes > 0)
-      BRAID_RETURN_IF_ERROR(
-          gpu->scratch(streamIndex, gpuScratchTaken++, needs->scratchBytes).status());
+    uint8_t* scratch = nullptr;
+    if (needs->scratchBytes > 0) {
+      BRAID_ASSIGN_OR_RETURN(scratch,
+                             gpu->scratch(streamIndex, gpuScratchTaken++, needs->scratchBytes));
+    }
+    if (config_.cudaIpcDirectBytes > 0) {
+      gpu->exportForReadsInPlace(op.send, algo::sendBufferBytes(args));
+      gpu->exportForReadsInPlace(op.recv, algo::recvBufferBytes(args));
+      gpu->exportForReadsInPlace(scratch, needs->scratchBytes);
+    }
     for (const GpuCallNeeds::Peer& peer : needs->peers)
       BRAID_RETURN_IF_ERROR(gpu->connections()[peer.rank]->reserve(peer.sends, peer.recvs));
   }

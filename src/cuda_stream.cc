@@ -1,12 +1,12 @@
 #include "src/cuda_stream.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "src/common/cuda_driver.h"
@@ -228,11 +228,17 @@ Status CudaStreamBridge::gpuBuffersAllowed() const {
 }
 
 namespace {
-std::atomic<int> gatesHeld{0};
+// Gates held and not released, process-wide; taken exclusively to count
+// one more, so that work under ifNoGateHeld ends before any stream waits.
+std::shared_mutex gatesMutex;
+int gatesHeld = 0;
 }  // namespace
 
-int CudaStreamBridge::gatesHeldNow() {
-  return gatesHeld.load(std::memory_order_acquire);
+bool CudaStreamBridge::ifNoGateHeld(const std::function<void()>& work) {
+  std::shared_lock lock(gatesMutex);
+  if (gatesHeld > 0) return false;
+  work();
+  return true;
 }
 
 Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
@@ -242,6 +248,19 @@ Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
   Gate gate;
   gate.reached = std::make_shared<Gate::Reached>();
   gate.release = held_ + 1;
+  // Counted before the stream can wait for it (and uncounted if it cannot).
+  {
+    std::unique_lock counting(gatesMutex);
+    ++gatesHeld;
+  }
+  struct Uncount {
+    bool armed = true;
+    ~Uncount() {
+      if (!armed) return;
+      std::unique_lock counting(gatesMutex);
+      --gatesHeld;
+    }
+  } uncount;
   // The host function owns a reference; on a stream that faults before it,
   // it never runs and that small object is lost.
   auto signal = std::make_unique<std::shared_ptr<Gate::Reached>>(gate.reached);
@@ -257,7 +276,7 @@ Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
         return d.streamWaitValue32(stream_, releasedOnGpu_, gate.release, kWaitValueGreaterEqual);
       }));
   held_ = gate.release;
-  gatesHeld.fetch_add(1, std::memory_order_acq_rel);
+  uncount.armed = false;
   return gate;
 }
 
@@ -290,7 +309,10 @@ Status CudaStreamBridge::awaitReached(const Gate& gate, double timeoutSeconds) {
 }
 
 void CudaStreamBridge::release(const Gate& gate) {
-  gatesHeld.fetch_sub(1, std::memory_order_acq_rel);
+  {
+    std::unique_lock counting(gatesMutex);
+    --gatesHeld;
+  }
   // Never backwards: a wait the stream has not reached yet would see a value
   // below its own after it had passed, and hold the stream.
   uint32_t seen = __atomic_load_n(released_, __ATOMIC_ACQUIRE);

@@ -63,10 +63,10 @@ class CudaStreamBridge final : public GpuCopies {
   Status awaitReached(const Gate& gate, double timeoutSeconds);
   // Lets the CUDA stream pass `gate`. Gates are released in the order held.
   void release(const Gate& gate);
-  // Gates held and not yet released, in every bridge of the process: while
-  // any is, some CUDA stream may wait for a call, and nothing may take the
-  // driver's memory lock (below).
-  static int gatesHeldNow();
+  // Runs `work` and returns true if no gate of any bridge of the process is
+  // held, none being taken meanwhile; else false: some CUDA stream may wait
+  // for a call, and nothing may take the driver's memory lock (below).
+  static bool ifNoGateHeld(const std::function<void()>& work);
 
   // Staging copies on braid's own copy stream, which waits for nothing but
   // itself: a copy that waited for the whole context would wait for the

@@ -108,7 +108,9 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
   options.directMinBytes = directBytes;
   // Not while a CUDA stream may wait for a call: opening a peer's
   // allocation takes the driver's memory lock (docs/GPU.md).
-  options.mayMapNow = [] { return CudaStreamBridge::gatesHeldNow() == 0; };
+  options.ifMayMap = [](const std::function<void()>& work) {
+    return CudaStreamBridge::ifNoGateHeld(work);
+  };
   transport::gpu_staged::StagedConnection::Options staged;
   staged.minBounceBytes = chunkBytes;
   for (size_t p = 0; p < host.size(); ++p) {
@@ -221,6 +223,10 @@ void GpuPath::settleHandshakes(double seconds,
     // The peers answer within microseconds once they reach their first GPU call.
     if (!moved) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+void GpuPath::exportForReadsInPlace(const void* data, size_t bytes) {
+  if (data != nullptr && bytes > 0) (void)device_->exportRange(data, bytes);
 }
 
 Result<uint8_t*> GpuPath::scratch(int stream, int nth, size_t bytes) {

@@ -104,6 +104,11 @@ class GpuPath {
   std::span<transport::Connection* const> stagedConnections() const { return stagedConnections_; }
   // The device and its reductions, for a job's gpu field.
   DeviceWork work() const;
+  // Exports the allocation holding [data, data + bytes) for its peers to read
+  // in place (BRAID_CUDA_IPC_DIRECT_BYTES), before a CUDA stream waits for
+  // the call, when exporting may not be done (docs/GPU.md); memory that
+  // cannot be exported is left to the slots.
+  void exportForReadsInPlace(const void* data, size_t bytes);
   // GPU memory of at least `bytes` for the scratch of the `nth` GPU job of
   // each batch on `stream` (each stream its own: their calls may run at
   // once; and each job of a group its own).

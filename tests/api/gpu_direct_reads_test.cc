@@ -30,9 +30,9 @@ int broadcastChecked(Rank& r) {
   if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
   RANK_CHECK(13, copies.hostDeviceSince() == 0);
   if (kReadsInPlace) {
-    // Read in place: the root exports a chunk for each message and copies
-    // only into its own recv; the receiver copies each chunk once.
-    if (root) RANK_CHECK(14, copies.exportsSince() >= kChunksPerBlock);
+    // Read in place: the root exports its buffer (once) and copies only
+    // into its own recv; the receiver copies each chunk once.
+    if (root) RANK_CHECK(14, copies.exportsSince() >= 1);
     RANK_CHECK(15, copies.deviceSince() <= kChunksPerBlock + 1);
     if (!root) RANK_CHECK(16, copies.deviceSince() >= kChunksPerBlock);
   } else {

@@ -225,7 +225,7 @@ int copyCollectivesOnTwoHosts(Rank& r) {
   // Every rank sends a block to rank 2 or receives one from it (or both).
   RANK_CHECK(32, copies.hostDeviceSince() >= 1);
   // Ranks 0 and 1 send each other a block in slot-sized chunks.
-  if (me < 2) RANK_CHECK(33, copies.movedSince() >= blockMoves());
+  if (me < 2) RANK_CHECK(33, movedBlocks(copies));
   return broadcastFromTheLastRank(r, send, recv);
 }
 
@@ -251,7 +251,7 @@ int copyCollectivesWhereRankOneCannotMap(Rank& r) {
   if (me == 1)
     RANK_CHECK(33, copies.deviceSince() < kChunksPerBlock);  // its own block only
   else
-    RANK_CHECK(34, copies.movedSince() >= blockMoves());  // 0 and 2 over cuda_ipc
+    RANK_CHECK(34, movedBlocks(copies));  // 0 and 2 over cuda_ipc
   if (const int failed = broadcastFromTheLastRank(r, send, recv)) return failed;
   return allGatherChecked(r, send, recv);
 }

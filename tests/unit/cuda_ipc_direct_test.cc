@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -242,42 +243,78 @@ TEST_F(DirectPair, AReceiverThatCannotOpenTheBufferHasItSentThroughTheSlots) {
   EXPECT_LE(devA->exports.load(), 2u);  // not the third: the peer said it cannot
 }
 
-// While a CUDA stream may wait for a call, nothing opens a peer's memory
-// (it takes the driver's memory lock): such a message goes through the
-// slots, and its allocation is opened at the next reserve(), which runs
-// before a stream waits; from then on the buffer is read in place.
-TEST_F(CudaIpcPair, AnAllocationThatMayNotBeOpenedNowIsOpenedAtTheNextReserve) {
-  auto mayMap = std::make_shared<std::atomic<bool>>(false);
-  auto options = smallSlots();
-  options.directMinBytes = kDirectMin;
-  options.mayMapNow = [mayMap] { return mayMap->load(); };
-  open(options);
+// While a CUDA stream may wait for a call, nothing opens a peer's memory or
+// exports this process's (they take the driver's memory lock): such a
+// message goes through the slots, its allocation is opened at the next
+// reserve(), which runs before a stream waits, and its buffer read in place
+// from then on; one opened meanwhile by a later message is not opened again.
+class DirectWhenAllowed : public CudaIpcPair {
+ protected:
+  void SetUp() override {
+    auto options = smallSlots();
+    options.directMinBytes = kDirectMin;
+    options.ifMayMap = [allowed = allowed](const std::function<void()>& work) {
+      if (!allowed->load()) return false;
+      work();
+      return true;
+    };
+    open(options);
+    devB->beforeOpen = [opens = opens] {
+      ++*opens;
+      return Status::ok();
+    };
+  }
+  // Sends `s` from A to B as message `tag`; true if it arrived whole.
+  bool exchange(DeviceBuffer& s, DeviceBuffer& r, uint64_t tag, uint8_t seed) {
+    s.fill(seed);
+    std::memset(r.data(), 0, r.bytes);
+    auto sent = A->postSend(s.data(), s.bytes, Tag{tag, 1});
+    auto got = B->postRecv(r.data(), r.bytes, Tag{tag, 1});
+    drive({sent, got});
+    synchronize();
+    return got->state() == State::kDone && r.holds(seed);
+  }
+  std::shared_ptr<std::atomic<bool>> allowed = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<int>> opens = std::make_shared<std::atomic<int>>(0);
+};
+
+TEST_F(DirectWhenAllowed, AnAllocationNotOpenableNowIsOpenedAtTheNextReserve) {
   DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
-  s.fill(41);
-  int opens = 0;
-  auto first = A->postSend(s.data(), kLarge, Tag{2, 1});
-  auto gotFirst = B->postRecv(r.data(), kLarge, Tag{2, 1});
-  drive({first, gotFirst});
-  ASSERT_EQ(gotFirst->state(), State::kDone);
-  synchronize();
-  EXPECT_TRUE(r.holds(41));
+  // The sender may export now; the receiver may not open.
+  ASSERT_TRUE(devA->exportRange(s.data(), s.bytes).isOk());
+  EXPECT_TRUE(exchange(s, r, 2, 41));
   EXPECT_EQ(B->directReads(), 0u);  // declined: through the slots
-  devB->beforeOpen = [&] {
-    ++opens;
-    return Status::ok();
-  };
+  const int slotOpens = opens->load();
   ASSERT_TRUE(B->reserve({}, {}).isOk());
-  EXPECT_EQ(opens, 1);  // the sender's allocation, opened now
-  std::memset(r.data(), 0, kLarge);
-  s.fill(42);
-  auto second = A->postSend(s.data(), kLarge, Tag{3, 1});
-  auto gotSecond = B->postRecv(r.data(), kLarge, Tag{3, 1});
-  drive({second, gotSecond});
-  ASSERT_EQ(gotSecond->state(), State::kDone);
-  synchronize();
-  EXPECT_TRUE(r.holds(42));
+  EXPECT_EQ(opens->load(), slotOpens + 1);  // the sender's allocation, opened now
+  EXPECT_TRUE(exchange(s, r, 3, 42));
   EXPECT_EQ(B->directReads(), 1u);  // read in place, still without mapping now
-  EXPECT_EQ(opens, 1);
+  EXPECT_EQ(opens->load(), slotOpens + 1);
+}
+
+TEST_F(DirectWhenAllowed, OneOpenedMeanwhileIsNotOpenedAgainAtReserve) {
+  DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
+  ASSERT_TRUE(devA->exportRange(s.data(), s.bytes).isOk());
+  EXPECT_TRUE(exchange(s, r, 2, 51));  // declined, its allocation left to reserve()
+  allowed->store(true);
+  const int slotOpens = opens->load();
+  EXPECT_TRUE(exchange(s, r, 3, 52));  // opened as it arrives
+  EXPECT_EQ(B->directReads(), 1u);
+  ASSERT_TRUE(B->reserve({}, {}).isOk());
+  EXPECT_EQ(opens->load(), slotOpens + 1);
+}
+
+TEST_F(DirectWhenAllowed, ABufferNotExportedGoesThroughTheSlotsUntilItIs) {
+  DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
+  EXPECT_TRUE(exchange(s, r, 2, 61));
+  EXPECT_EQ(devA->exports.load(), 0u);  // not exported during the call
+  EXPECT_EQ(B->directReads(), 0u);
+  // As the communicator does before a call's CUDA stream waits.
+  ASSERT_TRUE(devA->exportRange(s.data(), s.bytes).isOk());
+  ASSERT_TRUE(B->reserve({}, {}).isOk());  // nothing pending: the record never came
+  allowed->store(true);
+  EXPECT_TRUE(exchange(s, r, 3, 62));
+  EXPECT_EQ(B->directReads(), 1u);
 }
 
 TEST_F(DirectPair, AReceiveOfAnotherSizeFailsAndTheSendStillEnds) {

@@ -57,7 +57,7 @@ class FakeIpcDevice final : public IpcDevice {
   // exportRange answers with an error, as the driver does for memory it
   // cannot share.
   std::atomic<bool> refuseExports{false};
-  std::atomic<size_t> exports{0};  // ranges exportRange exported
+  std::atomic<size_t> exports{0};  // allocations exportRange exported (each once)
   // Runs before each openMemory; an error it returns is openMemory's.
   std::function<Status()> beforeOpen;
   // Runs before each allocateHost (pinning memory, which may wait long).
@@ -101,14 +101,10 @@ class FakeIpcDevice final : public IpcDevice {
   // Memory from allocate() (which the tests' buffers are) exports as the
   // shared memory it is: the handle of the whole allocation, and an offset.
   Result<ExportedRange> exportRange(const void* data, size_t bytes) override {
-    if (refuseExports) return notSupported("fake device: this memory cannot be exported");
-    const auto a = reinterpret_cast<uintptr_t>(data);
-    std::lock_guard lock(rangesMutex_);
-    auto it = exportable_.upper_bound(a);
-    if (it == exportable_.begin() || (--it, a + bytes > it->first + it->second.bytes))
-      return notSupported("fake device: not memory of allocate()");
-    ++exports;
-    return ExportedRange{it->second.handle, it->second.id, a - it->first};
+    return lookUpExportable(data, bytes, true);
+  }
+  Result<ExportedRange> exportedRange(const void* data, size_t bytes) override {
+    return lookUpExportable(data, bytes, false);
   }
   Result<bool> hasRun(DeviceEvent& event) override {
     Counters& c = static_cast<Event&>(event).counters();
@@ -290,6 +286,21 @@ class FakeIpcDevice final : public IpcDevice {
     ranges_.erase(reinterpret_cast<uintptr_t>(data));
     exportable_.erase(reinterpret_cast<uintptr_t>(data));
   }
+  // exportRange (export), or exportedRange (only what was exported).
+  Result<ExportedRange> lookUpExportable(const void* data, size_t bytes, bool exportNow) {
+    if (refuseExports) return notSupported("fake device: this memory cannot be exported");
+    const auto a = reinterpret_cast<uintptr_t>(data);
+    std::lock_guard lock(rangesMutex_);
+    auto it = exportable_.upper_bound(a);
+    if (it == exportable_.begin() || (--it, a + bytes > it->first + it->second.bytes))
+      return notSupported("fake device: not memory of allocate()");
+    if (!exportNow && !it->second.exported) return notSupported("fake device: not exported yet");
+    if (exportNow && !it->second.exported) {
+      it->second.exported = true;
+      ++exports;
+    }
+    return ExportedRange{it->second.handle, it->second.id, a - it->first};
+  }
   void addExportable(void* data, size_t bytes, const IpcHandle& handle) {
     HandleFields fields;
     std::memcpy(&fields, handle.bytes.data(), sizeof(fields));
@@ -345,6 +356,7 @@ class FakeIpcDevice final : public IpcDevice {
     size_t bytes;
     IpcHandle handle;
     uint64_t id;
+    bool exported = false;
   };
   std::map<uintptr_t, Exportable> exportable_;
   std::mutex mutex_;

@@ -244,6 +244,8 @@ RequestPtr CudaIpcConnection::postRecvReduce(void* dst, const void* local, size_
     bool done = false;
     if (Status s = matchUnexpected(tag.value, p, done); !s.isOk()) {
       failAll(s);
+      // Not among the posted receives failAll fails.
+      if (request->state() == Request::State::kPending) request->fail(dead_);
       return request;
     }
     if (!done && request->state() == Request::State::kPending) posted_.emplace(tag.value, p);
@@ -281,7 +283,7 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
       // Answered unread: the sender's request is done, as a send through
       // the slots would be.
       BRAID_RETURN_IF_ERROR(
-          sendRecord(Record{kDirectRead, u.direct->slot, tag, 0, 0, 0, 0, 0, {}}));
+          sendRecord(Record{kDirectDropped, u.direct->slot, tag, 0, 0, 0, 0, 0, {}}));
     }
     done = true;
     return Status::ok();
@@ -400,7 +402,8 @@ Status CudaIpcConnection::handleRecord(const Record& r) {
   }
   if (r.kind == kChunk) return chunkArrived(r);
   if (r.kind == kDirect) return directArrived(r);
-  if (r.kind == kDirectRead || r.kind == kDirectRefused || r.kind == kDirectDeclined)
+  if (r.kind == kDirectRead || r.kind == kDirectDropped || r.kind == kDirectRefused ||
+      r.kind == kDirectDeclined)
     return directAnswered(r);
   return remoteError(strCat("cuda_ipc: rank ", peer(), " sent a record of unknown kind ", r.kind));
 }

@@ -52,10 +52,13 @@
 // receiver that cannot open the allocation answers so instead, and the
 // sender moves that message, and every later one, through the slots.
 // Opening takes the driver's memory lock, which nothing may take while a
-// CUDA stream waits for a call (docs/GPU.md): where Options::mayMapNow says
+// CUDA stream waits for a call (docs/GPU.md): where Options::ifMayMap says
 // not now, the receiver declines that message alone, which then goes
 // through the slots, and opens the allocation at the next reserve(), which
 // runs before a CUDA stream waits; later messages from it are read in place.
+// Exporting is held alike: a buffer not exported before goes through the
+// slots then, and is exported when the next call is prepared
+// (IpcDevice::exportRange, by the communicator).
 //
 // A message that arrives before its receive holds its slots. When every
 // slot of this end is held so, the held chunks are copied out into spill
@@ -71,6 +74,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -92,9 +96,10 @@ class CudaIpcConnection final : public Connection {
     size_t slotBytes = size_t{1} << 20;  // a multiple of 16, so no element spans two chunks
     // Messages of at least this many bytes are read in place (above); 0: none.
     size_t directMinBytes = 0;
-    // Whether a peer's allocation may be opened during progress() (above);
-    // null: always.
-    std::function<bool()> mayMapNow;
+    // Runs `work` (opening a peer's allocation, or exporting one of this
+    // process) and returns true, unless such driver calls may not be made
+    // now (above), atomically with respect to that changing; null: always.
+    std::function<bool(const std::function<void()>& work)> ifMayMap;
   };
 
   // Allocates and exports this end's slots and events; the handshake with
@@ -163,9 +168,10 @@ class CudaIpcConnection final : public Connection {
     kChunk = 1,
     kCredit = 2,
     kDirect = 3,
-    kDirectRead = 4,  // read queued (or the message refused by a different call)
+    kDirectRead = 4,  // read queued, read[e] recorded after it
     kDirectRefused = 5,
     kDirectDeclined = 6,  // not now: this message through the slots, later ones in place
+    kDirectDropped = 7,   // refused by a receive of a different call, unread
   };
   struct Hello {
     uint64_t magic;
@@ -254,6 +260,8 @@ class CudaIpcConnection final : public Connection {
   uint8_t* peerSlot(uint32_t k) const;
 
   // Reads in place (cuda_ipc_direct.cc).
+  // Runs `work` if Options::ifMayMap lets it now; whether it did.
+  bool mayMap(const std::function<void()>& work);
   Status createDirectEvents();
   Status openDirectEvents();
   // Sends `s` as a direct record if its size, its buffer, the peer and a
@@ -331,6 +339,7 @@ class CudaIpcConnection final : public Connection {
   bool peerReadsInPlace_ = true;                 // until it refuses one
   std::map<uint64_t, std::unique_ptr<DeviceMemory>> peerAllocations_;  // by id
   std::map<uint64_t, IpcHandle> pendingOpens_;  // by id: to open at the next reserve()
+  std::set<uint64_t> opening_;                  // ids reserve() opens now, outside mutex_
   Status cannotOpen_;                           // why an allocation would not open
   size_t directReads_ = 0;
 };

@@ -9,6 +9,14 @@
 
 namespace braid::transport::cuda_ipc {
 
+bool CudaIpcConnection::mayMap(const std::function<void()>& work) {
+  if (!options_.ifMayMap) {
+    work();
+    return true;
+  }
+  return options_.ifMayMap(work);
+}
+
 Status CudaIpcConnection::createDirectEvents() {
   for (uint32_t e = 0; e < kDirectReads; ++e) {
     BRAID_ASSIGN_OR_RETURN(auto ready, device_->createEvent());
@@ -46,7 +54,11 @@ Status CudaIpcConnection::trySendDirect(PendingSend& s, bool& sent) {
     s.viaSlots = true;
     return Status::ok();
   }
-  auto exported = device_->exportRange(s.data, s.bytes);
+  auto exported = device_->exportedRange(s.data, s.bytes);
+  if (!exported.isOk() && !mayMap([&] { exported = device_->exportRange(s.data, s.bytes); })) {
+    s.viaSlots = true;  // not now: exported when a later call is prepared
+    return Status::ok();
+  }
   if (!exported.isOk()) {
     BRAID_TRACE("cuda_ipc: a ", s.bytes, "-byte message to rank ", peer(),
                 " goes through the slots: ", exported.status().message());
@@ -74,8 +86,9 @@ Status CudaIpcConnection::directAnswered(const Record& r) {
   PendingSend s = std::move(it->second);
   directSends_.erase(it);
   freeDirect_.push_back(r.slot);
-  if (r.kind == kDirectRead) {
-    BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerSourceRead_[r.slot]));
+  if (r.kind == kDirectRead || r.kind == kDirectDropped) {
+    if (r.kind == kDirectRead)
+      BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerSourceRead_[r.slot]));
     s.request->complete();
     return Status::ok();
   }
@@ -100,6 +113,7 @@ Result<const uint8_t*> CudaIpcConnection::peerAllocation(const Record& r) {
                                  " are open already"));
     BRAID_ASSIGN_OR_RETURN(auto opened, device_->openMemory(r.handle));
     it = peerAllocations_.emplace(r.allocationId, std::move(opened)).first;
+    pendingOpens_.erase(r.allocationId);
   }
   return static_cast<const uint8_t*>(it->second->data()) + r.offset;
 }
@@ -117,21 +131,27 @@ Status CudaIpcConnection::declineDirect(const Record& r, Kind kind) {
 }
 
 Status CudaIpcConnection::openPendingAllocations() {
+  // Opened outside mutex_, which the engine's thread may need meanwhile;
+  // opening_ keeps it from opening, or queueing, the same ids.
   std::map<uint64_t, IpcHandle> pending;
   {
     std::lock_guard lock(mutex_);
-    if (!dead_.isOk()) return Status::ok();
-    pending.swap(pendingOpens_);
+    if (!dead_.isOk() || !opening_.empty()) return Status::ok();
+    for (const auto& [id, handle] : pendingOpens_)
+      if (!peerAllocations_.count(id)) pending.emplace(id, handle);
+    pendingOpens_.clear();
+    for (const auto& [id, handle] : pending) opening_.insert(id);
   }
   for (const auto& [id, handle] : pending) {
     auto opened = device_->openMemory(handle);
     std::lock_guard lock(mutex_);
+    opening_.erase(id);
     if (!opened.isOk()) {
       BRAID_INFO(
           "cuda_ipc: this rank cannot read rank ", peer(),
           "'s buffers in place, so they come through the slots: ", opened.status().message());
       cannotOpen_ = opened.status();
-      return Status::ok();
+      continue;
     }
     if (peerAllocations_.size() < kMaxPeerAllocations)
       peerAllocations_.emplace(id, std::move(*opened));
@@ -158,16 +178,19 @@ Status CudaIpcConnection::directArrived(const Record& r) {
     Unexpected& u = unexpected_[r.tag];
     u.check = r.check;
     u.total = r.total;
-    return sendRecord(Record{kDirectRead, r.slot, r.tag, 0, 0, 0, 0, 0, {}});
+    return sendRecord(Record{kDirectDropped, r.slot, r.tag, 0, 0, 0, 0, 0, {}});
   }
   if (!cannotOpen_.isOk()) return declineDirect(r, kDirectRefused);
   // Opened as it arrives, so that a refusal reaches the sender at once;
   // or, where it may not be opened now, declined, and opened later.
-  if (!peerAllocations_.count(r.allocationId) && options_.mayMapNow && !options_.mayMapNow()) {
-    pendingOpens_.emplace(r.allocationId, r.handle);
+  Result<const uint8_t*> opened = notSupported("not opened");
+  if (peerAllocations_.count(r.allocationId)) {
+    opened = peerAllocation(r);  // open already: no driver call
+  } else if (opening_.count(r.allocationId) || !mayMap([&] { opened = peerAllocation(r); })) {
+    if (!opening_.count(r.allocationId)) pendingOpens_.emplace(r.allocationId, r.handle);
     return declineDirect(r, kDirectDeclined);
   }
-  if (auto opened = peerAllocation(r); !opened.isOk()) {
+  if (!opened.isOk()) {
     BRAID_INFO("cuda_ipc: this rank cannot read rank ", peer(),
                "'s buffers in place, so they come through the slots: ", opened.status().message());
     cannotOpen_ = opened.status();
@@ -202,9 +225,15 @@ Status CudaIpcConnection::readDirect(PostedRecv& p, const Record& r) {
   return Status::ok();
 }
 
-// Whether the peer read them before it went is unknown: they fail.
+// Whether the peer read them before it went is unknown: they fail. The
+// peer may have queued its read and answered in a record not handled yet,
+// so later work here waits for its read event all the same: at worst for
+// an older record.
 void CudaIpcConnection::failDirectSends() {
-  for (auto& [e, s] : directSends_) s.request->fail(dead_);
+  for (auto& [e, s] : directSends_) {
+    if (e < peerSourceRead_.size()) (void)device_->enqueueWait(*peerSourceRead_[e]);
+    s.request->fail(dead_);
+  }
   directSends_.clear();
 }
 

@@ -282,7 +282,19 @@ Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocate(size_t bytes) {
   return std::unique_ptr<DeviceMemory>(std::move(memory));
 }
 
+Result<ExportedRange> DriverIpcDevice::exportedRange(const void* data, size_t bytes) {
+  const auto address = reinterpret_cast<uintptr_t>(data);
+  std::lock_guard lock(mutex_);
+  auto it = exported_.upper_bound(address);
+  if (it == exported_.begin() || (--it, bytes > it->second.bytes - (address - it->first)))
+    return notSupported("cuda_ipc: the buffer's allocation was not exported yet");
+  ExportedRange range = it->second.range;
+  range.offset = address - it->first;
+  return range;
+}
+
 Result<ExportedRange> DriverIpcDevice::exportRange(const void* data, size_t bytes) {
+  if (auto known = exportedRange(data, bytes); known.isOk()) return known;
   if (driver_.memGetAddressRange == nullptr || driver_.pointerGetAttribute == nullptr)
     return notSupported("cuda_ipc: the driver cannot say which allocation holds a buffer");
   const driver_ipc::DevicePtr pointer = driver_ipc::devicePointer(data);
@@ -300,7 +312,14 @@ Result<ExportedRange> DriverIpcDevice::exportRange(const void* data, size_t byte
   if (pointer < base || bytes > allocationBytes - (pointer - base))
     return invalidArgument(
         strCat("cuda_ipc: a buffer of ", bytes, " bytes runs past the end of its allocation"));
-  return ExportedRange{driver_ipc::fromCuda(handle), id, pointer - base};
+  const ExportedRange whole{driver_ipc::fromCuda(handle), id, 0};
+  {
+    std::lock_guard lock(mutex_);
+    exported_[static_cast<uintptr_t>(base)] = Exported{allocationBytes, whole};
+  }
+  ExportedRange range = whole;
+  range.offset = pointer - base;
+  return range;
 }
 
 Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocateUnshared(size_t bytes) {

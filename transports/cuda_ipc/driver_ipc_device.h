@@ -13,7 +13,9 @@
 // run before they go (synchronize()).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -60,6 +62,7 @@ class DriverIpcDevice final : public IpcDevice {
   // that holds the buffer; memory of cuMemCreate or of a memory pool has
   // none, and is refused.
   Result<ExportedRange> exportRange(const void* data, size_t bytes) override;
+  Result<ExportedRange> exportedRange(const void* data, size_t bytes) override;
   std::optional<bool> sharedThroughMps() const override { return sharedThroughMps_; }
 
   Status enqueueCopy(void* dst, const void* src, size_t bytes) override;
@@ -98,6 +101,11 @@ class DriverIpcDevice final : public IpcDevice {
   bool fdExports_ = false;                // what kAuto settled on, or kPosixFd
   std::optional<bool> sharedThroughMps_;  // nothing: the driver does not say
   std::shared_ptr<FdServer> fdServer_;    // started at the first such export
+  struct Exported {
+    size_t bytes;         // of the allocation
+    ExportedRange range;  // at offset 0
+  };
+  std::map<uintptr_t, Exported> exported_;  // by allocation base, under mutex_
 };
 
 }  // namespace braid::transport::cuda_ipc

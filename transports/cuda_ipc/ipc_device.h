@@ -93,7 +93,17 @@ class IpcDevice {
   // the bytes in place; an error where it cannot be shared (memory of
   // another kind, or allocated in a way the handles cannot carry), and the
   // caller moves the bytes another way.
+  // Exported ranges are kept, by allocation, for the device's life (the
+  // caller's buffers must outlive their peers' use of them).
   virtual Result<ExportedRange> exportRange(const void* data, size_t bytes) {
+    (void)data;
+    (void)bytes;
+    return notSupported("this device exports no buffers of the caller");
+  }
+  // The same for a buffer in an allocation exportRange exported before,
+  // with no driver call (as while a CUDA stream waits for a call); an error
+  // for any other.
+  virtual Result<ExportedRange> exportedRange(const void* data, size_t bytes) {
     (void)data;
     (void)bytes;
     return notSupported("this device exports no buffers of the caller");
