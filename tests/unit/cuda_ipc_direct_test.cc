@@ -335,6 +335,20 @@ TEST_F(DirectPair, AReceiveOfAnotherSizeFailsAndTheSendStillEnds) {
   EXPECT_TRUE(r.holds(1));
 }
 
+TEST_F(DirectPair, ARecordPastThePeersAllocationFailsTheConnectionAndReadsNothing) {
+  DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
+  s.fill(6);
+  devA->exportOffsetSkew = 4096;  // the message would run 4096 bytes past its allocation
+  auto sent = A->postSend(s.data(), kLarge, Tag{5, 1});
+  auto got = B->postRecv(r.data(), kLarge, Tag{5, 1});
+  drive({sent, got});
+  ASSERT_EQ(got->state(), State::kFailed);
+  EXPECT_NE(got->error().message().find("of an allocation of"), std::string::npos)
+      << got->error().message();
+  EXPECT_EQ(sent->state(), State::kFailed);
+  EXPECT_TRUE(devB->synchronize().isOk()) << devB->synchronize().message();  // no stray read
+}
+
 TEST_F(DirectPair, ASendToAPeerThatLeavesFailsRatherThanHangs) {
   DeviceBuffer s(*devA, kLarge);
   s.fill(2);

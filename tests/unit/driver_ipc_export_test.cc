@@ -31,6 +31,8 @@ TEST_F(DriverIpcDeviceTest, ABufferExportsAsItsAllocationsHandleAndItsOffset) {
   for (size_t i = 0; i < kCount; ++i) floats(*first)[i] = static_cast<float>(i);
   auto opened = take(device->openMemory(range.handle));
   ASSERT_TRUE(opened);
+  // Its size as the driver says, against which a peer's offsets are checked.
+  EXPECT_EQ(opened->bytes(), kCount * sizeof(float));
   ASSERT_OK(device->enqueueCopy(floats(*second),
                                 static_cast<const uint8_t*>(opened->data()) + range.offset,
                                 1024 * sizeof(float)));

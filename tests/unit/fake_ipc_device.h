@@ -58,6 +58,8 @@ class FakeIpcDevice final : public IpcDevice {
   // cannot share.
   std::atomic<bool> refuseExports{false};
   std::atomic<size_t> exports{0};  // allocations exportRange exported (each once)
+  // Added to every offset exportRange gives, as a peer that lied would.
+  std::atomic<uint64_t> exportOffsetSkew{0};
   // Runs before each openMemory; an error it returns is openMemory's.
   std::function<Status()> beforeOpen;
   // Runs before each allocateHost (pinning memory, which may wait long).
@@ -178,6 +180,7 @@ class FakeIpcDevice final : public IpcDevice {
     }
     void* data() const override { return data_; }
     const IpcHandle& handle() const override { return handle_; }
+    size_t bytes() const override { return bytes_; }
 
    private:
     FakeIpcDevice& device_;
@@ -299,7 +302,7 @@ class FakeIpcDevice final : public IpcDevice {
       it->second.exported = true;
       ++exports;
     }
-    return ExportedRange{it->second.handle, it->second.id, a - it->first};
+    return ExportedRange{it->second.handle, it->second.id, a - it->first + exportOffsetSkew};
   }
   void addExportable(void* data, size_t bytes, const IpcHandle& handle) {
     HandleFields fields;

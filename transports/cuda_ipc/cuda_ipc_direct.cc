@@ -190,6 +190,11 @@ Status CudaIpcConnection::directArrived(const Record& r) {
     if (!opening_.count(r.allocationId)) pendingOpens_.emplace(r.allocationId, r.handle);
     return declineDirect(r, kDirectDeclined);
   }
+  if (const size_t bytes =
+          peerAllocations_.count(r.allocationId) ? peerAllocations_.at(r.allocationId)->bytes() : 0;
+      bytes > 0 && (r.offset > bytes || r.total > bytes - r.offset))
+    return remoteError(strCat("cuda_ipc: rank ", peer(), " named ", r.total, " bytes at offset ",
+                              r.offset, " of an allocation of ", bytes));
   if (!opened.isOk()) {
     BRAID_INFO("cuda_ipc: this rank cannot read rank ", peer(),
                "'s buffers in place, so they come through the slots: ", opened.status().message());

@@ -70,8 +70,10 @@ class DriverMemory final : public DeviceMemory {
 
   void* data() const override { return reinterpret_cast<void*>(static_cast<uintptr_t>(pointer_)); }
   const IpcHandle& handle() const override { return handle_; }
+  size_t bytes() const override { return origin_ == Origin::kMapped ? mappedBytes_ : knownBytes_; }
 
   IpcHandle handle_;
+  size_t knownBytes_ = 0;  // of an opened allocation, as the driver says
   // The descriptor offered to peers, for memory exported as one.
   std::shared_ptr<FdServer> server_;
   uint64_t offer_ = 0;
@@ -423,6 +425,13 @@ Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::openMemory(const IpcHandl
                                  driver_ipc::kIpcMemLazyEnablePeerAccess);
     if (r == driver_ipc::kSuccess)
       memory = std::make_unique<DriverMemory>(context_, pointer, DriverMemory::Origin::kOpened);
+    // Its size, against which a peer's offsets are checked (reads in place).
+    driver_ipc::DevicePtr base = 0;
+    size_t bytes = 0;
+    if (r == driver_ipc::kSuccess && driver_.memGetAddressRange != nullptr &&
+        driver_.memGetAddressRange(&base, &bytes, pointer) == driver_ipc::kSuccess &&
+        base == pointer)
+      memory->knownBytes_ = bytes;
     return r;
   }));
   memory->handle_ = handle;

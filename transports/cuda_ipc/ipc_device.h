@@ -42,6 +42,9 @@ class DeviceMemory {
   virtual ~DeviceMemory() = default;
   virtual void* data() const = 0;
   virtual const IpcHandle& handle() const = 0;
+  // How many bytes from data() are this memory's, where known (a peer's
+  // opened allocation may be larger than it said); 0: not known.
+  virtual size_t bytes() const { return 0; }
 };
 
 // Page-locked host memory that the device's copies and reductions reach
