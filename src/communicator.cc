@@ -376,19 +376,20 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
   return Status::ok();
 }
 
+bool Communicator::everyPeerOverCudaIpc() const {
+  // The same verdict on every rank: all on one host with cuda_ipc on, or not.
+  return GpuPath::built() && config_.cudaIpc && ranksOnHostOf(rank_) == nranks_;
+}
+
 bool Communicator::gpuJobsInSlots(const Operation& op) const {
-  // The same verdict on every rank: all on one host with cuda_ipc on, or
-  // not. Between hosts the wire sets the pace, in BRAID_CHUNK_BYTES.
-  return op.gpuOrdinal >= 0 && GpuPath::built() && config_.cudaIpc &&
-         ranksOnHostOf(rank_) == nranks_;
+  // Between hosts the wire sets the pace, in BRAID_CHUNK_BYTES.
+  return op.gpuOrdinal >= 0 && everyPeerOverCudaIpc();
 }
 
 bool Communicator::gpuJobsPossible() const {
   // One rank alone runs its local copies and reductions as a GPU job too,
   // rather than through host memory.
-  if (!GpuPath::built()) return false;
-  // Every rank reaches the same verdict: all on one host or not, alike.
-  return config_.gpuStagingPipelined || (config_.cudaIpc && ranksOnHostOf(rank_) == nranks_);
+  return GpuPath::built() && (config_.gpuStagingPipelined || everyPeerOverCudaIpc());
 }
 
 bool Communicator::gpuSendRecvPossible() const {

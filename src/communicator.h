@@ -126,6 +126,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // size (gpuChunkBytes), not BRAID_CHUNK_BYTES: GPU memory, a CUDA build,
   // and BRAID_CUDA_IPC=1 with every rank on this host. Alike on every rank.
   bool gpuJobsInSlots(const Operation& op) const;
+  // A CUDA build with BRAID_CUDA_IPC=1 and every rank on this host: GPU jobs
+  // reach every peer over cuda_ipc. Every rank reaches the same verdict.
+  bool everyPeerOverCudaIpc() const;
   // Whether a Send or Recv of GPU device memory runs as a GPU job, its
   // pieces staged through pinned host memory (gpu_path.h): a CUDA build,
   // two or more ranks and BRAID_GPU_STAGING=pipelined. Decided by each rank
