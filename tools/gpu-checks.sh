@@ -12,16 +12,16 @@
 #       driver can run the bundle's CUDA version and prints the compute
 #       mode. Phase core (the default):
 #       1. the kernels against the host reference (cuda_device_reduce);
-#       2. every collective among 2, 3 and 4 processes on GPU 0, on stream
-#          NULL and on a CUDA stream, each way of exporting memory
-#          (cuda_gpu_collectives);
-#       3. compute-sanitizer memcheck on the kernels of every float type;
-#       4. the GPU's copy bandwidth and AllReduce among 2 processes on the
-#          one GPU (8 B to 1 GiB) over cuda_ipc, then 1 GiB with 4, 128 and
-#          512 MiB slots (BRAID_CUDA_IPC_SLOT_BYTES), all with reads in
-#          place (BRAID_CUDA_IPC_DIRECT_BYTES=64K), and the best busbw
-#          against the bound (copy bandwidth / 4); and AllReduce with every
-#          message through the slots (the default).
+#       2. the GPU's copy bandwidth; AllReduce among 2 processes on the
+#          one GPU (8 B to 1 GiB) over cuda_ipc with every message through
+#          the slots (the default), then read in place
+#          (BRAID_CUDA_IPC_DIRECT_BYTES=64K), then 1 GiB with 4, 128 and
+#          512 MiB slots (BRAID_CUDA_IPC_SLOT_BYTES); and the best busbw
+#          read in place against the bound (copy bandwidth / 4);
+#       3. every collective among 2, 3 and 4 processes on GPU 0, on stream
+#          NULL and on a CUDA stream, each way of exporting memory, and read
+#          in place (cuda_gpu_collectives);
+#       4. compute-sanitizer memcheck on the kernels of every float type.
 #       Phase more: memcheck on AllReduce, AllGather and ReduceScatter among
 #       2 processes, and on AllReduce read in place; AllReduce with
 #       BRAID_CUDA_IPC=0 (pinned host memory); AllReduce at one rank;
@@ -101,27 +101,25 @@ check_driver() {
 core_steps() {
   local b=$1 braidrun=$1/tools/braidrun
   step kernels 90 "$b/tests/cuda/cuda_device_reduce"
-  step collectives 330 "$b/tests/cuda/cuda_gpu_collectives" \
-    --gtest_filter='-GpuCaptures.*:GpuFirstCalls.*'
-  step memcheck-kernels 150 compute-sanitizer --error-exitcode 9 --tool memcheck \
-    "$b/tests/cuda/cuda_device_reduce" --gtest_filter='*float*'
+  # The perf runs before the longer tests, so that a test that hangs until
+  # its limit does not leave them without time.
   step copy-bandwidth 60 "$b/perf/gpu_copy_bandwidth"
+  # Every message through the slots (the default), none read in place:
+  # the path measured before, for the ratio of the two ways.
+  BRAID_CUDA_IPC_DIRECT_BYTES=0 step all_reduce-slots-only 60 "$braidrun" -n 2 \
+    "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 20 -w 5 -c 1
   # Reads in place (BRAID_CUDA_IPC_DIRECT_BYTES): the perf binaries keep
   # their GPU buffers for the whole run, as it requires.
   BRAID_CUDA_IPC_DIRECT_BYTES=64K step all_reduce-cuda_ipc 150 "$braidrun" -n 2 \
     "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 2 -c 1
   # 1 GiB with smaller and larger cuda_ipc slots (the schedule's chunks)
   # than the default 32 MiB: between processes that share the GPU each
-  # chunk handed over costs a switch of the GPU between them. Then every
-  # message through the slots (the default), none read in place, for the
-  # ratio of the two.
+  # chunk handed over costs a switch of the GPU between them.
   local slot
   for slot in 4M 128M 512M; do
     BRAID_CUDA_IPC_DIRECT_BYTES=64K BRAID_CUDA_IPC_SLOT_BYTES=$slot step "all_reduce-slot-$slot" \
       60 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 1G -e 1G -n 20 -w 5 -c 1
   done
-  BRAID_CUDA_IPC_DIRECT_BYTES=0 step all_reduce-slots-only 60 "$braidrun" -n 2 \
-    "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 20 -w 5 -c 1
   local bound busbw
   bound=$(awk '/busbw bound/{print $(NF-1)}' "$out_dir/steps/copy-bandwidth.log" | tail -1)
   # The best of rank 0's rows over the runs with reads in place: "[0] size
@@ -138,6 +136,10 @@ core_steps() {
   else
     failures=$((failures + 1))
   fi
+  step collectives 330 "$b/tests/cuda/cuda_gpu_collectives" \
+    --gtest_filter='-GpuCaptures.*:GpuFirstCalls.*'
+  step memcheck-kernels 150 compute-sanitizer --error-exitcode 9 --tool memcheck \
+    "$b/tests/cuda/cuda_device_reduce" --gtest_filter='*float*'
 }
 
 more_steps() {
