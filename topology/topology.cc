@@ -237,10 +237,10 @@ std::string_view deviceKindName(DeviceKind kind) {
   return "?";
 }
 
-bool RankTopology::hasNvidiaGpu() const {
-  return std::any_of(devices.begin(), devices.end(), [](const PciDevice& d) {
+int RankTopology::nvidiaGpuCount() const {
+  return static_cast<int>(std::count_if(devices.begin(), devices.end(), [](const PciDevice& d) {
     return d.kind == DeviceKind::kGpu && d.vendor == kNvidiaVendor;
-  });
+  }));
 }
 
 bool RankTopology::hasIbDevice() const {
@@ -476,10 +476,7 @@ std::vector<HostShare> hostShares(std::span<const RankTopology> ranks) {
   for (const RankTopology& r : ranks) {
     ++ranksOf[r.hostId];
     coresOf[r.hostId].insert(r.cores.begin(), r.cores.end());
-    const auto gpus = std::count_if(r.devices.begin(), r.devices.end(), [](const PciDevice& d) {
-      return d.kind == DeviceKind::kGpu && d.vendor == kNvidiaVendor;
-    });
-    gpusOf[r.hostId] = std::max(gpusOf[r.hostId], static_cast<int>(gpus));
+    gpusOf[r.hostId] = std::max(gpusOf[r.hostId], r.nvidiaGpuCount());
   }
   std::vector<HostShare> out;
   out.reserve(ranks.size());

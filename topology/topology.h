@@ -79,7 +79,8 @@ struct RankTopology {
   // transport only if both ranks allow it.
   TransportSet transports;
 
-  bool hasNvidiaGpu() const;
+  bool hasNvidiaGpu() const { return nvidiaGpuCount() > 0; }
+  int nvidiaGpuCount() const;
   bool hasIbDevice() const;  // a verbs device, InfiniBand or RoCE
 
   // Compact single-line text. At most kMaxEncodedBytes when the strings are
