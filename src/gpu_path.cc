@@ -108,9 +108,7 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
   options.directMinBytes = directBytes;
   // Not while a CUDA stream may wait for a call: opening a peer's
   // allocation takes the driver's memory lock (docs/GPU.md).
-  options.ifMayMap = [](const std::function<void()>& work) {
-    return CudaStreamBridge::ifNoGateHeld(work);
-  };
+  options.ifMayMap = CudaStreamBridge::ifNoGateHeld;
   transport::gpu_staged::StagedConnection::Options staged;
   staged.minBounceBytes = chunkBytes;
   for (size_t p = 0; p < host.size(); ++p) {

@@ -273,25 +273,12 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
   Unexpected u = std::move(it->second);
   unexpected_.erase(it);
   p.arriving = true;
-  if (u.direct) {
-    if (u.check == p.check && u.total == p.bytes) {
-      BRAID_RETURN_IF_ERROR(readDirect(p, *u.direct));
-    } else {
-      p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (",
-                                          u.total, " bytes arrived, ", p.bytes, " expected)")),
-                      Request::Failure::kDifferentCall, Tag{tag, u.check});
-      // Answered unread: the sender's request is done, as a send through
-      // the slots would be.
-      BRAID_RETURN_IF_ERROR(
-          sendRecord(Record{kDirectDropped, u.direct->slot, tag, 0, 0, 0, 0, 0, {}}));
-    }
-    done = true;
-    return Status::ok();
-  }
   if (u.check != p.check || u.total != p.bytes) {
-    p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (", u.total,
-                                        " bytes arrived, ", p.bytes, " expected)")),
-                    Request::Failure::kDifferentCall, Tag{tag, u.check});
+    failDifferentCall(p, tag, u.check, u.total);
+    done = true;
+    // Answered unread: the sender's request is done, as a send through the
+    // slots would be.
+    if (u.direct) return sendRecord(Record{kDirectDropped, u.direct->slot, tag, 0, 0, 0, 0, 0, {}});
     // Its slots go back to the sender unread; what is still to come of it
     // is dropped as it arrives.
     uint64_t arrived = 0;
@@ -305,8 +292,11 @@ Status CudaIpcConnection::matchUnexpected(uint64_t tag, PostedRecv& p, bool& don
       }
     }
     if (arrived < u.total) dropping_[tag] = u.total - arrived;
-    done = true;
     return Status::ok();
+  }
+  if (u.direct) {
+    done = true;
+    return readDirect(p, *u.direct);
   }
   for (const Chunk& c : u.chunks) {
     if (c.spilledTo == nullptr && c.length > 0) --heldSlots_;
@@ -337,6 +327,22 @@ Status CudaIpcConnection::consume(PostedRecv& p, const Chunk& c) {
   p.consumed += c.length;
   if (p.consumed == p.bytes) p.request->complete();
   return Status::ok();
+}
+
+void CudaIpcConnection::failDifferentCall(PostedRecv& p, uint64_t tag, uint64_t check,
+                                          uint64_t total) {
+  p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (", total,
+                                      " bytes arrived, ", p.bytes, " expected)")),
+                  Request::Failure::kDifferentCall, Tag{tag, check});
+}
+
+CudaIpcConnection::Unexpected& CudaIpcConnection::unexpectedOf(const Record& r) {
+  Unexpected& u = unexpected_[r.tag];
+  if (u.chunks.empty()) {
+    u.check = r.check;
+    u.total = r.total;
+  }
+  return u;
 }
 
 void CudaIpcConnection::failPostedBefore(uint64_t tag) {
@@ -376,17 +382,10 @@ Status CudaIpcConnection::chunkArrived(const Record& r) {
       if (p.request->state() != Request::State::kPending) posted_.erase(it);
       return Status::ok();
     }
-    p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (", r.total,
-                                        " bytes arrived, ", p.bytes, " expected)")),
-                    Request::Failure::kDifferentCall, Tag{r.tag, r.check});
+    failDifferentCall(p, r.tag, r.check, r.total);
     posted_.erase(it);
   }
-  Unexpected& u = unexpected_[r.tag];
-  if (u.chunks.empty()) {
-    u.check = r.check;
-    u.total = r.total;
-  }
-  u.chunks.push_back(c);
+  unexpectedOf(r).chunks.push_back(c);
   if (r.length > 0 && ++heldSlots_ == static_cast<size_t>(options_.slots))
     BRAID_RETURN_IF_ERROR(spillHeldChunks());
   return Status::ok();

@@ -153,8 +153,8 @@ class CudaIpcConnection final : public Connection {
   // Messages read in place so far, by this end's receives: for tests.
   size_t directReads() const;
 
-  // The records on the control connection, in host byte order. kDirect,
-  // kDirectRead and kDirectRefused carry the read's index e in `slot`;
+  // The records on the control connection, in host byte order. kDirect
+  // and the answers to it carry the read's index e in `slot`;
   // kDirect also the allocation (`handle`, `allocationId`) and the
   // message's `offset` in it.
   struct Record {
@@ -255,6 +255,10 @@ class CudaIpcConnection final : public Connection {
   size_t spillRoundBytes() const;
   Status matchUnexpected(uint64_t tag, PostedRecv& p, bool& done);
   void failPostedBefore(uint64_t tag);
+  // Fails `p`, met by a message of another call (its check and size).
+  void failDifferentCall(PostedRecv& p, uint64_t tag, uint64_t check, uint64_t total);
+  // The entry of unexpected_ that the message of `record` starts or joins.
+  Unexpected& unexpectedOf(const Record& record);
   void failAll(const Status& reason);
   uint8_t* slot(uint32_t k) const;
   uint8_t* peerSlot(uint32_t k) const;

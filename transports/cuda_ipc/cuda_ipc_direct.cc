@@ -86,9 +86,8 @@ Status CudaIpcConnection::directAnswered(const Record& r) {
   PendingSend s = std::move(it->second);
   directSends_.erase(it);
   freeDirect_.push_back(r.slot);
+  if (r.kind == kDirectRead) BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerSourceRead_[r.slot]));
   if (r.kind == kDirectRead || r.kind == kDirectDropped) {
-    if (r.kind == kDirectRead)
-      BRAID_RETURN_IF_ERROR(device_->enqueueWait(*peerSourceRead_[r.slot]));
     s.request->complete();
     return Status::ok();
   }
@@ -120,13 +119,10 @@ Result<const uint8_t*> CudaIpcConnection::peerAllocation(const Record& r) {
 
 Status CudaIpcConnection::declineDirect(const Record& r, Kind kind) {
   BRAID_RETURN_IF_ERROR(sendRecord(Record{kind, r.slot, r.tag, 0, 0, 0, 0, 0, {}}));
-  if (auto posted = posted_.find(r.tag); posted != posted_.end()) {
+  if (auto posted = posted_.find(r.tag); posted != posted_.end())
     posted->second.arriving = true;
-  } else {
-    Unexpected& u = unexpected_[r.tag];
-    u.check = r.check;
-    u.total = r.total;
-  }
+  else
+    unexpectedOf(r);
   return Status::ok();
 }
 
@@ -168,16 +164,11 @@ Status CudaIpcConnection::directArrived(const Record& r) {
   auto posted = posted_.find(r.tag);
   if (posted != posted_.end() &&
       (posted->second.check != r.check || posted->second.bytes != r.total)) {
-    PostedRecv& p = posted->second;
-    p.request->fail(invalidUsage(strCat("message from rank ", peer(), " does not match (", r.total,
-                                        " bytes arrived, ", p.bytes, " expected)")),
-                    Request::Failure::kDifferentCall, Tag{r.tag, r.check});
+    failDifferentCall(posted->second, r.tag, r.check, r.total);
     posted_.erase(posted);
     // Answered unread, so the sender's request ends as a send through the
     // slots would; kept as unclaimed, to name the sender's call.
-    Unexpected& u = unexpected_[r.tag];
-    u.check = r.check;
-    u.total = r.total;
+    unexpectedOf(r);
     return sendRecord(Record{kDirectDropped, r.slot, r.tag, 0, 0, 0, 0, 0, {}});
   }
   if (!cannotOpen_.isOk()) return declineDirect(r, kDirectRefused);
@@ -190,26 +181,22 @@ Status CudaIpcConnection::directArrived(const Record& r) {
     if (!opening_.count(r.allocationId)) pendingOpens_.emplace(r.allocationId, r.handle);
     return declineDirect(r, kDirectDeclined);
   }
-  if (const size_t bytes =
-          peerAllocations_.count(r.allocationId) ? peerAllocations_.at(r.allocationId)->bytes() : 0;
-      bytes > 0 && (r.offset > bytes || r.total > bytes - r.offset))
-    return remoteError(strCat("cuda_ipc: rank ", peer(), " named ", r.total, " bytes at offset ",
-                              r.offset, " of an allocation of ", bytes));
   if (!opened.isOk()) {
     BRAID_INFO("cuda_ipc: this rank cannot read rank ", peer(),
                "'s buffers in place, so they come through the slots: ", opened.status().message());
     cannotOpen_ = opened.status();
     return declineDirect(r, kDirectRefused);
   }
+  if (const size_t bytes = peerAllocations_.at(r.allocationId)->bytes();
+      bytes > 0 && (r.offset > bytes || r.total > bytes - r.offset))
+    return remoteError(strCat("cuda_ipc: rank ", peer(), " named ", r.total, " bytes at offset ",
+                              r.offset, " of an allocation of ", bytes));
   if (posted != posted_.end()) {
     BRAID_RETURN_IF_ERROR(readDirect(posted->second, r));
     posted_.erase(posted);
     return Status::ok();
   }
-  Unexpected& u = unexpected_[r.tag];
-  u.check = r.check;
-  u.total = r.total;
-  u.direct = r;
+  unexpectedOf(r).direct = r;
   return Status::ok();
 }
 
