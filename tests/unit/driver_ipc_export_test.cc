@@ -57,5 +57,26 @@ TEST_F(DriverIpcDeviceTest, MemoryTheDriverDidNotAllocateIsNotExported) {
       << past.status().message();
 }
 
+// The cache of exports answers only for bytes inside an exported
+// allocation: a buffer past its end, in an allocation not exported yet, is
+// not handed the first one's handle with an offset beyond it.
+TEST_F(DriverIpcDeviceTest, TheCacheAnswersOnlyInsideAnExportedAllocation) {
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  auto first = take(device->allocateUnshared(4096));
+  auto second = take(device->allocateUnshared(4096));
+  auto third = take(device->allocateUnshared(4096));
+  ASSERT_TRUE(first && second && third);
+  ASSERT_GT(third->data(), second->data());
+  ASSERT_GT(second->data(), first->data());
+  take(device->exportRange(first->data(), 4096));
+  EXPECT_TRUE(device->exportedRange(first->data(), 4096).isOk());
+  EXPECT_FALSE(device->exportedRange(second->data(), 4).isOk());
+  auto beyond = device->exportedRange(third->data(), 4);
+  EXPECT_FALSE(beyond.isOk()) << "offset " << beyond->offset;
+  auto straddling = device->exportedRange(static_cast<uint8_t*>(first->data()) + 4000, 200);
+  EXPECT_FALSE(straddling.isOk());
+}
+
 }  // namespace
 }  // namespace braid::transport::cuda_ipc::driver_ipc_test

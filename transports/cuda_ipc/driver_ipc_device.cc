@@ -288,7 +288,8 @@ Result<ExportedRange> DriverIpcDevice::exportedRange(const void* data, size_t by
   const auto address = reinterpret_cast<uintptr_t>(data);
   std::lock_guard lock(mutex_);
   auto it = exported_.upper_bound(address);
-  if (it == exported_.begin() || (--it, bytes > it->second.bytes - (address - it->first)))
+  if (it == exported_.begin() || (--it, address - it->first > it->second.bytes) ||
+      bytes > it->second.bytes - (address - it->first))
     return notSupported("cuda_ipc: the buffer's allocation was not exported yet");
   ExportedRange range = it->second.range;
   range.offset = address - it->first;
