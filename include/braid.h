@@ -231,6 +231,28 @@ braidResult_t braidHostAlloc(void** ptr, size_t size);
  * one already freed). */
 braidResult_t braidHostFree(void* ptr);
 
+/* braid extension, as ncclMemAlloc: allocates `size` bytes of GPU memory
+ * (not zeroed) on the GPU of the calling thread's current CUDA context (GPU
+ * 0 where it has none), which the other ranks of this host read in place:
+ * a large message from it to a rank of the same host crosses once, copied
+ * or reduced by the receiver straight out of it, instead of through
+ * cuda_ipc's slots (BRAID_CUDA_IPC_DIRECT_BYTES, docs/GPU.md). It is cuMem
+ * memory exported as a file descriptor, which a peer maps: the peer's
+ * mapping keeps it alive, so unlike a cudaMalloc buffer read in place it
+ * may be freed whenever no call using it is in flight. Where the GPU or
+ * driver cannot export such memory it is cudaMalloc-like memory that moves
+ * through the slots. Any other use is ordinary GPU memory. Not tied to a
+ * communicator; thread-safe. Free it with braidMemFree.
+ * Errors: braidInvalidArgument (NULL ptr, size 0), braidNotSupported (a
+ * build without CUDA, or a process that has not loaded the CUDA driver),
+ * braidUnhandledCudaError (the driver's, with its message). */
+braidResult_t braidMemAlloc(void** ptr, size_t size);
+
+/* Frees memory of braidMemAlloc; NULL does nothing.
+ * Errors: braidInvalidArgument (a pointer braidMemAlloc did not return, or
+ * one already freed), braidUnhandledCudaError. */
+braidResult_t braidMemFree(void* ptr);
+
 /* Number of ranks in `comm`. Errors: braidInvalidArgument (NULL). */
 braidResult_t braidCommCount(braidComm_t comm, int* count);
 

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "braid.h"
+
 namespace braid::perf {
 
 // The driver API's entry points used here, with the ABI's types spelled as
@@ -85,14 +87,23 @@ void CudaDriver::check(int result, const char* call) {
                            " (CUDA error " + std::to_string(result) + ")");
 }
 
-CudaDriver::Buffer CudaDriver::allocate(size_t bytes) {
+CudaDriver::Buffer CudaDriver::allocate(size_t bytes, bool shared) {
+  if (shared) {
+    void* memory = nullptr;
+    if (braidMemAlloc(&memory, bytes == 0 ? 1 : bytes) != braidSuccess)
+      throw std::runtime_error(std::string("--mem cuda -R 1: ") + braidGetLastError(nullptr));
+    return Buffer(static_cast<std::byte*>(memory), Free{this, true});
+  }
   Api::DevicePtr memory = 0;
   check(api_->memAlloc(&memory, bytes == 0 ? 1 : bytes), "cuMemAlloc");
-  return Buffer(reinterpret_cast<std::byte*>(memory), Free{this});
+  return Buffer(reinterpret_cast<std::byte*>(memory), Free{this, false});
 }
 
 void CudaDriver::Free::operator()(std::byte* memory) const {
-  (void)driver->api_->memFree(reinterpret_cast<Api::DevicePtr>(memory));
+  if (braidMemory)
+    (void)braidMemFree(memory);
+  else
+    (void)driver->api_->memFree(reinterpret_cast<Api::DevicePtr>(memory));
 }
 
 void CudaDriver::toDevice(std::byte* device, const std::byte* host, size_t bytes) {

@@ -22,13 +22,15 @@ class CudaDriver {
   // The GPU's ordinal among those this process sees.
   int ordinal() const { return ordinal_; }
 
-  // Device memory, freed when the pointer goes.
+  // Device memory, freed when the pointer goes: cuMemAlloc's, or with
+  // `shared` braidMemAlloc's (-R 1), which ranks of a host read in place.
   struct Free {
     CudaDriver* driver;
+    bool braidMemory;
     void operator()(std::byte* memory) const;
   };
   using Buffer = std::unique_ptr<std::byte, Free>;
-  Buffer allocate(size_t bytes);
+  Buffer allocate(size_t bytes, bool shared = false);
 
   void toDevice(std::byte* device, const std::byte* host, size_t bytes);
   void toHost(std::byte* host, const std::byte* device, size_t bytes);

@@ -110,7 +110,8 @@ class PerfRun {
     }
     // With --mem cuda, GPU buffers the shape of the host ones below, for
     // every type at once: allocated once for the whole run, since peers
-    // that read them in place keep them open (BRAID_CUDA_IPC_DIRECT_BYTES).
+    // that read cudaMalloc buffers in place keep them open
+    // (BRAID_CUDA_IPC_DIRECT_BYTES); with -R 1, from braidMemAlloc.
     std::optional<CudaDriver::Buffer> deviceSend, deviceRecv;
     if (cuda_) {
       size_t sendBytes = 0, recvBytes = 0;
@@ -120,8 +121,8 @@ class PerfRun {
         recvBytes =
             std::max(recvBytes, std::max(largest.sendCount, largest.recvCount) * type->size);
       }
-      deviceSend.emplace(cuda_->allocate(sendBytes));
-      deviceRecv.emplace(cuda_->allocate(recvBytes));
+      deviceSend.emplace(cuda_->allocate(sendBytes, options_.localRegister));
+      deviceRecv.emplace(cuda_->allocate(recvBytes, options_.localRegister));
     }
     for (const DataType* type : options_.types) {
       // Allocated once, for the largest size; the receive buffer also holds

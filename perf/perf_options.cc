@@ -62,8 +62,9 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
       number("1"));
   add("A,algorithm", "1: add a column naming the algorithm braid chose", number("0"));
   add("R,local_register",
-      "1: take the send and receive buffers from braidHostAlloc (ranks of a host read them "
-      "in place) and declare them with braidCommRegister (RDMA reads them in one read)",
+      "1: take the send and receive buffers from braidHostAlloc, or with --mem cuda from "
+      "braidMemAlloc (ranks of a host read them in place), and declare them with "
+      "braidCommRegister (RDMA reads them in one read)",
       number("0"));
   add("M,mem",
       "host: the calls' buffers are host memory; cuda: GPU memory (cuMemAlloc on GPU rank "

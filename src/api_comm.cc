@@ -6,8 +6,10 @@
 #include "src/common/env.h"
 #include "src/common/log.h"
 #include "src/common/strcat.h"
+#include "src/gpu_path.h"
 #include "src/handles.h"
 #include "src/launch_env.h"
+#include "transports/cuda_ipc/shared_gpu_memory.h"
 #include "transports/shm/host_allocations.h"
 
 using braid::Status;
@@ -286,6 +288,24 @@ braidResult_t braidHostFree(void* ptr) {
   return guard("braidHostFree", [&]() -> Status {
     if (!ptr) return Status::ok();
     return braid::shm::freeShared(ptr);
+  });
+}
+
+braidResult_t braidMemAlloc(void** ptr, size_t size) {
+  return guard("braidMemAlloc", [&]() -> Status {
+    if (!ptr) return braid::invalidArgument("ptr is NULL");
+    if (size == 0) return braid::invalidArgument("size is 0");
+    if (!braid::GpuPath::built())
+      return braid::notSupported("this build of braid moves host memory only (-Dcuda=disabled)");
+    BRAID_ASSIGN_OR_RETURN(*ptr, braid::transport::cuda_ipc::allocateSharedGpuMemory(size));
+    return Status::ok();
+  });
+}
+
+braidResult_t braidMemFree(void* ptr) {
+  return guard("braidMemFree", [&]() -> Status {
+    if (!ptr) return Status::ok();
+    return braid::transport::cuda_ipc::freeSharedGpuMemory(ptr);
   });
 }
 

@@ -401,9 +401,7 @@ Result<GpuPath*> Communicator::gpuPathFor(int deviceOrdinal) {
   if (!gpuPath_) {
     std::vector<bool> ipc(nranks_);
     for (int p = 0; p < nranks_; ++p) ipc[p] = config_.cudaIpc && sameHost_[p];
-    auto made = GpuPath::create(rank_, deviceOrdinal, connections_, ipc, config_.chunkBytes,
-                                config_.cudaIpcHandles, config_.cudaIpcSlotBytes,
-                                config_.cudaIpcDirectBytes, config_.timeoutSeconds);
+    auto made = GpuPath::create(rank_, deviceOrdinal, connections_, ipc, config_);
     if (!made.isOk()) {
       // The peers are about to wait for this rank's slots: tell them why
       // they never come, rather than let them time out.

@@ -82,13 +82,13 @@ bool GpuPath::built() {
 
 Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
-                                                 const std::vector<bool>& ipc, size_t chunkBytes,
-                                                 Config::CudaIpcHandles handles, size_t slotBytes,
-                                                 size_t directBytes, double timeoutSeconds) {
+                                                 const std::vector<bool>& ipc,
+                                                 const Config& config) {
   if (!built()) return notSupported("this build of braid moves host memory only");
   std::unique_ptr<GpuPath> path(new GpuPath);
   path->deviceOrdinal_ = deviceOrdinal;
   using Handles = transport::cuda_ipc::DriverIpcDevice::Handles;
+  const Config::CudaIpcHandles handles = config.cudaIpcHandles;
   const Handles exports = handles == Config::CudaIpcHandles::kLegacy    ? Handles::kLegacy
                           : handles == Config::CudaIpcHandles::kPosixFd ? Handles::kPosixFd
                                                                         : Handles::kAuto;
@@ -96,7 +96,7 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
                          transport::cuda_ipc::DriverIpcDevice::create(deviceOrdinal, exports));
   // A wait for the GPU that never ends (a peer gone mid-call) fails the
   // call, as any other wait does, rather than hang it.
-  device->setSynchronizeLimit(timeoutSeconds);
+  device->setSynchronizeLimit(config.timeoutSeconds);
   // Loaded now, before a CUDA stream waits for a call of this communicator.
   (void)device->runInContext("loading braid's kernels", [] {
     loadGpuKernels();
@@ -104,13 +104,14 @@ Result<std::unique_ptr<GpuPath>> GpuPath::create(int rank, int deviceOrdinal,
   });
   path->device_ = std::move(device);
   transport::cuda_ipc::CudaIpcConnection::Options options;
-  options.slotBytes = gpuChunkBytes(slotBytes);
-  options.directMinBytes = directBytes;
+  options.slotBytes = gpuChunkBytes(config.cudaIpcSlotBytes);
+  options.directMinBytes = config.cudaIpcDirectBytes;
+  options.heldDirectMinBytes = config.cudaIpcHeldDirectBytes;
   // Not while a CUDA stream may wait for a call: opening a peer's
   // allocation takes the driver's memory lock (docs/GPU.md).
   options.ifMayMap = CudaStreamBridge::ifNoGateHeld;
   transport::gpu_staged::StagedConnection::Options staged;
-  staged.minBounceBytes = chunkBytes;
+  staged.minBounceBytes = config.chunkBytes;
   for (size_t p = 0; p < host.size(); ++p) {
     if (static_cast<int>(p) == rank) {
       path->connections_.push_back(host[p]);

@@ -79,15 +79,13 @@ class GpuPath {
 
   // `host[p]` is the host connection to rank p (outlives the path); the own
   // rank's entry stands in for its own place in connections(). `ipc[p]`:
-  // whether rank p is reached over cuda_ipc (else gpu_staged). `chunkBytes`
-  // sizes the smallest bounce buffers, `slotBytes` cuda_ipc's slots (0:
-  // gpuChunkBytes' default); `handles` says how cuda_ipc exports them;
-  // messages of `directBytes` or more are read in place (0: none).
+  // whether rank p is reached over cuda_ipc (else gpu_staged). From
+  // `config`: chunkBytes sizes the smallest bounce buffers, and the
+  // cudaIpc* settings cuda_ipc's slots, handles and reads in place.
   static Result<std::unique_ptr<GpuPath>> create(int rank, int deviceOrdinal,
                                                  std::span<transport::Connection* const> host,
-                                                 const std::vector<bool>& ipc, size_t chunkBytes,
-                                                 Config::CudaIpcHandles handles, size_t slotBytes,
-                                                 size_t directBytes, double timeoutSeconds);
+                                                 const std::vector<bool>& ipc,
+                                                 const Config& config);
   ~GpuPath();
 
   int deviceOrdinal() const { return deviceOrdinal_; }

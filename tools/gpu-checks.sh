@@ -14,16 +14,18 @@
 #       1. the kernels against the host reference (cuda_device_reduce);
 #       2. the GPU's copy bandwidth; AllReduce among 2 processes on the
 #          one GPU (8 B to 1 GiB) over cuda_ipc with every message through
-#          the slots (the default), then read in place
-#          (BRAID_CUDA_IPC_DIRECT_BYTES=64K), then 1 GiB with 4, 128 and
-#          512 MiB slots (BRAID_CUDA_IPC_SLOT_BYTES); and the best busbw
-#          read in place against the bound (copy bandwidth / 4);
+#          the slots (BRAID_CUDA_IPC_DIRECT_BYTES=0), then read in place
+#          from buffers of braidMemAlloc (-R 1, the default minimum), then
+#          1 GiB with 4, 128 and 512 MiB slots (BRAID_CUDA_IPC_SLOT_BYTES);
+#          and the best busbw read in place against the bound (copy
+#          bandwidth / 4);
 #       3. every collective among 2, 3 and 4 processes on GPU 0, on stream
 #          NULL and on a CUDA stream, each way of exporting memory, and read
 #          in place (cuda_gpu_collectives);
 #       4. compute-sanitizer memcheck on the kernels of every float type.
 #       Phase more: memcheck on AllReduce, AllGather and ReduceScatter among
-#       2 processes, and on AllReduce read in place; AllReduce with
+#       2 processes, and on AllReduce read in place (cudaMalloc buffers with
+#       BRAID_CUDA_IPC_DIRECT_BYTES=1, and braidMemAlloc's); AllReduce with
 #       BRAID_CUDA_IPC=0 (pinned host memory); AllReduce at one rank;
 #       Send/Recv of GPU memory in pieces. (The kernels use no shared
 #       memory, so racecheck has nothing to check.)
@@ -104,21 +106,20 @@ core_steps() {
   # The perf runs before the longer tests, so that a test that hangs until
   # its limit does not leave them without time.
   step copy-bandwidth 60 "$b/perf/gpu_copy_bandwidth"
-  # Every message through the slots (the default), none read in place:
-  # the path measured before, for the ratio of the two ways.
+  # Every message through the slots, none read in place: the path
+  # measured before, for the ratio of the two ways.
   BRAID_CUDA_IPC_DIRECT_BYTES=0 step all_reduce-slots-only 60 "$braidrun" -n 2 \
     "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 20 -w 5 -c 1
-  # Reads in place (BRAID_CUDA_IPC_DIRECT_BYTES): the perf binaries keep
-  # their GPU buffers for the whole run, as it requires.
-  BRAID_CUDA_IPC_DIRECT_BYTES=64K step all_reduce-cuda_ipc 150 "$braidrun" -n 2 \
-    "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 2 -c 1
+  # Reads in place, by default, of braidMemAlloc's buffers (-R 1).
+  step all_reduce-cuda_ipc 150 "$braidrun" -n 2 \
+    "$b/perf/all_reduce_perf" -M cuda -R 1 -b 8 -e 1G -f 2 -c 1
   # 1 GiB with smaller and larger cuda_ipc slots (the schedule's chunks)
   # than the default 32 MiB: between processes that share the GPU each
   # chunk handed over costs a switch of the GPU between them.
   local slot
   for slot in 4M 128M 512M; do
-    BRAID_CUDA_IPC_DIRECT_BYTES=64K BRAID_CUDA_IPC_SLOT_BYTES=$slot step "all_reduce-slot-$slot" \
-      60 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 1G -e 1G -n 20 -w 5 -c 1
+    BRAID_CUDA_IPC_SLOT_BYTES=$slot step "all_reduce-slot-$slot" \
+      60 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -R 1 -b 1G -e 1G -n 20 -w 5 -c 1
   done
   local bound busbw
   bound=$(awk '/busbw bound/{print $(NF-1)}' "$out_dir/steps/copy-bandwidth.log" | tail -1)
@@ -152,6 +153,9 @@ more_steps() {
   BRAID_CUDA_IPC_DIRECT_BYTES=1 step "memcheck-all_reduce_perf-in-place" 100 compute-sanitizer \
     --error-exitcode 9 --target-processes all --tool memcheck "$braidrun" -n 2 \
     "$b/perf/all_reduce_perf" -M cuda -b 8 -e 4M -f 8 -n 2 -w 1 -c 1
+  step "memcheck-all_reduce_perf-mem-alloc" 100 compute-sanitizer \
+    --error-exitcode 9 --target-processes all --tool memcheck "$braidrun" -n 2 \
+    "$b/perf/all_reduce_perf" -M cuda -R 1 -b 8 -e 4M -f 8 -n 2 -w 1 -c 1
   BRAID_CUDA_IPC=0 step all_reduce-pinned 120 "$braidrun" -n 2 "$b/perf/all_reduce_perf" \
     -M cuda -b 8 -e 256M -f 4 -c 1
   # One rank alone: its calls run on the GPU, not through host memory.
@@ -175,8 +179,8 @@ tune_steps() {
   # What one turn between two processes on the GPU costs, by how each waits.
   step gpu-handoff 45 "$b/perf/gpu_handoff"
   for algorithm in butterfly dbtree ring halving; do
-    BRAID_CUDA_IPC_DIRECT_BYTES=64K BRAID_ALGO=allreduce=$algorithm step "algorithm-$algorithm" \
-      45 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 10 -w 3 -c 1
+    BRAID_ALGO=allreduce=$algorithm step "algorithm-$algorithm" \
+      45 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -R 1 -b 8 -e 1G -f 8 -n 10 -w 3 -c 1
   done
   # Two ranks on the one GPU without MPS: the first rank says so.
   step shared-gpu-warning 30 "$self" says yes "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda \
@@ -191,8 +195,8 @@ tune_steps() {
   if nvidia-cuda-mps-control -d; then
     step mps-all_reduce 60 "$braidrun" -n 2 "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 \
       -n 10 -w 3 -c 1
-    BRAID_CUDA_IPC_DIRECT_BYTES=64K step mps-all_reduce-in-place 60 "$braidrun" -n 2 \
-      "$b/perf/all_reduce_perf" -M cuda -b 8 -e 1G -f 8 -n 10 -w 3 -c 1
+    step mps-all_reduce-in-place 60 "$braidrun" -n 2 \
+      "$b/perf/all_reduce_perf" -M cuda -R 1 -b 8 -e 1G -f 8 -n 10 -w 3 -c 1
     step mps-all_reduce-4-ranks 60 "$braidrun" -n 4 "$b/perf/all_reduce_perf" -M cuda -b 8 \
       -e 1G -f 8 -n 10 -w 3 -c 1
     # Under MPS nothing is said.

@@ -67,11 +67,12 @@ constexpr EnvParam kParams[] = {
      "Bytes of each of the 8 slots of GPU memory cuda_ipc keeps per peer, the "
      "unit a message crosses GPU to GPU in and the pipelining unit of GPU jobs (4096 .. 1 GiB, "
      "a multiple of 16); auto: 32 MiB."},
-    {"BRAID_CUDA_IPC_DIRECT_BYTES", "0",
+    {"BRAID_CUDA_IPC_DIRECT_BYTES", "auto",
      "Messages of at least this many bytes between GPU buffers of ranks on one host are read by "
-     "the receiver straight out of the sender's buffer (where it is cudaMalloc memory), once, "
-     "rather than copied into a slot and out again; every GPU buffer must then stay allocated "
-     "until every rank has destroyed the communicator. 0: every message goes through the slots."},
+     "the receiver straight out of the sender's buffer, once, rather than copied into a slot and "
+     "out again. auto: buffers in braidMemAlloc memory from 64 KiB, no others. A size: also "
+     "cudaMalloc buffers, from that size, and every GPU buffer must then stay allocated until "
+     "every rank has destroyed the communicator. 0: every message goes through the slots."},
     {"BRAID_CUDA_IPC_CONNECT_SECONDS", "30",
      "At the first GPU call of a communicator on a CUDA stream, how long the calling thread "
      "waits for the ranks of its host to exchange and map their cuda_ipc memory, so that the "
@@ -319,12 +320,14 @@ Result<Config> loadConfig() {
                                     "' is not auto or a size from 4096 to 1G, a multiple of 16"));
     config.cudaIpcSlotBytes = *bytes;
   }
-  if (std::string v = envString("BRAID_CUDA_IPC_DIRECT_BYTES"); !v.empty()) {
+  if (std::string v = envString("BRAID_CUDA_IPC_DIRECT_BYTES"); !v.empty() && v != "auto") {
     const std::optional<size_t> bytes = parseByteSize(v);
     if (!bytes || *bytes > (size_t{1} << 40))
-      return invalidArgument(strCat("BRAID_CUDA_IPC_DIRECT_BYTES='", v,
-                                    "' is not a size of at most 1024G (0: never read in place)"));
+      return invalidArgument(
+          strCat("BRAID_CUDA_IPC_DIRECT_BYTES='", v,
+                 "' is not auto or a size of at most 1024G (0: never read in place)"));
     config.cudaIpcDirectBytes = *bytes;
+    config.cudaIpcHeldDirectBytes = *bytes;
   }
   if (std::string v = envString("BRAID_CUDA_IPC_CONNECT_SECONDS"); !v.empty())
     BRAID_RETURN_IF_ERROR(

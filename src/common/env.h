@@ -41,6 +41,11 @@ Result<FaultSpec> parseFaultSpec(const std::string& text);
 
 // BRAID_CUDA_IPC_SLOT_BYTES=auto (src/gpu_path.h, gpuChunkBytes, says why).
 inline constexpr size_t kDefaultCudaIpcSlotBytes = size_t{32} << 20;
+// Where messages from braidMemAlloc memory start being read in place, by
+// default: a read in place costs a handoff each way, as a slot does, and
+// saves a copy of the message, which at 64 KiB is a small part of a GPU
+// call's time whichever way it goes.
+inline constexpr size_t kDefaultCudaIpcHeldDirectBytes = size_t{64} << 10;
 
 struct Config {
   double timeoutSeconds = 300;  // BRAID_TIMEOUT
@@ -79,12 +84,16 @@ struct Config {
   // Alike on every rank (agreed_settings.h).
   size_t cudaIpcSlotBytes = 0;
   // BRAID_CUDA_IPC_DIRECT_BYTES: messages of at least this many bytes are
-  // read by the receiver in the sender's buffer (cuda_ipc_connection.h);
-  // 0 = never, the default: peers keep the sender's allocations open, and
-  // CUDA leaves undefined an allocation freed while another process has
-  // it open, so it is for programs whose GPU buffers outlive the
-  // communicator. Ranks may differ: each end sends as it is set.
+  // read by the receiver in the sender's buffer (cuda_ipc_connection.h).
+  // cudaIpcDirectBytes for any buffer the device can export: 0 = never, the
+  // default, since peers keep the sender's allocations open, and CUDA
+  // leaves undefined a cudaMalloc allocation freed while another process
+  // has it open; so it is for programs whose GPU buffers outlive the
+  // communicator. cudaIpcHeldDirectBytes for braidMemAlloc's memory, which
+  // a peer's mapping keeps alive (shared_gpu_memory.h). A size sets both;
+  // 0 both to never. Ranks may differ: each end sends as it is set.
   size_t cudaIpcDirectBytes = 0;
+  size_t cudaIpcHeldDirectBytes = kDefaultCudaIpcHeldDirectBytes;
   // BRAID_CUDA_IPC_CONNECT_SECONDS: how long the first GPU call on a CUDA
   // stream waits for the cuda_ipc handshakes (GpuPath::settleHandshakes).
   double cudaIpcConnectSeconds = 30;

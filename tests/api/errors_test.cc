@@ -83,6 +83,26 @@ TEST(Library, NullStreams) {
   EXPECT_BRAID_OK(braidCommDestroy(nullptr));
 }
 
+// This process loads no CUDA driver (and the build may have no CUDA): GPU
+// memory is refused with a reason, never a crash.
+TEST(Library, MemAllocChecksItsArgumentsAndNeedsTheCudaDriver) {
+  void* p = nullptr;
+  EXPECT_EQ(braidMemAlloc(nullptr, 64), braidInvalidArgument);
+  EXPECT_EQ(braidMemAlloc(&p, 0), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("size is 0"), std::string::npos);
+  EXPECT_EQ(braidMemAlloc(&p, 64), braidNotSupported);
+  const std::string why = braidGetLastError(nullptr);
+  EXPECT_TRUE(why.find("CUDA driver") != std::string::npos ||
+              why.find("host memory only") != std::string::npos)
+      << why;
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(braidMemFree(nullptr), braidSuccess);
+  int onTheStack = 0;
+  EXPECT_EQ(braidMemFree(&onTheStack), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("braidMemAlloc did not return"),
+            std::string::npos);
+}
+
 TEST(Library, NullCommForEveryCall) {
   braidComm_t out = nullptr;
   braidStream_t s = nullptr;

@@ -68,4 +68,64 @@ TEST_F(GpuDirectReads, ZeroSendsEveryMessageThroughTheSlots) {
   expectEveryRankPassed(runRanks(2, broadcastChecked<false>, withDirectBytes("0")));
 }
 
+// braidMemAlloc's memory, with BRAID_CUDA_IPC_DIRECT_BYTES at its default:
+// where the GPU exports cuMem memory as descriptors (FAKE_CUDA_VMM=1), a
+// peer reads it in place, and nothing is exported per call; the root then
+// frees its buffers, which its peer still maps, and a second pair of
+// buffers is read in place as well. Without descriptors it is plain GPU
+// memory, which goes through the slots. Chunks of 120000 bytes (the block
+// cut into 10 even pieces of at most 128 KiB): above the default minimum.
+constexpr unsigned long kLargeChunks = 10;
+
+template <bool kDescriptors>
+int memAllocBroadcastChecked(Rank& r) {
+  const bool root = r.rank() == r.nranks() - 1;
+  for (int round = 0; round < 2; ++round) {
+    void* send = nullptr;
+    void* recv = nullptr;
+    RANK_CHECK(20, braidMemAlloc(&send, kCount * sizeof(float)) == braidSuccess);
+    RANK_CHECK(21, braidMemAlloc(&recv, kCount * sizeof(float)) == braidSuccess);
+    Copies copies;
+    if (const int failed =
+            broadcastFromTheLastRank(r, static_cast<float*>(send), static_cast<float*>(recv)))
+      return failed;
+    // No legacy handle but the slots' (exported at the first call).
+    RANK_CHECK(22, round == 0 || copies.exportsSince() == 0);
+    if (kDescriptors) {
+      RANK_CHECK(23, copies.deviceSince() <= kLargeChunks + 1);
+      if (!root) RANK_CHECK(24, copies.deviceSince() >= kLargeChunks);
+    } else if (root) {
+      RANK_CHECK(25, copies.deviceSince() >= 2 * kLargeChunks);
+    }
+    // Every rank's call is over once the barrier is: the buffers may go.
+    RANK_CHECK(26, braidBarrier(r.comm, nullptr) == braidSuccess);
+    RANK_CHECK(27, braidMemFree(send) == braidSuccess);
+    RANK_CHECK(28, braidMemFree(recv) == braidSuccess);
+    RANK_CHECK(29, braidMemFree(recv) == braidInvalidArgument);  // freed already
+  }
+  return 0;
+}
+
+RankSetup withVmm(const char* vmm) {
+  RankSetup setup;
+  setup.environment = {"BRAID_CHUNK_BYTES=131072", "BRAID_CUDA_IPC_SLOT_BYTES=128K",
+                       "BRAID_ALGO=broadcast=chain", std::string("FAKE_CUDA_VMM=") + vmm};
+  return setup;
+}
+
+TEST_F(GpuDirectReads, BraidMemAllocBuffersAreReadInPlaceByDefaultAndMayBeFreedAnyTime) {
+  expectEveryRankPassed(runRanks(2, memAllocBroadcastChecked<true>, withVmm("1")));
+}
+
+TEST_F(GpuDirectReads, BraidMemAllocWithoutDescriptorsIsPlainMemoryThroughTheSlots) {
+  expectEveryRankPassed(runRanks(2, memAllocBroadcastChecked<false>, withVmm("0")));
+}
+
+// cudaMalloc buffers, with BRAID_CUDA_IPC_DIRECT_BYTES at its default.
+TEST_F(GpuDirectReads, CudaMallocBuffersGoThroughTheSlotsByDefault) {
+  RankSetup setup;
+  setup.environment = {"BRAID_CUDA_IPC_SLOT_BYTES=64K", "BRAID_ALGO=broadcast=chain"};
+  expectEveryRankPassed(runRanks(2, broadcastChecked<false>, setup));
+}
+
 }  // namespace

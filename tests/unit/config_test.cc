@@ -208,15 +208,22 @@ TEST(Config, CudaIpcSlotsAreAutoUnlessSet) {
   }
 }
 
-TEST(Config, CudaIpcReadsInPlaceAreOffUnlessSet) {
-  auto c = loadConfig();
-  ASSERT_TRUE(c.isOk());
-  EXPECT_EQ(c->cudaIpcDirectBytes, 0u);
+// By default only braidMemAlloc's memory is read in place, from 64 KiB; a
+// size sets both minimums, 0 turns both off.
+TEST(Config, CudaIpcReadsInPlaceAreForBraidMemAllocMemoryUnlessSet) {
+  for (const char* unset : {"", "auto"}) {
+    ScopedEnv direct("BRAID_CUDA_IPC_DIRECT_BYTES", unset);
+    auto c = loadConfig();
+    ASSERT_TRUE(c.isOk()) << unset;
+    EXPECT_EQ(c->cudaIpcDirectBytes, 0u) << unset;
+    EXPECT_EQ(c->cudaIpcHeldDirectBytes, size_t{64} << 10) << unset;
+  }
   for (const auto& [text, bytes] : {std::pair{"0", size_t{0}}, std::pair{"1M", size_t{1} << 20}}) {
     ScopedEnv direct("BRAID_CUDA_IPC_DIRECT_BYTES", text);
     auto parsed = loadConfig();
     ASSERT_TRUE(parsed.isOk()) << text;
     EXPECT_EQ(parsed->cudaIpcDirectBytes, bytes);
+    EXPECT_EQ(parsed->cudaIpcHeldDirectBytes, bytes);
   }
   for (const char* bad : {"-1", "2T", "some"}) {
     ScopedEnv direct("BRAID_CUDA_IPC_DIRECT_BYTES", bad);

@@ -317,6 +317,52 @@ TEST_F(DirectWhenAllowed, ABufferNotExportedGoesThroughTheSlotsUntilItIs) {
   EXPECT_EQ(B->directReads(), 1u);
 }
 
+// As by default (BRAID_CUDA_IPC_DIRECT_BYTES=auto): only buffers whose
+// memory a peer's mapping keeps alive (braidMemAlloc's) are read in place,
+// from their own minimum, and no other buffer is exported for it.
+class HeldDirectPair : public DirectPair {
+ protected:
+  void SetUp() override {
+    auto options = smallSlots();
+    options.heldDirectMinBytes = kDirectMin;
+    open(options);
+  }
+  // Sends `bytes` from A to B; true if they arrived whole.
+  bool exchange(size_t bytes, uint8_t seed) {
+    DeviceBuffer s(*devA, bytes), r(*devB, bytes);
+    s.fill(seed);
+    auto sent = A->postSend(s.data(), bytes, Tag{++tag_, 1});
+    auto got = B->postRecv(r.data(), bytes, Tag{tag_, 1});
+    drive({sent, got});
+    synchronize();
+    return sent->state() == State::kDone && got->state() == State::kDone && r.holds(seed);
+  }
+  uint64_t tag_ = 1;
+};
+
+TEST_F(HeldDirectPair, AHeldBufferIsReadInPlaceWithoutAnExportDuringTheCall) {
+  devA->heldExports = true;
+  EXPECT_TRUE(exchange(kLarge, 71));
+  EXPECT_EQ(B->directReads(), 1u);
+  EXPECT_EQ(devA->copies.load(), 0u);
+  EXPECT_EQ(devA->exports.load(), 0u);
+}
+
+TEST_F(HeldDirectPair, OtherBuffersGoThroughTheSlotsAndAreNotExported) {
+  EXPECT_TRUE(exchange(kLarge, 72));
+  EXPECT_EQ(B->directReads(), 0u);
+  EXPECT_GT(devA->copies.load(), 0u);
+  EXPECT_EQ(devA->exports.load(), 0u);
+}
+
+TEST_F(HeldDirectPair, HeldBuffersUnderTheirMinimumGoThroughTheSlots) {
+  devA->heldExports = true;
+  EXPECT_TRUE(exchange(kDirectMin - 4, 73));
+  EXPECT_EQ(B->directReads(), 0u);
+  EXPECT_TRUE(exchange(kDirectMin, 74));
+  EXPECT_EQ(B->directReads(), 1u);
+}
+
 TEST_F(DirectPair, AReceiveOfAnotherSizeFailsAndTheSendStillEnds) {
   DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
   s.fill(1);

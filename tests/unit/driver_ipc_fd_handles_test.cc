@@ -8,6 +8,7 @@
 #include <string>
 
 #include "driver_ipc_device_fixture.h"
+#include "transports/cuda_ipc/shared_gpu_memory.h"
 
 namespace braid::transport::cuda_ipc {
 namespace {
@@ -108,6 +109,46 @@ TEST_F(FdHandles, LegacyHandlesWhenAskedAndEitherKindOpens) {
   ASSERT_TRUE(bOnLegacy && aOnFds);
   std::memset(b->data(), 7, 4096);
   EXPECT_EQ(static_cast<const uint8_t*>(bOnLegacy->data())[4095], 7);
+}
+
+// braidMemAlloc's memory (shared_gpu_memory.h) is exported as it is made:
+// a device finds its export with no driver call, marked as memory a peer's
+// mapping keeps alive, and so it does: the owner frees it, and the peer's
+// mapping still holds its bytes.
+TEST_F(FdHandles, SharedMemoryIsExportedAsMadeAndOutlivesItsOwnersFree) {
+  constexpr size_t kBytes = 3000;
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  auto* data = static_cast<uint8_t*>(take(allocateSharedGpuMemory(kBytes)));
+  ASSERT_NE(data, nullptr);
+  auto range = take(device->exportedRange(data + 100, 200));
+  EXPECT_TRUE(range.peerHoldsMemory);
+  EXPECT_EQ(range.offset, 100u);
+  EXPECT_EQ(range.handle.scheme, IpcHandle::Scheme::kPosixFd);
+  EXPECT_NE(range.allocationId & (uint64_t{1} << 63), 0u);  // apart from the driver's ids
+  EXPECT_FALSE(sharedGpuRange(data, size_t{1} << 30));      // past its end
+  EXPECT_FALSE(sharedGpuRange(data - 4096, 4));             // before it
+
+  auto opened = take(device->openMemory(range.handle));
+  ASSERT_TRUE(opened);
+  for (size_t i = 0; i < kBytes; ++i) data[i] = static_cast<uint8_t>(i * 7);
+  ASSERT_OK(freeSharedGpuMemory(data));
+  EXPECT_FALSE(sharedGpuRange(data, 4));
+  EXPECT_FALSE(device->exportedRange(data, 4).isOk());
+  EXPECT_EQ(freeSharedGpuMemory(data).code(), ErrorCode::kInvalidArgument);  // freed already
+  const auto* held = static_cast<const uint8_t*>(opened->data());
+  for (size_t i = 0; i < kBytes; ++i) ASSERT_EQ(held[i], static_cast<uint8_t>(i * 7)) << i;
+  opened.reset();  // the last mapping: now the memory goes (TearDown checks)
+}
+
+TEST_F(DriverIpcDeviceTest, WithoutDescriptorsSharedMemoryIsPlainMemoryNotReadInPlace) {
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  void* data = take(allocateSharedGpuMemory(4096));
+  ASSERT_NE(data, nullptr);
+  EXPECT_FALSE(sharedGpuRange(data, 4096));
+  EXPECT_FALSE(device->exportedRange(data, 4096).isOk());
+  ASSERT_OK(freeSharedGpuMemory(data));
 }
 
 TEST_F(DriverIpcDeviceTest, WithoutDescriptorsAutoUsesLegacyHandlesAndPosixFdIsRefused) {

@@ -60,6 +60,10 @@ class FakeIpcDevice final : public IpcDevice {
   std::atomic<size_t> exports{0};  // allocations exportRange exported (each once)
   // Added to every offset exportRange gives, as a peer that lied would.
   std::atomic<uint64_t> exportOffsetSkew{0};
+  // allocate()'s memory is exported already, and a peer's mapping keeps it
+  // alive, as braidMemAlloc's is: exportedRange answers for it, with
+  // peerHoldsMemory, and exports counts none of it.
+  std::atomic<bool> heldExports{false};
   // Runs before each openMemory; an error it returns is openMemory's.
   std::function<Status()> beforeOpen;
   // Runs before each allocateHost (pinning memory, which may wait long).
@@ -297,6 +301,11 @@ class FakeIpcDevice final : public IpcDevice {
     auto it = exportable_.upper_bound(a);
     if (it == exportable_.begin() || (--it, a + bytes > it->first + it->second.bytes))
       return notSupported("fake device: not memory of allocate()");
+    if (heldExports) {
+      ExportedRange held{it->second.handle, it->second.id, a - it->first + exportOffsetSkew};
+      held.peerHoldsMemory = true;
+      return held;
+    }
     if (!exportNow && !it->second.exported) return notSupported("fake device: not exported yet");
     if (exportNow && !it->second.exported) {
       it->second.exported = true;

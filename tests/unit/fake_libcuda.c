@@ -341,6 +341,14 @@ int cuCtxSetCurrent(void* context) {
   return FAKE_CUDA_SUCCESS;
 }
 
+/* The one GPU, where a context is current. */
+int cuCtxGetDevice(int* device) {
+  if (device == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
+  if (!fakeHasContext()) return FAKE_CUDA_ERROR_INVALID_CONTEXT;
+  *device = 0;
+  return FAKE_CUDA_SUCCESS;
+}
+
 int cuCtxGetCurrent(void** context) {
   if (context == NULL) return FAKE_CUDA_ERROR_INVALID_VALUE;
   *context = fakeHasContext() ? &theContext : NULL;

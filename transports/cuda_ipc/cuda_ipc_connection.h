@@ -58,7 +58,11 @@
 // runs before a CUDA stream waits; later messages from it are read in place.
 // Exporting is held alike: a buffer not exported before goes through the
 // slots then, and is exported when the next call is prepared
-// (IpcDevice::exportRange, by the communicator).
+// (IpcDevice::exportRange, by the communicator). A buffer whose peer's
+// mapping keeps its memory alive (braidMemAlloc's, shared_gpu_memory.h) is
+// exported already, and has a minimum of its own,
+// Options::heldDirectMinBytes: reading it in place asks nothing of when the
+// caller frees it.
 //
 // A message that arrives before its receive holds its slots. When every
 // slot of this end is held so, the held chunks are copied out into spill
@@ -96,6 +100,9 @@ class CudaIpcConnection final : public Connection {
     size_t slotBytes = size_t{1} << 20;  // a multiple of 16, so no element spans two chunks
     // Messages of at least this many bytes are read in place (above); 0: none.
     size_t directMinBytes = 0;
+    // The same for buffers whose peer's mapping keeps their memory alive
+    // (ExportedRange::peerHoldsMemory: braidMemAlloc's); 0: none.
+    size_t heldDirectMinBytes = 0;
     // Runs `work` (opening a peer's allocation, or exporting one of this
     // process) and returns true, unless such driver calls may not be made
     // now (above), atomically with respect to that changing; null: always.

@@ -42,8 +42,12 @@ Status CudaIpcConnection::openDirectEvents() {
 Status CudaIpcConnection::trySendDirect(PendingSend& s, bool& sent) {
   sent = false;
   if (s.viaSlots) return Status::ok();
-  if (s.queued > 0 || s.bytes == 0 || options_.directMinBytes == 0 ||
-      s.bytes < options_.directMinBytes || !peerReadsInPlace_) {
+  // Whether a message of `bytes` may be read in place when its buffer is
+  // of the kind `minBytes` is for.
+  auto largeEnough = [&](size_t minBytes) { return minBytes != 0 && s.bytes >= minBytes; };
+  const bool anyBuffer = largeEnough(options_.directMinBytes);
+  if (s.queued > 0 || s.bytes == 0 || !peerReadsInPlace_ ||
+      !(anyBuffer || largeEnough(options_.heldDirectMinBytes))) {
     s.viaSlots = true;
     return Status::ok();
   }
@@ -55,13 +59,19 @@ Status CudaIpcConnection::trySendDirect(PendingSend& s, bool& sent) {
     return Status::ok();
   }
   auto exported = device_->exportedRange(s.data, s.bytes);
-  if (!exported.isOk() && !mayMap([&] { exported = device_->exportRange(s.data, s.bytes); })) {
+  // Only where every buffer may be read in place is one exported now.
+  if (!exported.isOk() && anyBuffer &&
+      !mayMap([&] { exported = device_->exportRange(s.data, s.bytes); })) {
     s.viaSlots = true;  // not now: exported when a later call is prepared
     return Status::ok();
   }
   if (!exported.isOk()) {
     BRAID_TRACE("cuda_ipc: a ", s.bytes, "-byte message to rank ", peer(),
                 " goes through the slots: ", exported.status().message());
+    s.viaSlots = true;
+    return Status::ok();
+  }
+  if (!anyBuffer && !(exported->peerHoldsMemory && largeEnough(options_.heldDirectMinBytes))) {
     s.viaSlots = true;
     return Status::ok();
   }

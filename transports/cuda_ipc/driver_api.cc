@@ -48,6 +48,7 @@ const Driver* loadDriver(std::string& why) {
   finder.findOptional(d.threadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
   finder.findOptional(d.memGetAddressRange, "cuMemGetAddressRange_v2");
   finder.findOptional(d.pointerGetAttribute, "cuPointerGetAttribute");
+  finder.findOptional(d.ctxGetDevice, "cuCtxGetDevice");
   cudadriver::EntryFinder vmm;
   vmm.find(d.deviceGetAttribute, "cuDeviceGetAttribute");
   vmm.find(d.memCreate, "cuMemCreate");

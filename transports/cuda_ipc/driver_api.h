@@ -145,6 +145,8 @@ struct Driver {
   // (exportRange), and every message goes through the slots.
   CuResult (*memGetAddressRange)(DevicePtr*, size_t*, DevicePtr) = nullptr;
   CuResult (*pointerGetAttribute)(void*, int, DevicePtr) = nullptr;
+  // Optional: the GPU of the thread's current context (braidMemAlloc).
+  CuResult (*ctxGetDevice)(CuDevice*) = nullptr;
   // Optional: drivers before CUDA 10.2 lack them (vmm false then).
   bool vmm = false;
   CuResult (*deviceGetAttribute)(int*, int, CuDevice) = nullptr;

@@ -15,6 +15,7 @@
 #include "src/common/strcat.h"
 #include "transports/cuda_ipc/driver_api.h"
 #include "transports/cuda_ipc/fd_handoff.h"
+#include "transports/cuda_ipc/shared_gpu_memory.h"
 
 namespace braid::transport::cuda_ipc {
 namespace driver_ipc {
@@ -54,11 +55,8 @@ class DriverMemory final : public DeviceMemory {
       switch (origin_) {
         case Origin::kOpened:
           return d.ipcCloseMemHandle(pointer_);
-        case Origin::kMapped: {
-          const CuResult r = d.memUnmap(pointer_, mappedBytes_);
-          const CuResult f = d.memAddressFree(pointer_, mappedBytes_);
-          return r != kSuccess ? r : f;
-        }
+        case Origin::kMapped:
+          return unmapAllocation(d, pointer_, mappedBytes_);
         case Origin::kAllocated:
           break;
       }
@@ -84,27 +82,6 @@ class DriverMemory final : public DeviceMemory {
   Origin origin_;
   size_t mappedBytes_;
 };
-
-// Reserves an address range for `allocation` (`bytes`, a multiple of the
-// granularity), maps it there, and lets this GPU read and write it; the
-// range is undone if a step fails. Call with the context current.
-CuResult mapAllocation(const Driver& d, CuDevice device, CuMemHandle allocation, size_t bytes,
-                       DevicePtr* pointer) {
-  DevicePtr reserved = 0;
-  if (CuResult r = d.memAddressReserve(&reserved, bytes, 0, 0, 0); r != kSuccess) return r;
-  if (CuResult r = d.memMap(reserved, bytes, 0, allocation, 0); r != kSuccess) {
-    (void)d.memAddressFree(reserved, bytes);
-    return r;
-  }
-  const CuMemAccessDesc access{{kLocationDevice, device}, kAccessReadWrite};
-  if (CuResult r = d.memSetAccess(reserved, bytes, &access, 1); r != kSuccess) {
-    (void)d.memUnmap(reserved, bytes);
-    (void)d.memAddressFree(reserved, bytes);
-    return r;
-  }
-  *pointer = reserved;
-  return kSuccess;
-}
 
 class DriverHostMemory final : public HostMemory {
  public:
@@ -285,6 +262,8 @@ Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocate(size_t bytes) {
 }
 
 Result<ExportedRange> DriverIpcDevice::exportedRange(const void* data, size_t bytes) {
+  // braidMemAlloc's memory is exported when it is made.
+  if (auto shared = sharedGpuRange(data, bytes)) return *shared;
   const auto address = reinterpret_cast<uintptr_t>(data);
   std::lock_guard lock(mutex_);
   auto it = exported_.upper_bound(address);
@@ -333,52 +312,21 @@ Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocateUnshared(size_t b
 }
 
 Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocateExportingFd(size_t bytes) {
-  const std::string what = strCat("cuda_ipc: allocating ", bytes, " bytes of GPU memory (cuMem)");
-  if (!driver_.vmm) return notSupported(strCat(what, ": the driver has no cuMem calls"));
-  driver_ipc::CuMemAllocationProp prop{};
-  prop.type = driver_ipc::kAllocationPinned;
-  prop.requestedHandleTypes = driver_ipc::kHandleTypePosixFd;
-  prop.location = {driver_ipc::kLocationDevice, context_->device()};
-  std::unique_ptr<DriverMemory> memory;
-  int exported = -1;
-  size_t mapped = 0;
-  BRAID_RETURN_IF_ERROR(context_->run(what, [&]() -> Status {
-    size_t granularity = 0;
-    driver_ipc::CuResult r =
-        driver_.memGetAllocationGranularity(&granularity, &prop, driver_ipc::kGranularityMinimum);
-    if (r != driver_ipc::kSuccess) return driver_.error(r, strCat(what, ": its granularity"));
-    if (granularity == 0) granularity = 1;
-    mapped = (bytes + granularity - 1) / granularity * granularity;
-    driver_ipc::CuMemHandle allocation = 0;
-    if (r = driver_.memCreate(&allocation, mapped, &prop, 0); r != driver_ipc::kSuccess)
-      return driver_.error(r, what);
-    driver_ipc::DevicePtr pointer = 0;
-    r = driver_ipc::mapAllocation(driver_, context_->device(), allocation, mapped, &pointer);
-    if (r == driver_ipc::kSuccess) {
-      memory =
-          std::make_unique<DriverMemory>(context_, pointer, DriverMemory::Origin::kMapped, mapped);
-      r = driver_.memExportToShareableHandle(&exported, allocation, driver_ipc::kHandleTypePosixFd,
-                                             0);
-    }
-    // The mapping keeps the memory, and the descriptor names it: the
-    // allocation's own handle is no longer needed.
-    (void)driver_.memRelease(allocation);
-    return r == driver_ipc::kSuccess ? Status::ok() : driver_.error(r, what);
-  }));
+  auto made = driver_ipc::createFdExportedMemory(driver_, *context_, bytes);
+  if (!made.isOk())
+    return Status(made.status().code(), strCat("cuda_ipc: ", made.status().message()));
+  auto memory = std::make_unique<DriverMemory>(context_, made->pointer,
+                                               DriverMemory::Origin::kMapped, made->mappedBytes);
+  const size_t mapped = made->mappedBytes;
   std::shared_ptr<FdServer> server;
   {
     std::lock_guard lock(mutex_);
     if (!fdServer_) {
-      auto started = FdServer::start();
-      if (!started.isOk()) {
-        (void)close(exported);
-        return started.status();
-      }
-      fdServer_ = std::move(started).value();
+      BRAID_ASSIGN_OR_RETURN(fdServer_, FdServer::start());
     }
     server = fdServer_;
   }
-  BRAID_ASSIGN_OR_RETURN(FdTicket ticket, server->offer(tcp::Fd(exported)));
+  BRAID_ASSIGN_OR_RETURN(FdTicket ticket, server->offer(std::move(made->fd)));
   memory->server_ = std::move(server);
   memory->offer_ = ticket.id;
   const driver_ipc::FdMemoryHandle contents{ticket, mapped};

@@ -74,6 +74,10 @@ struct ExportedRange {
   IpcHandle handle;
   uint64_t allocationId = 0;
   uint64_t offset = 0;
+  // The peer's mapping keeps the allocation's memory alive, so the owner
+  // may free it while the peer has it open (shared_gpu_memory.h); false for
+  // a legacy handle, whose memory must outlive the peer's use of it.
+  bool peerHoldsMemory = false;
 };
 
 class IpcDevice {
