@@ -248,9 +248,21 @@ int runRank(int rank, int nranks, const braidUniqueId& id,
   r.nranks = nranks;
   const size_t bytes = static_cast<size_t>(nranks) * kCount * sizeof(float);
   if (cudaSetDevice(0) != cudaSuccess ||
-      cudaStreamCreateWithFlags(&r.cudaStream, cudaStreamNonBlocking) != cudaSuccess ||
-      cudaMalloc(&r.send, bytes) != cudaSuccess || cudaMalloc(&r.recv, bytes) != cudaSuccess)
-    return r.fail("setup", "CUDA refused a stream or memory");
+      cudaStreamCreateWithFlags(&r.cudaStream, cudaStreamNonBlocking) != cudaSuccess)
+    return r.fail("setup", "CUDA refused a stream");
+  // GPU_TEST_MEM_ALLOC in `environment`: the buffers from braidMemAlloc,
+  // read in place by default.
+  if (std::getenv("GPU_TEST_MEM_ALLOC") != nullptr) {
+    void* send = nullptr;
+    void* recv = nullptr;
+    if (braidMemAlloc(&send, bytes) != braidSuccess || braidMemAlloc(&recv, bytes) != braidSuccess)
+      return r.fail("setup", "braidMemAlloc");
+    r.send = static_cast<float*>(send);
+    r.recv = static_cast<float*>(recv);
+  } else if (cudaMalloc(&r.send, bytes) != cudaSuccess ||
+             cudaMalloc(&r.recv, bytes) != cudaSuccess) {
+    return r.fail("setup", "CUDA refused memory");
+  }
   if (braidCommInitRank(&r.comm, nranks, id, rank) != braidSuccess)
     return r.fail("setup", "braidCommInitRank");
   if (braidStreamCreateFromCuda(r.comm, r.cudaStream, &r.stream) != braidSuccess)
@@ -336,6 +348,12 @@ INSTANTIATE_TEST_SUITE_P(OneGpu, GpuCollectives,
                                             ::testing::Values("BRAID_CUDA_IPC_HANDLES=auto",
                                                               "BRAID_CUDA_IPC_HANDLES=legacy",
                                                               "BRAID_CUDA_IPC_DIRECT_BYTES=1")));
+
+// Buffers of braidMemAlloc (cuMem memory exported as a descriptor), read in
+// place with BRAID_CUDA_IPC_DIRECT_BYTES at its default.
+INSTANTIATE_TEST_SUITE_P(OneGpuMemAlloc, GpuCollectives,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::Values("GPU_TEST_MEM_ALLOC=1")));
 
 // While another thread captures a CUDA graph in global mode (as
 // torch.cuda.graph does), the driver refuses allocations, queries and
