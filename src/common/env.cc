@@ -139,6 +139,18 @@ Status parseDouble(std::string_view name, const std::string& text, double lo, do
   return Status::ok();
 }
 
+// A size in bytes as parseByteSize reads it (digits, then K, M or G), in
+// [lo, hi].
+Status parseBytes(std::string_view name, const std::string& text, size_t lo, size_t hi,
+                  size_t* out) {
+  const std::optional<size_t> bytes = parseByteSize(text);
+  if (!bytes || *bytes < lo || *bytes > hi)
+    return invalidArgument(strCat(name, "='", text, "' is not a size from ", lo, " to ", hi,
+                                  " bytes (digits, then K, M or G)"));
+  *out = *bytes;
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<FaultSpec> parseFaultSpec(const std::string& text) {
@@ -244,23 +256,19 @@ Result<Config> loadConfig() {
     return invalidArgument(
         strCat("BRAID_HOSTID is ", config.hostId.size(), " bytes long; at most 256 are allowed"));
   config.topoFile = envString("BRAID_TOPO_FILE");
-  if (std::string c = envString("BRAID_CHUNK_BYTES"); !c.empty()) {
-    double v = 0;
-    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_CHUNK_BYTES", c, 4096, 1 << 30, &v));
-    config.chunkBytes = static_cast<size_t>(v);
-  }
+  if (std::string c = envString("BRAID_CHUNK_BYTES"); !c.empty())
+    BRAID_RETURN_IF_ERROR(
+        parseBytes("BRAID_CHUNK_BYTES", c, 4096, size_t{1} << 30, &config.chunkBytes));
   if (std::string b = envString("BRAID_SHM_BYTES"); !b.empty() && b != "auto") {
     config.shmRingAuto = false;
-    double v = 0;
-    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SHM_BYTES", b, 4096, 0x1p40, &v));
-    config.shmRingBytes = static_cast<size_t>(v);
-    if ((config.shmRingBytes & (config.shmRingBytes - 1)) != 0 || config.shmRingBytes != v)
+    BRAID_RETURN_IF_ERROR(
+        parseBytes("BRAID_SHM_BYTES", b, 4096, size_t{1} << 40, &config.shmRingBytes));
+    if ((config.shmRingBytes & (config.shmRingBytes - 1)) != 0)
       return invalidArgument(strCat("BRAID_SHM_BYTES='", b, "' is not a power of two"));
   }
   if (std::string b = envString("BRAID_SHM_CMA_BYTES"); !b.empty() && b != "auto") {
-    double v = 0;
-    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_SHM_CMA_BYTES", b, 0, 0x1p40, &v));
-    config.shmCmaBytes = static_cast<size_t>(v);
+    BRAID_RETURN_IF_ERROR(
+        parseBytes("BRAID_SHM_CMA_BYTES", b, 0, size_t{1} << 40, &config.shmCmaBytes));
     config.shmCmaAuto = false;
   } else {
     config.shmCmaBytes = singleCopyBytes(config.shmRingBytes);

@@ -119,6 +119,33 @@ TEST(Config, MalformedValuesAreErrors) {
   }
 }
 
+// Every size in bytes reads as BRAID_CUDA_IPC_SLOT_BYTES does: digits with
+// an optional K, M or G (powers of 1024), and nothing else.
+TEST(Config, ByteSizesTakeSuffixes) {
+  {
+    ScopedEnv chunk("BRAID_CHUNK_BYTES", "128K");
+    ScopedEnv ring("BRAID_SHM_BYTES", "1M");
+    ScopedEnv cma("BRAID_SHM_CMA_BYTES", "64k");
+    auto c = loadConfig();
+    ASSERT_TRUE(c.isOk()) << c.status().message();
+    EXPECT_EQ(c->chunkBytes, size_t{128} << 10);
+    EXPECT_EQ(c->shmRingBytes, size_t{1} << 20);
+    EXPECT_EQ(c->shmCmaBytes, size_t{64} << 10);
+  }
+  for (auto [name, value] :
+       std::vector<std::pair<const char*, const char*>>{{"BRAID_CHUNK_BYTES", "4.5K"},
+                                                        {"BRAID_CHUNK_BYTES", "2G"},
+                                                        {"BRAID_CHUNK_BYTES", "1e6"},
+                                                        {"BRAID_SHM_BYTES", "3K"},
+                                                        {"BRAID_SHM_BYTES", "-4096"},
+                                                        {"BRAID_SHM_CMA_BYTES", "64KB"}}) {
+    ScopedEnv e(name, value);
+    auto c = loadConfig();
+    ASSERT_FALSE(c.isOk()) << name << "=" << value;
+    EXPECT_NE(c.status().message().find(name), std::string::npos) << c.status().message();
+  }
+}
+
 TEST(Config, ParsesGoodValues) {
   ScopedEnv t("BRAID_TIMEOUT", "2.5");
   ScopedEnv a("BRAID_ALGO", "allreduce=ring,broadcast=tree");
