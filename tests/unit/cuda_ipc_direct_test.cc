@@ -201,6 +201,30 @@ TEST_F(DirectPair, EachAllocationOfThePeerIsOpenedOnce) {
   EXPECT_EQ(opens, 1);
 }
 
+// Past the allocations a receiver keeps open, a message from one more goes
+// through the slots, and those open already are still read in place.
+TEST_F(DirectPair, PastTheOpenAllocationsAnotherGoesThroughTheSlotsAndOpenOnesAreStillRead) {
+  handshake();
+  DeviceBuffer r(*devB, kDirectMin);
+  uint64_t tag = 2;
+  auto exchange = [&](DeviceBuffer& s, uint8_t seed) {
+    s.fill(seed);
+    auto sent = A->postSend(s.data(), s.bytes, Tag{tag, 1});
+    auto got = B->postRecv(r.data(), r.bytes, Tag{tag++, 1});
+    drive({sent, got});
+    synchronize();
+    return sent->state() == State::kDone && got->state() == State::kDone && r.holds(seed);
+  };
+  std::vector<std::unique_ptr<DeviceBuffer>> sources;
+  for (size_t i = 0; i <= CudaIpcConnection::kMaxPeerAllocations; ++i) {
+    sources.push_back(std::make_unique<DeviceBuffer>(*devA, kDirectMin));
+    ASSERT_TRUE(exchange(*sources.back(), static_cast<uint8_t>(i))) << i;
+  }
+  EXPECT_EQ(B->directReads(), CudaIpcConnection::kMaxPeerAllocations);
+  ASSERT_TRUE(exchange(*sources.front(), 99));
+  EXPECT_EQ(B->directReads(), CudaIpcConnection::kMaxPeerAllocations + 1);
+}
+
 TEST_F(DirectPair, ABufferTheDeviceCannotExportGoesThroughTheSlots) {
   devA->refuseExports = true;
   DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);

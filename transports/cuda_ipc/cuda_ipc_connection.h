@@ -348,6 +348,7 @@ class CudaIpcConnection final : public Connection {
   std::deque<uint32_t> freeDirect_;              // indices of this end's sends
   std::map<uint32_t, PendingSend> directSends_;  // by read index: awaiting the peer's answer
   bool peerReadsInPlace_ = true;                 // until it refuses one
+  bool toldAllocationsFull_ = false;             // kMaxPeerAllocations reached, logged
   std::map<uint64_t, std::unique_ptr<DeviceMemory>> peerAllocations_;  // by id
   std::map<uint64_t, IpcHandle> pendingOpens_;  // by id: to open at the next reserve()
   std::set<uint64_t> opening_;                  // ids reserve() opens now, outside mutex_

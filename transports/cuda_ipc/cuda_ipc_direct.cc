@@ -182,6 +182,16 @@ Status CudaIpcConnection::directArrived(const Record& r) {
     return sendRecord(Record{kDirectDropped, r.slot, r.tag, 0, 0, 0, 0, 0, {}});
   }
   if (!cannotOpen_.isOk()) return declineDirect(r, kDirectRefused);
+  // As many of the peer's allocations open as this end keeps: one more
+  // comes through the slots, and those open are still read in place.
+  if (!peerAllocations_.count(r.allocationId) &&
+      peerAllocations_.size() + opening_.size() >= kMaxPeerAllocations) {
+    if (!toldAllocationsFull_)
+      BRAID_INFO("cuda_ipc: ", kMaxPeerAllocations, " allocations of rank ", peer(),
+                 " are open here; messages from others come through the slots");
+    toldAllocationsFull_ = true;
+    return declineDirect(r, kDirectDeclined);
+  }
   // Opened as it arrives, so that a refusal reaches the sender at once;
   // or, where it may not be opened now, declined, and opened later.
   Result<const uint8_t*> opened = notSupported("not opened");
