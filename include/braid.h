@@ -239,10 +239,13 @@ braidResult_t braidHostFree(void* ptr);
  * cuda_ipc's slots (BRAID_CUDA_IPC_DIRECT_BYTES, docs/GPU.md). It is cuMem
  * memory exported as a file descriptor, which a peer maps: the peer's
  * mapping keeps it alive, so unlike a cudaMalloc buffer read in place it
- * may be freed whenever no call using it is in flight. Where the GPU or
- * driver cannot export such memory it is cudaMalloc-like memory that moves
- * through the slots. Any other use is ordinary GPU memory. Not tied to a
- * communicator; thread-safe. Free it with braidMemFree.
+ * may be freed whenever no call using it is in flight; each peer that
+ * mapped it is told and unmaps it at its next call, and keeps its pages on
+ * the GPU until then. Each live allocation holds a file descriptor of the
+ * process. Where the GPU or driver cannot export such memory (or the
+ * descriptors run out) it is cuMemAlloc memory that moves through the
+ * slots, logged at WARN. Any other use is ordinary GPU memory. Not tied to
+ * a communicator; thread-safe. Free it with braidMemFree.
  * Errors: braidInvalidArgument (NULL ptr, size 0), braidNotSupported (a
  * build without CUDA, or a process that has not loaded the CUDA driver),
  * braidUnhandledCudaError (the driver's, with its message). */

@@ -328,6 +328,22 @@ TEST_F(DirectWhenAllowed, OneOpenedMeanwhileIsNotOpenedAgainAtReserve) {
   EXPECT_EQ(opens->load(), slotOpens + 1);
 }
 
+// An allocation opened late fails as one its owner freed meanwhile would
+// (its descriptor withdrawn): that one is dropped, and the peer's other
+// allocations are still read in place.
+TEST_F(DirectWhenAllowed, AnAllocationGoneBeforeItsLateOpenIsDroppedAlone) {
+  DeviceBuffer gone(*devA, kLarge), kept(*devA, kLarge), r(*devB, kLarge);
+  ASSERT_TRUE(devA->exportRange(gone.data(), gone.bytes).isOk());
+  ASSERT_TRUE(devA->exportRange(kept.data(), kept.bytes).isOk());
+  EXPECT_TRUE(exchange(gone, r, 2, 71));  // declined, left to reserve()
+  devB->beforeOpen = [] { return remoteError("fake: the descriptor was withdrawn"); };
+  ASSERT_TRUE(B->reserve({}, {}).isOk());
+  devB->beforeOpen = nullptr;
+  allowed->store(true);
+  EXPECT_TRUE(exchange(kept, r, 3, 72));
+  EXPECT_EQ(B->directReads(), 1u);
+}
+
 TEST_F(DirectWhenAllowed, ABufferNotExportedGoesThroughTheSlotsUntilItIs) {
   DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
   EXPECT_TRUE(exchange(s, r, 2, 61));
@@ -385,6 +401,52 @@ TEST_F(HeldDirectPair, HeldBuffersUnderTheirMinimumGoThroughTheSlots) {
   EXPECT_EQ(B->directReads(), 0u);
   EXPECT_TRUE(exchange(kDirectMin, 74));
   EXPECT_EQ(B->directReads(), 1u);
+}
+
+// A buffer exported already (as with BRAID_CUDA_IPC_DIRECT_BYTES set before)
+// whose memory the peer does not hold is still not read in place.
+TEST_F(HeldDirectPair, ABufferExportedBeforeButNotHeldGoesThroughTheSlots) {
+  DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
+  ASSERT_TRUE(devA->exportRange(s.data(), s.bytes).isOk());
+  s.fill(75);
+  auto sent = A->postSend(s.data(), kLarge, Tag{2, 1});
+  auto got = B->postRecv(r.data(), kLarge, Tag{2, 1});
+  drive({sent, got});
+  synchronize();
+  EXPECT_TRUE(r.holds(75));
+  EXPECT_EQ(B->directReads(), 0u);
+}
+
+// The owner frees a held allocation: its peer is told, and unmaps it at its
+// next reserve(), its read done; one still in use stays mapped.
+TEST_F(HeldDirectPair, AFreedAllocationIsUnmappedByThePeerAtItsNextReserve) {
+  devA->heldExports = true;
+  handshake();
+  ASSERT_TRUE(B->reserve({}, {}).isOk());  // its spill blocks, made once
+  const int mapped = devB->liveMappings.load();
+  EXPECT_TRUE(exchange(kLarge, 81));  // its buffers are freed as it returns
+  EXPECT_EQ(B->directReads(), 1u);
+  EXPECT_EQ(devB->liveMappings.load(), mapped + 1);  // the peer's allocation, open
+  driveFor(20);
+  ASSERT_TRUE(B->reserve({}, {}).isOk());
+  EXPECT_EQ(devB->liveMappings.load(), mapped);
+}
+
+TEST_F(HeldDirectPair, AnAllocationStillInUseStaysMapped) {
+  devA->heldExports = true;
+  handshake();
+  ASSERT_TRUE(B->reserve({}, {}).isOk());
+  DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
+  const int mapped = devB->liveMappings.load();
+  s.fill(82);
+  auto sent = A->postSend(s.data(), kLarge, Tag{2, 1});
+  auto got = B->postRecv(r.data(), kLarge, Tag{2, 1});
+  drive({sent, got});
+  synchronize();
+  EXPECT_TRUE(r.holds(82));
+  driveFor(20);
+  ASSERT_TRUE(B->reserve({}, {}).isOk());
+  EXPECT_EQ(devB->liveMappings.load(), mapped + 1);
 }
 
 TEST_F(DirectPair, AReceiveOfAnotherSizeFailsAndTheSendStillEnds) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "driver_ipc_device_fixture.h"
 #include "transports/cuda_ipc/shared_gpu_memory.h"
@@ -132,7 +133,15 @@ TEST_F(FdHandles, SharedMemoryIsExportedAsMadeAndOutlivesItsOwnersFree) {
   auto opened = take(device->openMemory(range.handle));
   ASSERT_TRUE(opened);
   for (size_t i = 0; i < kBytes; ++i) data[i] = static_cast<uint8_t>(i * 7);
+  std::vector<uint64_t> freed;
+  const uint64_t seen = device->heldFreedSince(0, freed);
+  freed.clear();
   ASSERT_OK(freeSharedGpuMemory(data));
+  // Its peers are told (IpcDevice::heldFreedSince), and one that had not
+  // fetched its descriptor yet cannot now.
+  EXPECT_EQ(device->heldFreedSince(seen, freed), seen + 1);
+  EXPECT_EQ(freed, std::vector<uint64_t>{range.allocationId});
+  EXPECT_FALSE(device->openMemory(range.handle).isOk());
   EXPECT_FALSE(sharedGpuRange(data, 4));
   EXPECT_FALSE(device->exportedRange(data, 4).isOk());
   EXPECT_EQ(freeSharedGpuMemory(data).code(), ErrorCode::kInvalidArgument);  // freed already
@@ -148,6 +157,24 @@ TEST_F(DriverIpcDeviceTest, WithoutDescriptorsSharedMemoryIsPlainMemoryNotReadIn
   ASSERT_NE(data, nullptr);
   EXPECT_FALSE(sharedGpuRange(data, 4096));
   EXPECT_FALSE(device->exportedRange(data, 4096).isOk());
+  // Nor with a legacy handle, even where every buffer may be read in place:
+  // its owner may free it while a peer has it open.
+  auto refused = device->exportRange(data, 4096);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("braidMemAlloc"), std::string::npos);
+  ASSERT_OK(freeSharedGpuMemory(data));
+}
+
+// BRAID_CUDA_IPC_HANDLES=legacy: peers fetch no descriptor, so braidMemAlloc's
+// memory is not offered to them.
+TEST_F(FdHandles, WithLegacyHandlesSharedMemoryIsNotOffered) {
+  auto device = take(DriverIpcDevice::create(0, DriverIpcDevice::Handles::kLegacy));
+  ASSERT_TRUE(device);
+  void* data = take(allocateSharedGpuMemory(4096));
+  ASSERT_NE(data, nullptr);
+  EXPECT_TRUE(sharedGpuRange(data, 4096));
+  EXPECT_FALSE(device->exportedRange(data, 4096).isOk());
+  EXPECT_FALSE(device->exportRange(data, 4096).isOk());
   ASSERT_OK(freeSharedGpuMemory(data));
 }
 

@@ -291,7 +291,10 @@ class FakeIpcDevice final : public IpcDevice {
   void removeRange(void* data) {
     std::lock_guard lock(rangesMutex_);
     ranges_.erase(reinterpret_cast<uintptr_t>(data));
-    exportable_.erase(reinterpret_cast<uintptr_t>(data));
+    auto exportable = exportable_.find(reinterpret_cast<uintptr_t>(data));
+    if (exportable == exportable_.end()) return;
+    if (heldExports) heldFreed_.push_back(exportable->second.id);
+    exportable_.erase(exportable);
   }
   // exportRange (export), or exportedRange (only what was exported).
   Result<ExportedRange> lookUpExportable(const void* data, size_t bytes, bool exportNow) {
@@ -319,6 +322,11 @@ class FakeIpcDevice final : public IpcDevice {
     std::lock_guard lock(rangesMutex_);
     exportable_[reinterpret_cast<uintptr_t>(data)] = {
         bytes, handle, uint64_t{static_cast<uint32_t>(fields.pid)} << 32 | fields.serial};
+  }
+  uint64_t heldFreedSince(uint64_t seen, std::vector<uint64_t>& ids) override {
+    std::lock_guard lock(rangesMutex_);
+    for (size_t n = seen; n < heldFreed_.size(); ++n) ids.push_back(heldFreed_[n]);
+    return heldFreed_.size();
   }
   // False (and the device faulted) when [p, p + bytes) is not this device's.
   bool inRange(const void* p, size_t bytes, const char* what) {
@@ -371,6 +379,7 @@ class FakeIpcDevice final : public IpcDevice {
     bool exported = false;
   };
   std::map<uintptr_t, Exportable> exportable_;
+  std::vector<uint64_t> heldFreed_;  // ids of held exports freed, in order
   std::mutex mutex_;
   std::condition_variable wake_, idle_;
   std::deque<std::function<void()>> queue_;

@@ -401,6 +401,7 @@ Status CudaIpcConnection::handleRecord(const Record& r) {
   }
   if (r.kind == kChunk) return chunkArrived(r);
   if (r.kind == kDirect) return directArrived(r);
+  if (r.kind == kForget) return forgetArrived(r);
   if (r.kind == kDirectRead || r.kind == kDirectDropped || r.kind == kDirectRefused ||
       r.kind == kDirectDeclined)
     return directAnswered(r);
@@ -502,6 +503,8 @@ Result<bool> CudaIpcConnection::progress() {
     moved = true;
   }
   if (status.isOk() && !controlMoved.isOk()) status = controlMoved.status();
+  if (status.isOk() && ready_ && !namedHeld_.empty()) status = tellFreed();
+  if (status.isOk() && !forgotten_.empty()) (void)mayMap([&] { (void)takeReadForgotten(); });
   if (status.isOk() && ready_) status = pushSends(moved);
   while (status.isOk() && !recordsOut_.empty() &&
          recordsOut_.front().request->state() != Request::State::kPending) {

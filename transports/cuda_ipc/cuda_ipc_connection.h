@@ -179,6 +179,7 @@ class CudaIpcConnection final : public Connection {
     kDirectRefused = 5,
     kDirectDeclined = 6,  // not now: this message through the slots, later ones in place
     kDirectDropped = 7,   // refused by a receive of a different call, unread
+    kForget = 8,          // allocationId's owner freed it (peer-held memory): unmap it
   };
   struct Hello {
     uint64_t magic;
@@ -285,6 +286,17 @@ class CudaIpcConnection final : public Connection {
   Status readDirect(PostedRecv& p, const Record& record);
   // Answers `record` with `kind` (refused or declined); its chunks follow.
   Status declineDirect(const Record& record, Kind kind);
+  // Peer-held allocations (braidMemAlloc's) this end named that their owner
+  // freed since: the peer is told, so that it unmaps them (kForget). The
+  // peer moves them aside and unmaps each at its next reserve() once its
+  // reads of it have run.
+  Status tellFreed();
+  Status forgetArrived(const Record& record);
+  // Those whose reads have run, taken out of forgotten_ (mutex_ held), to
+  // be unmapped where mapping is allowed: at reserve(), or in progress()
+  // through ifMayMap.
+  std::vector<std::unique_ptr<DeviceMemory>> takeReadForgotten();
+  void closeForgotten();
   // Opens the allocations declined while they could not be; outside mutex_.
   Status openPendingAllocations();
   void failDirectSends();
@@ -352,7 +364,15 @@ class CudaIpcConnection final : public Connection {
   std::map<uint64_t, std::unique_ptr<DeviceMemory>> peerAllocations_;  // by id
   std::map<uint64_t, IpcHandle> pendingOpens_;  // by id: to open at the next reserve()
   std::set<uint64_t> opening_;                  // ids reserve() opens now, outside mutex_
-  Status cannotOpen_;                           // why an allocation would not open
+  std::map<uint64_t, uint32_t> lastRead_;       // by id: the read index of its latest read
+  struct Forgotten {
+    std::unique_ptr<DeviceMemory> memory;
+    int lastRead;  // its read index, or -1
+  };
+  std::vector<Forgotten> forgotten_;  // unmapped at reserve() once read
+  std::set<uint64_t> namedHeld_;      // peer-held allocations named in kDirect records
+  uint64_t heldFreedSeen_ = 0;        // IpcDevice::heldFreedSince
+  Status cannotOpen_;                 // why an allocation would not open
   size_t directReads_ = 0;
 };
 

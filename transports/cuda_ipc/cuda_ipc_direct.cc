@@ -83,6 +83,7 @@ Status CudaIpcConnection::trySendDirect(PendingSend& s, bool& sent) {
   BRAID_RETURN_IF_ERROR(
       sendRecord(Record{kDirect, e, s.tag.value, s.tag.check, s.bytes, exported->offset, s.bytes,
                         exported->allocationId, exported->handle}));
+  if (exported->peerHoldsMemory) namedHeld_.insert(exported->allocationId);
   directSends_.emplace(e, std::move(s));
   sent = true;
   return Status::ok();
@@ -153,6 +154,13 @@ Status CudaIpcConnection::openPendingAllocations() {
     std::lock_guard lock(mutex_);
     opening_.erase(id);
     if (!opened.isOk()) {
+      // The peer freed it since (its descriptor is withdrawn then), which
+      // braidMemAlloc's memory allows: that allocation alone is not read.
+      if (opened.status().code() == ErrorCode::kRemoteError) {
+        BRAID_TRACE("cuda_ipc: an allocation of rank ", peer(),
+                    " is gone before it was opened: ", opened.status().message());
+        continue;
+      }
       BRAID_INFO(
           "cuda_ipc: this rank cannot read rank ", peer(),
           "'s buffers in place, so they come through the slots: ", opened.status().message());
@@ -229,6 +237,7 @@ Status CudaIpcConnection::readDirect(PostedRecv& p, const Record& r) {
     BRAID_RETURN_IF_ERROR(device_->enqueueCopy(p.dst, from, r.total));
   }
   BRAID_RETURN_IF_ERROR(device_->enqueueRecord(*sourceRead_[r.slot]));
+  lastRead_[r.allocationId] = r.slot;
   if (dead_.isOk())
     BRAID_RETURN_IF_ERROR(sendRecord(Record{kDirectRead, r.slot, r.tag, 0, 0, 0, 0, 0, {}}));
   ++directReads_;
@@ -247,6 +256,59 @@ void CudaIpcConnection::failDirectSends() {
     s.request->fail(dead_);
   }
   directSends_.clear();
+}
+
+Status CudaIpcConnection::tellFreed() {
+  std::vector<uint64_t> freed;
+  heldFreedSeen_ = device_->heldFreedSince(heldFreedSeen_, freed);
+  for (const uint64_t id : freed)
+    if (namedHeld_.erase(id) != 0)
+      BRAID_RETURN_IF_ERROR(sendRecord(Record{kForget, 0, 0, 0, 0, 0, 0, id, {}}));
+  return Status::ok();
+}
+
+Status CudaIpcConnection::forgetArrived(const Record& r) {
+  pendingOpens_.erase(r.allocationId);
+  auto open = peerAllocations_.find(r.allocationId);
+  if (open == peerAllocations_.end()) return Status::ok();  // never opened here
+  int lastRead = -1;
+  if (auto read = lastRead_.find(r.allocationId); read != lastRead_.end()) {
+    lastRead = static_cast<int>(read->second);
+    lastRead_.erase(read);
+  }
+  forgotten_.push_back({std::move(open->second), lastRead});
+  peerAllocations_.erase(open);
+  return Status::ok();
+}
+
+std::vector<std::unique_ptr<DeviceMemory>> CudaIpcConnection::takeReadForgotten() {
+  std::vector<std::unique_ptr<DeviceMemory>> read;
+  for (auto it = forgotten_.begin(); it != forgotten_.end();) {
+    // A later record of the same event means this read ran too: the
+    // device runs its work in order.
+    bool done = it->lastRead < 0;
+    if (!done) {
+      auto run = device_->hasRun(*sourceRead_[it->lastRead]);
+      done = run.isOk() && *run;
+    }
+    if (!done) {
+      ++it;
+      continue;
+    }
+    read.push_back(std::move(it->memory));
+    it = forgotten_.erase(it);
+  }
+  return read;
+}
+
+void CudaIpcConnection::closeForgotten() {
+  std::vector<std::unique_ptr<DeviceMemory>> closing;
+  {
+    std::lock_guard lock(mutex_);
+    closing = takeReadForgotten();
+  }
+  // Unmapped outside mutex_, as allocations are opened (reserve()).
+  closing.clear();
 }
 
 }  // namespace braid::transport::cuda_ipc

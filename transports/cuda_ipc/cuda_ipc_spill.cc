@@ -51,6 +51,7 @@ Status CudaIpcConnection::reserve(std::span<const size_t>, std::span<const size_
   // Before a CUDA stream waits for the call: a safe time to open the
   // peer's allocations that could not be opened during a call.
   BRAID_RETURN_IF_ERROR(openPendingAllocations());
+  closeForgotten();
   {
     std::lock_guard lock(mutex_);
     if (!spillRounds_.empty() || !dead_.isOk()) return Status::ok();  // dead: nothing spills

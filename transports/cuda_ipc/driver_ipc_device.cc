@@ -262,8 +262,10 @@ Result<std::unique_ptr<DeviceMemory>> DriverIpcDevice::allocate(size_t bytes) {
 }
 
 Result<ExportedRange> DriverIpcDevice::exportedRange(const void* data, size_t bytes) {
-  // braidMemAlloc's memory is exported when it is made.
-  if (auto shared = sharedGpuRange(data, bytes)) return *shared;
+  // braidMemAlloc's memory is exported when it is made, as a descriptor,
+  // which BRAID_CUDA_IPC_HANDLES=legacy says peers cannot fetch.
+  if (handles_ != Handles::kLegacy)
+    if (auto shared = sharedGpuRange(data, bytes)) return *shared;
   const auto address = reinterpret_cast<uintptr_t>(data);
   std::lock_guard lock(mutex_);
   auto it = exported_.upper_bound(address);
@@ -275,8 +277,16 @@ Result<ExportedRange> DriverIpcDevice::exportedRange(const void* data, size_t by
   return range;
 }
 
+uint64_t DriverIpcDevice::heldFreedSince(uint64_t seen, std::vector<uint64_t>& ids) {
+  if (sharedGpuMemoryFreed() == seen) return seen;
+  return sharedGpuMemoryFreedSince(seen, ids);
+}
+
 Result<ExportedRange> DriverIpcDevice::exportRange(const void* data, size_t bytes) {
   if (auto known = exportedRange(data, bytes); known.isOk()) return known;
+  // Its owner may free it while a peer has it open: never a legacy handle.
+  if (insideSharedGpuMemory(data))
+    return notSupported("cuda_ipc: memory of braidMemAlloc is exported only as a descriptor");
   if (driver_.memGetAddressRange == nullptr || driver_.pointerGetAttribute == nullptr)
     return notSupported("cuda_ipc: the driver cannot say which allocation holds a buffer");
   const driver_ipc::DevicePtr pointer = driver_ipc::devicePointer(data);
@@ -511,6 +521,7 @@ Status DriverIpcDevice::synchronize() {
     const auto waited = Clock::now() - start;
     if (waited >= limit) {
       context_->markWedged();
+      abandonSharedGpuMemoryOf(context_->device());
       return Status(ErrorCode::kTimeout,
                     strCat(kWhat, " did not finish in ", synchronizeLimitSeconds_,
                            " s (BRAID_TIMEOUT): a peer's process may have ended before its GPU "

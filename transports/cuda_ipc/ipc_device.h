@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "src/common/status.h"
 #include "transports/transport.h"
@@ -114,6 +115,14 @@ class IpcDevice {
     (void)data;
     (void)bytes;
     return notSupported("this device exports no buffers of the caller");
+  }
+  // Allocations whose peers hold their memory (ExportedRange::
+  // peerHoldsMemory) that their owner freed: the number freed so far, and
+  // the ids of those freed after the first `seen` appended to `ids`, so a
+  // connection can tell its peer to unmap them. Cheap when none was.
+  virtual uint64_t heldFreedSince(uint64_t seen, std::vector<uint64_t>& ids) {
+    (void)ids;
+    return seen;
   }
   // Whether processes on this device share it through MPS (and so run at
   // once) rather than take turns; nothing when the driver does not say.

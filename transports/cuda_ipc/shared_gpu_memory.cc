@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +55,8 @@ Result<FdExportedMemory> createFdExportedMemory(const Driver& d, const PrimaryCo
     CuResult r = d.memGetAllocationGranularity(&granularity, &prop, kGranularityMinimum);
     if (r != kSuccess) return d.error(r, strCat(what, ": its granularity"));
     if (granularity == 0) granularity = 1;
+    if (bytes > SIZE_MAX - granularity)
+      return invalidArgument(strCat(what, ": more than the address space holds"));
     const size_t mapped = (bytes + granularity - 1) / granularity * granularity;
     CuMemHandle allocation = 0;
     if (r = d.memCreate(&allocation, mapped, &prop, 0); r != kSuccess) return d.error(r, what);
@@ -90,8 +94,10 @@ struct SharedAllocation {
   std::shared_ptr<const driver_ipc::PrimaryContext> context;
   // 0 for cuMemAlloc memory (no descriptor).
   size_t mappedBytes = 0;
-  ExportedRange whole;  // at offset 0, for descriptor-exported memory
-  uint64_t offer = 0;   // the descriptor's id at the server
+  size_t bytes = 0;        // of the allocation, either kind
+  ExportedRange whole;     // at offset 0, for descriptor-exported memory
+  uint64_t offer = 0;      // the descriptor's id at the server
+  bool abandoned = false;  // abandonSharedGpuMemoryOf
 };
 
 struct Registry {
@@ -99,7 +105,12 @@ struct Registry {
   std::map<uintptr_t, SharedAllocation> allocations;  // by address
   std::shared_ptr<FdServer> server;                   // started at the first export
   uint64_t nextId = 1;
+  // Ids of descriptor-exported allocations freed, the latest kFreedKept,
+  // and how many were ever freed (the first one's number is freed - size).
+  std::deque<uint64_t> freedIds;
+  std::atomic<uint64_t> freed{0};
 };
+constexpr size_t kFreedKept = 4096;
 
 // Never destroyed: memory may be freed by a static destructor of the
 // application after this file's would have run.
@@ -169,13 +180,16 @@ Result<void*> allocateSharedGpuMemory(size_t bytes) {
       if (made.isOk())
         (void)context.call(
             "", [&] { return driver_ipc::unmapAllocation(*d, made->pointer, made->mappedBytes); });
-      BRAID_INFO("GPU memory exported as a file descriptor failed (", ticket.status().message(),
-                 "); cuMemAlloc memory instead, not read in place by default");
+      // Each live allocation holds a descriptor (the process's limit on
+      // open files bounds them): past it, memory not read in place.
+      BRAID_WARN("GPU memory exported as a file descriptor failed (", ticket.status().message(),
+                 "); cuMemAlloc memory instead, which peers do not read in place");
     }
   }
   if (pointer == 0)
     BRAID_RETURN_IF_ERROR(context.call(strCat("allocating ", bytes, " bytes of GPU memory"),
                                        [&] { return d->memAlloc(&pointer, bytes); }));
+  allocation.bytes = allocation.mappedBytes != 0 ? allocation.mappedBytes : bytes;
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   if (allocation.mappedBytes != 0)
@@ -196,11 +210,17 @@ Status freeSharedGpuMemory(void* data) {
     allocation = std::move(it->second);
     r.allocations.erase(it);
     server = r.server;
+    if (allocation.mappedBytes != 0) {
+      r.freedIds.push_back(allocation.whole.allocationId);
+      if (r.freedIds.size() > kFreedKept) r.freedIds.pop_front();
+      r.freed.fetch_add(1, std::memory_order_release);
+    }
   }
   // Peers that have not fetched the descriptor yet are refused from now on.
   if (allocation.offer != 0) server->withdraw(allocation.offer);
   const driver_ipc::PrimaryContext& context = *allocation.context;
-  if (context.wedged()) return Status::ok();  // the GPU may still use it: left as it is
+  // The GPU may still use it: left as it is.
+  if (allocation.abandoned || context.wedged()) return Status::ok();
   const driver_ipc::Driver& d = context.driver();
   const auto pointer = driver_ipc::devicePointer(data);
   return context.call("freeing GPU memory", [&] {
@@ -224,6 +244,36 @@ std::optional<ExportedRange> sharedGpuRange(const void* data, size_t bytes) {
   ExportedRange range = a.whole;
   range.offset = address - it->first;
   return range;
+}
+
+bool insideSharedGpuMemory(const void* data) {
+  const auto address = reinterpret_cast<uintptr_t>(data);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.allocations.upper_bound(address);
+  if (it == r.allocations.begin()) return false;
+  --it;
+  return address - it->first < it->second.bytes;
+}
+
+void abandonSharedGpuMemoryOf(int device) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (auto& [address, allocation] : r.allocations)
+    if (allocation.context->device() == device) allocation.abandoned = true;
+}
+
+uint64_t sharedGpuMemoryFreed() {
+  return registry().freed.load(std::memory_order_acquire);
+}
+
+uint64_t sharedGpuMemoryFreedSince(uint64_t seen, std::vector<uint64_t>& ids) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const uint64_t freed = r.freed.load(std::memory_order_relaxed);
+  const uint64_t first = freed - r.freedIds.size();  // the number of freedIds.front()
+  for (uint64_t n = std::max(seen, first); n < freed; ++n) ids.push_back(r.freedIds[n - first]);
+  return freed;
 }
 
 }  // namespace braid::transport::cuda_ipc

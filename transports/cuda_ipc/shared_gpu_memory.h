@@ -17,7 +17,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "src/common/status.h"
 #include "transports/cuda_ipc/driver_api.h"
@@ -42,6 +44,23 @@ Status freeSharedGpuMemory(void* data);
 // allocation of allocateSharedGpuMemory (peerHoldsMemory set); nothing
 // otherwise. No driver call; any thread.
 std::optional<ExportedRange> sharedGpuRange(const void* data, size_t bytes);
+
+// Whether `data` lies in an allocation of allocateSharedGpuMemory of any
+// kind: one made without a descriptor (cuMemAlloc memory) is never exported
+// with a legacy handle either, since its owner may free it at any time.
+bool insideSharedGpuMemory(const void* data);
+
+// The GPU of ordinal `device` has work that never finished (a wedged
+// context, DriverIpcDevice::synchronize): freeSharedGpuMemory leaves the
+// memory allocated on it so far mapped, since that work may still use it.
+void abandonSharedGpuMemoryOf(int device);
+
+// Allocations of allocateSharedGpuMemory freed so far in this process, and
+// the ids of the descriptor-exported ones freed after the first `seen`
+// of them (at most the latest 4096), appended to `ids`: how a connection
+// tells its peers which allocations they may unmap.
+uint64_t sharedGpuMemoryFreed();
+uint64_t sharedGpuMemoryFreedSince(uint64_t seen, std::vector<uint64_t>& ids);
 
 namespace driver_ipc {
 
