@@ -344,6 +344,30 @@ TEST_F(DirectWhenAllowed, AnAllocationGoneBeforeItsLateOpenIsDroppedAlone) {
   EXPECT_EQ(B->directReads(), 1u);
 }
 
+// Its owner frees a held allocation while the peer's reserve() opens it: the
+// peer unmaps it there and then, rather than keep it.
+TEST_F(DirectWhenAllowed, AnAllocationFreedWhileItOpensIsUnmappedAtOnce) {
+  devA->heldExports = true;
+  DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
+  ASSERT_TRUE(B->reserve({}, {}).isOk());  // its spill blocks, made once
+  EXPECT_TRUE(exchange(s, r, 2, 91));      // declined, left to reserve()
+  const int mapped = devB->liveMappings.load();
+  devB->beforeOpen = [&] {
+    devA->reportHeldFreed(s.data());
+    for (int i = 0; i < 20; ++i) (void)A->progress(), (void)B->progress();
+    return Status::ok();
+  };
+  int opens = 0;
+  devB->beforeOpen = [&, tell = devB->beforeOpen] {
+    ++opens;
+    return tell();
+  };
+  ASSERT_TRUE(B->reserve({}, {}).isOk());  // opened, then unmapped: never read
+  devB->beforeOpen = nullptr;
+  EXPECT_EQ(opens, 1);
+  EXPECT_EQ(devB->liveMappings.load(), mapped);
+}
+
 TEST_F(DirectWhenAllowed, ABufferNotExportedGoesThroughTheSlotsUntilItIs) {
   DeviceBuffer s(*devA, kLarge), r(*devB, kLarge);
   EXPECT_TRUE(exchange(s, r, 2, 61));

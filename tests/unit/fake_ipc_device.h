@@ -64,6 +64,13 @@ class FakeIpcDevice final : public IpcDevice {
   // alive, as braidMemAlloc's is: exportedRange answers for it, with
   // peerHoldsMemory, and exports counts none of it.
   std::atomic<bool> heldExports{false};
+  // Reports the held allocation that holds `data` freed, as freeing it
+  // would, while it stays allocated (a free racing with a peer's open).
+  void reportHeldFreed(const void* data) {
+    std::lock_guard lock(rangesMutex_);
+    auto it = exportable_.upper_bound(reinterpret_cast<uintptr_t>(data));
+    if (it != exportable_.begin()) heldFreed_.push_back(std::prev(it)->second.id);
+  }
   // Runs before each openMemory; an error it returns is openMemory's.
   std::function<Status()> beforeOpen;
   // Runs before each allocateHost (pinning memory, which may wait long).

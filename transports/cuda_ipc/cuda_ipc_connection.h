@@ -369,10 +369,11 @@ class CudaIpcConnection final : public Connection {
     std::unique_ptr<DeviceMemory> memory;
     int lastRead;  // its read index, or -1
   };
-  std::vector<Forgotten> forgotten_;  // unmapped at reserve() once read
-  std::set<uint64_t> namedHeld_;      // peer-held allocations named in kDirect records
-  uint64_t heldFreedSeen_ = 0;        // IpcDevice::heldFreedSince
-  Status cannotOpen_;                 // why an allocation would not open
+  std::vector<Forgotten> forgotten_;          // unmapped at reserve() once read
+  std::set<uint64_t> forgottenWhileOpening_;  // kForget came while reserve() opened it
+  std::set<uint64_t> namedHeld_;              // peer-held allocations named in kDirect records
+  uint64_t heldFreedSeen_ = 0;                // IpcDevice::heldFreedSince
+  Status cannotOpen_;                         // why an allocation would not open
   size_t directReads_ = 0;
 };
 

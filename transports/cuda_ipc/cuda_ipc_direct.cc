@@ -153,6 +153,11 @@ Status CudaIpcConnection::openPendingAllocations() {
     auto opened = device_->openMemory(handle);
     std::lock_guard lock(mutex_);
     opening_.erase(id);
+    const bool forgotten = forgottenWhileOpening_.erase(id) != 0;
+    if (opened.isOk() && forgotten) {  // freed by its owner meanwhile: never read
+      forgotten_.push_back({std::move(*opened), -1});
+      continue;
+    }
     if (!opened.isOk()) {
       // The peer freed it since (its descriptor is withdrawn then), which
       // braidMemAlloc's memory allows: that allocation alone is not read.
@@ -269,6 +274,7 @@ Status CudaIpcConnection::tellFreed() {
 
 Status CudaIpcConnection::forgetArrived(const Record& r) {
   pendingOpens_.erase(r.allocationId);
+  if (opening_.count(r.allocationId) != 0) forgottenWhileOpening_.insert(r.allocationId);
   auto open = peerAllocations_.find(r.allocationId);
   if (open == peerAllocations_.end()) return Status::ok();  // never opened here
   int lastRead = -1;
