@@ -186,18 +186,11 @@ Result<std::unique_ptr<DriverIpcDevice>> DriverIpcDevice::create(int deviceOrdin
         strCat("cuda_ipc needs the CUDA driver of a process that uses a GPU: ", why));
   BRAID_ASSIGN_OR_RETURN(auto context, driver_ipc::PrimaryContext::retain(*d, deviceOrdinal));
   bool fdExports = false;
-  if (handles != Handles::kLegacy && d->vmm) {
-    int vmm = 0, fds = 0;
-    BRAID_RETURN_IF_ERROR(
-        context->call("cuda_ipc: asking whether the GPU exports descriptors", [&] {
-          driver_ipc::CuResult r =
-              d->deviceGetAttribute(&vmm, driver_ipc::kAttributeVmm, context->device());
-          if (r == driver_ipc::kSuccess)
-            r = d->deviceGetAttribute(&fds, driver_ipc::kAttributePosixFdHandles,
-                                      context->device());
-          return r;
-        }));
-    fdExports = vmm != 0 && fds != 0;
+  if (handles != Handles::kLegacy) {
+    auto exports = driver_ipc::exportsDescriptors(*d, *context);
+    if (!exports.isOk())
+      return Status(exports.status().code(), strCat("cuda_ipc: ", exports.status().message()));
+    fdExports = *exports;
   }
   if (handles == Handles::kPosixFd && !fdExports)
     return notSupported(strCat("cuda_ipc: GPU ", deviceOrdinal,
@@ -278,7 +271,6 @@ Result<ExportedRange> DriverIpcDevice::exportedRange(const void* data, size_t by
 }
 
 uint64_t DriverIpcDevice::heldFreedSince(uint64_t seen, std::vector<uint64_t>& ids) {
-  if (sharedGpuMemoryFreed() == seen) return seen;
   return sharedGpuMemoryFreedSince(seen, ids);
 }
 

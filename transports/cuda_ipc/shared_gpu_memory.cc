@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
@@ -79,6 +80,17 @@ Result<FdExportedMemory> createFdExportedMemory(const Driver& d, const PrimaryCo
   return made;
 }
 
+Result<bool> exportsDescriptors(const Driver& d, const PrimaryContext& context) {
+  if (!d.vmm) return false;
+  int vmm = 0, fds = 0;
+  BRAID_RETURN_IF_ERROR(context.call("asking whether the GPU exports descriptors", [&] {
+    CuResult r = d.deviceGetAttribute(&vmm, kAttributeVmm, context.device());
+    if (r == kSuccess) r = d.deviceGetAttribute(&fds, kAttributePosixFdHandles, context.device());
+    return r;
+  }));
+  return vmm != 0 && fds != 0;
+}
+
 }  // namespace driver_ipc
 
 namespace {
@@ -119,17 +131,16 @@ Registry& registry() {
   return *r;
 }
 
-Result<bool> exportsDescriptors(const driver_ipc::Driver& d,
-                                const driver_ipc::PrimaryContext& context) {
-  if (!d.vmm) return false;
-  int vmm = 0, fds = 0;
-  BRAID_RETURN_IF_ERROR(context.call("asking whether the GPU exports descriptors", [&] {
-    CuResult r = d.deviceGetAttribute(&vmm, driver_ipc::kAttributeVmm, context.device());
-    if (r == kSuccess)
-      r = d.deviceGetAttribute(&fds, driver_ipc::kAttributePosixFdHandles, context.device());
-    return r;
-  }));
-  return vmm != 0 && fds != 0;
+// The allocation that holds `data` and its offset there, or null (r.mutex
+// held).
+std::pair<const SharedAllocation*, size_t> allocationHolding(Registry& r, const void* data) {
+  const auto address = reinterpret_cast<uintptr_t>(data);
+  auto it = r.allocations.upper_bound(address);
+  if (it == r.allocations.begin()) return {nullptr, 0};
+  --it;
+  const size_t offset = address - it->first;
+  if (offset >= it->second.bytes) return {nullptr, 0};
+  return {&it->second, offset};
 }
 
 // Offers `fd` at the process's server, started if need be.
@@ -164,7 +175,7 @@ Result<void*> allocateSharedGpuMemory(size_t bytes) {
   BRAID_ASSIGN_OR_RETURN(allocation.context, driver_ipc::PrimaryContext::retain(*d, device));
   const driver_ipc::PrimaryContext& context = *allocation.context;
   driver_ipc::DevicePtr pointer = 0;
-  BRAID_ASSIGN_OR_RETURN(const bool fds, exportsDescriptors(*d, context));
+  BRAID_ASSIGN_OR_RETURN(const bool fds, driver_ipc::exportsDescriptors(*d, context));
   if (fds) {
     auto made = driver_ipc::createFdExportedMemory(*d, context, bytes);
     Result<FdTicket> ticket = made.isOk() ? offer(std::move(made->fd)) : made.status();
@@ -231,29 +242,19 @@ Status freeSharedGpuMemory(void* data) {
 }
 
 std::optional<ExportedRange> sharedGpuRange(const void* data, size_t bytes) {
-  const auto address = reinterpret_cast<uintptr_t>(data);
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  auto it = r.allocations.upper_bound(address);
-  if (it == r.allocations.begin()) return std::nullopt;
-  --it;
-  const SharedAllocation& a = it->second;
-  if (a.mappedBytes == 0 || address - it->first > a.mappedBytes ||
-      bytes > a.mappedBytes - (address - it->first))
-    return std::nullopt;
-  ExportedRange range = a.whole;
-  range.offset = address - it->first;
+  const auto [a, offset] = allocationHolding(r, data);
+  if (a == nullptr || a->mappedBytes == 0 || bytes > a->mappedBytes - offset) return std::nullopt;
+  ExportedRange range = a->whole;
+  range.offset = offset;
   return range;
 }
 
 bool insideSharedGpuMemory(const void* data) {
-  const auto address = reinterpret_cast<uintptr_t>(data);
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  auto it = r.allocations.upper_bound(address);
-  if (it == r.allocations.begin()) return false;
-  --it;
-  return address - it->first < it->second.bytes;
+  return allocationHolding(r, data).first != nullptr;
 }
 
 void abandonSharedGpuMemoryOf(int device) {
@@ -263,12 +264,9 @@ void abandonSharedGpuMemoryOf(int device) {
     if (allocation.context->device() == device) allocation.abandoned = true;
 }
 
-uint64_t sharedGpuMemoryFreed() {
-  return registry().freed.load(std::memory_order_acquire);
-}
-
 uint64_t sharedGpuMemoryFreedSince(uint64_t seen, std::vector<uint64_t>& ids) {
   Registry& r = registry();
+  if (r.freed.load(std::memory_order_acquire) == seen) return seen;  // no lock: the usual case
   std::lock_guard lock(r.mutex);
   const uint64_t freed = r.freed.load(std::memory_order_relaxed);
   const uint64_t first = freed - r.freedIds.size();  // the number of freedIds.front()

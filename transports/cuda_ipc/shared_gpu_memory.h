@@ -55,11 +55,11 @@ bool insideSharedGpuMemory(const void* data);
 // memory allocated on it so far mapped, since that work may still use it.
 void abandonSharedGpuMemoryOf(int device);
 
-// Allocations of allocateSharedGpuMemory freed so far in this process, and
-// the ids of the descriptor-exported ones freed after the first `seen`
-// of them (at most the latest 4096), appended to `ids`: how a connection
-// tells its peers which allocations they may unmap.
-uint64_t sharedGpuMemoryFreed();
+// How many descriptor-exported allocations of allocateSharedGpuMemory were
+// freed so far in this process, and the ids of those freed after the first
+// `seen` of them (at most the latest 4096) appended to `ids`: how a
+// connection tells its peers which allocations they may unmap. Takes no
+// lock when none was freed since.
 uint64_t sharedGpuMemoryFreedSince(uint64_t seen, std::vector<uint64_t>& ids);
 
 namespace driver_ipc {
@@ -69,6 +69,10 @@ namespace driver_ipc {
 // range is undone if a step fails. Call with a context current.
 CuResult mapAllocation(const Driver& d, CuDevice device, CuMemHandle allocation, size_t bytes,
                        DevicePtr* pointer);
+
+// Whether the context's GPU and the driver export cuMem memory as POSIX
+// file descriptors.
+Result<bool> exportsDescriptors(const Driver& d, const PrimaryContext& context);
 
 // cuMem memory of at least `bytes` on the context's GPU, mapped here and
 // exported as a POSIX file descriptor.
