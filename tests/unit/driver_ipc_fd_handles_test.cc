@@ -150,6 +150,30 @@ TEST_F(FdHandles, SharedMemoryIsExportedAsMadeAndOutlivesItsOwnersFree) {
   opened.reset();  // the last mapping: now the memory goes (TearDown checks)
 }
 
+// Once the GPU's work did not finish in time (a peer's process may have
+// ended before its GPU ran what this GPU waits for), the GPU may still read
+// or write braidMemAlloc memory: its free forgets it but leaves it mapped.
+TEST_F(FdHandles, SharedMemoryOfAGpuWhoseWorkNeverFinishedIsLeftMappedAtItsFree) {
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  device->setSynchronizeLimit(0.2);
+  void* kept = take(allocateSharedGpuMemory(4096));
+  void* freedBefore = take(allocateSharedGpuMemory(4096));
+  ASSERT_TRUE(kept && freedBefore);
+  ASSERT_OK(freeSharedGpuMemory(freedBefore));  // unmapped: its GPU is well
+  const unsigned long maps = fake.liveVmmMaps();
+  Gate gate;  // the GPU, stopped
+  ASSERT_EQ(fake.launchKernel(device->stream(), Gate::run, &gate), 0);
+  EXPECT_EQ(device->synchronize().code(), ErrorCode::kTimeout);
+  ASSERT_OK(freeSharedGpuMemory(kept));
+  EXPECT_EQ(fake.liveVmmMaps(), maps);  // still mapped
+  EXPECT_FALSE(sharedGpuRange(kept, 4));
+  EXPECT_EQ(freeSharedGpuMemory(kept).code(), ErrorCode::kInvalidArgument);  // forgotten
+  gate.open.store(true);
+  ASSERT_OK(device->synchronize());
+  vmmMapsLeftOnPurpose_ = 1;
+}
+
 TEST_F(DriverIpcDeviceTest, WithoutDescriptorsSharedMemoryIsPlainMemoryNotReadInPlace) {
   auto device = makeDevice();
   ASSERT_TRUE(device);
