@@ -344,6 +344,9 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
   if (count > 0 && !buffer)
     return braid::invalidArgument(
         braid::strCat(isSend ? "sendbuff" : "recvbuff", " is NULL with count=", count));
+  if (count >
+      std::numeric_limits<size_t>::max() / braid::dataTypeSize(static_cast<braid::DataType>(dtype)))
+    return braid::invalidArgument(braid::strCat("count=", count, " is too large"));
   Operation o;
   o.name = name;
   o.args.kind = CollectiveKind::kSendRecv;

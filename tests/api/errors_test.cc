@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -368,6 +369,21 @@ TEST_F(WithComm, AllToAllOverlappingBuffers) {
   EXPECT_BRAID_ERROR(braidAllToAll(a_, a_ + 2, 4, braidFloat32, comm_, nullptr),
                      braidInvalidArgument, "braidAllToAll", "overlap");
   EXPECT_BRAID_OK(braidAllToAll(a_, a_ + 4, 4, braidFloat32, comm_, nullptr));  // adjacent is fine
+}
+
+// A count whose bytes do not fit a size_t is refused, never wrapped to a
+// smaller message.
+TEST_F(WithComm, ACountWhoseBytesOverflowIsRefused) {
+  const size_t huge = std::numeric_limits<size_t>::max() / 2;
+  EXPECT_BRAID_ERROR(braidAllReduce(a_, b_, huge, braidFloat32, braidSum, comm_, nullptr),
+                     braidInvalidArgument, "braidAllReduce", "too large");
+  EXPECT_BRAID_OK(braidGroupStart());
+  EXPECT_BRAID_ERROR(braidSend(a_, huge, braidFloat32, 0, comm_, nullptr), braidInvalidArgument,
+                     "braidSend", "too large");
+  EXPECT_BRAID_ERROR(braidRecv(b_, huge, braidFloat32, 0, comm_, nullptr), braidInvalidArgument,
+                     "braidRecv", "too large");
+  braidResult_t r = braidGroupEnd();  // may report the group's first error
+  EXPECT_TRUE(r == braidSuccess || r == braidInvalidArgument) << braidGetLastError(nullptr);
 }
 
 TEST_F(WithComm, PeerOutOfRangeAndSelfOutsideGroup) {
