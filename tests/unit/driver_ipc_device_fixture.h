@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "fake_gpu_work.h"
@@ -62,6 +64,18 @@ inline float* floats(DeviceMemory& memory) {
 }
 
 using braid::testing::SlowFill;
+
+// A device whose wait once ran out looks once per synchronize(): this
+// waits, up to `seconds`, for its work to finish after all.
+inline Status finishedWithin(DriverIpcDevice& device, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  Status status = device.synchronize();
+  while (!status.isOk() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    status = device.synchronize();
+  }
+  return status;
+}
 
 using braid::testing::Gate;
 

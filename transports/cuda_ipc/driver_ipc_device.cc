@@ -501,7 +501,10 @@ Status DriverIpcDevice::synchronize() {
   constexpr std::string_view kWhat = "cuda_ipc: the GPU work of the transport";
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  const auto limit = std::chrono::duration<double>(synchronizeLimitSeconds_);
+  // Once a wait ran out, each later one looks once: a communicator's
+  // destroy synchronizes every connection, and each would wait it out again.
+  const auto limit =
+      std::chrono::duration<double>(context_->wedged() ? 0.0 : synchronizeLimitSeconds_);
   while (true) {
     bool done = false;
     BRAID_RETURN_IF_ERROR(context_->call(kWhat, [&] {
