@@ -374,6 +374,21 @@ TEST_F(CudaIpcPair, AbortFailsWhatIsPendingOnBothEnds) {
   EXPECT_FALSE(A->postSend(r.data(), 64, Tag{2, 1})->state() == State::kPending);
 }
 
+// A job that fails names its call to the peer (abortInCall), which then
+// tells a failure of a later call than its own from one of the same call.
+TEST_F(CudaIpcPair, AnAbortInACallNamesTheCallToThePeer) {
+  constexpr uint64_t kMark = (uint64_t{3} << 56) | 77;
+  DeviceBuffer from(*devA, 64), to(*devB, 64);
+  auto sent = A->postSend(from.data(), 64, Tag{1, 1});
+  auto received = B->postRecv(to.data(), 64, Tag{1, 1});
+  drive({sent, received});  // an earlier call that completed
+  A->abortInCall(Status(ErrorCode::kInternalError, "test abort"), kMark);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (B->peerFailure().isOk() && std::chrono::steady_clock::now() < until) (void)B->progress();
+  ASSERT_FALSE(B->peerFailure().isOk());
+  EXPECT_EQ(B->peerFailedCall(), kMark);
+}
+
 TEST_F(CudaIpcPair, ClosingReleasesEveryMappingAndEvent) {
   DeviceBuffer s(*devA, 20000), r(*devB, 20000);
   s.fill(5);

@@ -397,5 +397,16 @@ TEST_F(StagedPair, AMessageThatArrivedBeforeThePeerLeftIsStillReceived) {
   EXPECT_EQ(never->state(), State::kFailed);
 }
 
+// A job that fails names its call to the peer (abortInCall), which then
+// tells a failure of a later call than its own from one of the same call.
+TEST_F(StagedPair, AnAbortInACallNamesTheCallToThePeer) {
+  constexpr uint64_t kMark = (uint64_t{3} << 56) | 77;
+  A->abortInCall(Status(ErrorCode::kInternalError, "test abort"), kMark);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (B->peerFailure().isOk() && std::chrono::steady_clock::now() < until) (void)B->progress();
+  ASSERT_FALSE(B->peerFailure().isOk());
+  EXPECT_EQ(B->peerFailedCall(), kMark);
+}
+
 }  // namespace
 }  // namespace braid::transport::gpu_staged

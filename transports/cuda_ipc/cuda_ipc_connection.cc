@@ -552,7 +552,7 @@ size_t CudaIpcConnection::spilledChunks() const {
   return spilledChunks_;
 }
 
-void CudaIpcConnection::failAll(const Status& reason) {
+void CudaIpcConnection::failAll(const Status& reason, uint64_t callMark) {
   if (dead_.isOk()) dead_ = reason;
   for (auto& s : sends_) s.request->fail(dead_);
   sends_.clear();
@@ -568,17 +568,17 @@ void CudaIpcConnection::failAll(const Status& reason) {
   failDirectSends();
   for (auto& [tag, p] : posted_) p.request->fail(dead_);
   posted_.clear();
-  control_->abort(reason);
+  control_->abortInCall(reason, callMark);
 }
 
-void CudaIpcConnection::abort(const Status& reason) {
+void CudaIpcConnection::abortInCall(const Status& reason, uint64_t callMark) {
   std::lock_guard lock(mutex_);
   // A declined connection still ends the host connection under it: the
   // peer, which carries the pair another way, must learn of the abort.
   if (abortedHere_ || (!dead_.isOk() && declined_.isOk())) return;
   if (dead_.isOk()) dead_ = reason.isOk() ? remoteError("cuda_ipc: connection closed") : reason;
   abortedHere_ = true;
-  failAll(reason);
+  failAll(reason, callMark);
 }
 
 }  // namespace braid::transport::cuda_ipc

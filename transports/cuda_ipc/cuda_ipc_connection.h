@@ -132,7 +132,8 @@ class CudaIpcConnection final : public Connection {
   int pollFd() const override { return control_->pollFd(); }
   bool wantsWrite() const override { return control_->wantsWrite(); }
   bool prepareToSleep() override { return control_->prepareToSleep(); }
-  void abort(const Status& reason) override;
+  void abort(const Status& reason) override { abortInCall(reason, 0); }
+  void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return control_->peerFailure(); }
   uint64_t peerFailedCall() const override { return control_->peerFailedCall(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override;
@@ -267,7 +268,8 @@ class CudaIpcConnection final : public Connection {
   void failDifferentCall(PostedRecv& p, uint64_t tag, uint64_t check, uint64_t total);
   // The entry of unexpected_ that the message of `record` starts or joins.
   Unexpected& unexpectedOf(const Record& record);
-  void failAll(const Status& reason);
+  // `callMark`: the failed call, for the peer (Connection::abortInCall).
+  void failAll(const Status& reason, uint64_t callMark = 0);
   uint8_t* slot(uint32_t k) const;
   uint8_t* peerSlot(uint32_t k) const;
 

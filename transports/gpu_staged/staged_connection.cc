@@ -417,12 +417,12 @@ size_t StagedConnection::bounceBuffers() const {
   return bounceBuffers_;
 }
 
-void StagedConnection::failAll(const Status& reason) {
+void StagedConnection::failAll(const Status& reason, uint64_t callMark) {
   if (dead_.isOk()) dead_ = reason;
   // The host connection's own requests fail with it, so nothing lands in a
   // bounce buffer after this; queued copies may still use the buffers, so
   // they are kept, unused, until the connection goes.
-  host_.abort(reason);
+  host_.abortInCall(reason, callMark);
   for (Send& s : sends_) {
     if (s.request->state() == Request::State::kPending) s.request->fail(dead_);
     retire(sendPool_, std::move(s.bounce));
@@ -438,11 +438,11 @@ void StagedConnection::failAll(const Status& reason) {
   waitingRecvs_.clear();
 }
 
-void StagedConnection::abort(const Status& reason) {
+void StagedConnection::abortInCall(const Status& reason, uint64_t callMark) {
   std::lock_guard lock(mutex_);
   if (!dead_.isOk()) return;
   dead_ = reason.isOk() ? remoteError("gpu_staged: connection closed") : reason;
-  failAll(reason);
+  failAll(reason, callMark);
 }
 
 }  // namespace braid::transport::gpu_staged

@@ -73,7 +73,8 @@ class StagedConnection final : public Connection {
   int pollFd() const override { return host_.pollFd(); }
   bool wantsWrite() const override { return host_.wantsWrite(); }
   bool prepareToSleep() override;
-  void abort(const Status& reason) override;
+  void abort(const Status& reason) override { abortInCall(reason, 0); }
+  void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return host_.peerFailure(); }
   uint64_t peerFailedCall() const override { return host_.peerFailedCall(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
@@ -162,7 +163,8 @@ class StagedConnection final : public Connection {
   Status postCopiedSends(bool& moved);
   void finishSends(bool& moved);
   Status finishRecvs(bool& moved);
-  void failAll(const Status& reason);
+  // `callMark`: the failed call, for the peer (Connection::abortInCall).
+  void failAll(const Status& reason, uint64_t callMark = 0);
 
   Connection& host_;
   std::shared_ptr<cuda_ipc::IpcDevice> device_;
