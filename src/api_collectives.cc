@@ -184,6 +184,7 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   // What the call allocates is made now, before the CUDA stream waits
   // (docs/GPU.md); nothing for a call the stream will refuse.
   BRAID_RETURN_IF_ERROR(bridge->refuseIfCapturing());
+  std::lock_guard order(bridge->orderMutex());
   if (ordinal >= 0) {
     Operation onGpu = o;
     onGpu.gpuOrdinal = ordinal;
@@ -193,6 +194,8 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   }
   BRAID_ASSIGN_OR_RETURN(braid::CudaStreamBridge::Gate gate, bridge->hold());
   host->enqueueTask([=, o = std::move(o)](const Status& earlier) -> Status {
+    // After a failure too: the CUDA stream must not hang.
+    const braid::CudaStreamBridge::ReleaseAtExit release{*bridge, gate};
     Status outcome = Status::ok();
     if (earlier.isOk()) {
       outcome = bridge->awaitReached(gate, host->communicator().timeout());
@@ -204,7 +207,6 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
         outcome = runStaged(o, placement, *bridge, runOn(host));
       }
     }
-    bridge->release(gate);  // after a failure too: the CUDA stream must not hang
     return outcome;
   });
   return Status::ok();

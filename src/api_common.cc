@@ -140,6 +140,9 @@ void enqueueStagedBatch(std::shared_ptr<HostStream> host, std::shared_ptr<CudaSt
   HostStream* stream = host.get();  // outlives its queued tasks
   stream->enqueueTask([cuda, gate, ops = std::move(ops), placements = std::move(placements),
                        stream](const Status& earlier) -> Status {
+    // After a failure too: the CUDA stream must not hang.
+    std::optional<CudaStreamBridge::ReleaseAtExit> release;
+    if (cuda) release.emplace(*cuda, *gate);
     Status outcome = Status::ok();
     if (earlier.isOk()) {
       if (cuda) outcome = cuda->awaitReached(*gate, stream->communicator().timeout());
@@ -147,32 +150,35 @@ void enqueueStagedBatch(std::shared_ptr<HostStream> host, std::shared_ptr<CudaSt
         outcome = runStagedBatch(*stream, ops, placements,
                                  cuda ? static_cast<GpuCopies&>(*cuda) : contextOrderedCopies());
     }
-    if (cuda) cuda->release(*gate);  // after a failure too: the CUDA stream must not hang
     return outcome;
   });
 }
 
-// Holds the CUDA stream of every batch that has one (perStream's values
-// have `cuda` and receive `gate`), all or none: a refusal (a stream that
+// Holds the CUDA stream of every batch that has one (the batches' `cuda`;
+// each receives its `gate`), all or none: a refusal (a stream that
 // captures a graph) must leave the whole group unrun. A hold already taken
 // is let go by a task of its own braid stream, after the calls queued there
 // before it, as a CUDA stream's holds are released in the order taken.
-template <typename Batches>
-Status holdEveryCudaStream(Batches& perStream) {
-  for (auto it = perStream.begin(); it != perStream.end(); ++it) {
-    if (!it->second.cuda) continue;
-    Result<CudaStreamBridge::Gate> gate = it->second.cuda->hold();
+// `batches` are in the order of the group's calls, the same on every rank:
+// braid streams made from one CUDA stream take their holds on it in that
+// order, and a call held behind another's hold on one rank is held behind it
+// on every rank.
+template <typename Batch>
+Status holdEveryCudaStream(const std::vector<std::pair<HostStream*, Batch*>>& batches) {
+  for (size_t i = 0; i < batches.size(); ++i) {
+    Batch& batch = *batches[i].second;
+    if (!batch.cuda) continue;
+    Result<CudaStreamBridge::Gate> gate = batch.cuda->hold();
     if (gate.isOk()) {
-      it->second.gate = *gate;
+      batch.gate = *gate;
       continue;
     }
-    for (auto taken = perStream.begin(); taken != it; ++taken)
-      if (taken->second.gate)
-        taken->first->enqueueTask(
-            [cuda = taken->second.cuda, held = *taken->second.gate](const Status&) {
-              cuda->release(held);
-              return Status::ok();
-            });
+    for (size_t taken = 0; taken < i; ++taken)
+      if (const Batch& held = *batches[taken].second; held.gate)
+        batches[taken].first->enqueueTask([cuda = held.cuda, gate = *held.gate](const Status&) {
+          cuda->release(gate);
+          return Status::ok();
+        });
     return gate.status();
   }
   return Status::ok();
@@ -203,6 +209,7 @@ Status groupEnd() {
     bool staged = false;
   };
   std::map<HostStream*, StreamBatch> perStream;
+  std::vector<std::pair<HostStream*, StreamBatch*>> inCallOrder;  // perStream's, by first call
   std::map<Communicator*, std::vector<Operation>> now;
   std::vector<std::shared_ptr<Communicator>> keepAlive;
   // GPU buffers go over to host memory now (or, for GPU jobs, are waited
@@ -215,7 +222,9 @@ Status groupEnd() {
   for (auto& p : ops) {
     keepAlive.push_back(p.comm);
     if (p.stream) {
-      StreamBatch& batch = perStream[p.stream.get()];
+      auto [entry, added] = perStream.try_emplace(p.stream.get());
+      if (added) inCallOrder.emplace_back(entry->first, &entry->second);
+      StreamBatch& batch = entry->second;
       batch.stream = p.stream;
       if (p.cuda) batch.cuda = p.cuda;
       batch.staged = batch.staged || onGpu(p.gpu);
@@ -228,12 +237,20 @@ Status groupEnd() {
   // (docs/GPU.md); nothing for a group a stream will refuse.
   for (auto& [stream, batch] : perStream)
     if (batch.cuda) BRAID_RETURN_IF_ERROR(batch.cuda->refuseIfCapturing());
+  // Each CUDA stream's bridge in the order of addresses, as every group
+  // takes them, until the group's tasks are queued (orderMutex()).
+  std::vector<std::mutex*> orderMutexes;
+  for (auto& [stream, batch] : perStream)
+    if (batch.cuda) orderMutexes.push_back(&batch.cuda->orderMutex());
+  std::sort(orderMutexes.begin(), orderMutexes.end());
+  std::vector<std::unique_lock<std::mutex>> inOrder;
+  for (std::mutex* m : orderMutexes) inOrder.emplace_back(*m);
   for (auto& [stream, batch] : perStream) {
     if (!batch.cuda) continue;
     BRAID_RETURN_IF_ERROR(stream->communicator().prepareGpuCalls(batch.ops, stream->index()));
     if (batch.staged) BRAID_RETURN_IF_ERROR(batch.cuda->prepareStaging());
   }
-  BRAID_RETURN_IF_ERROR(holdEveryCudaStream(perStream));
+  BRAID_RETURN_IF_ERROR(holdEveryCudaStream(inCallOrder));
   for (auto& [stream, batch] : perStream) {
     if (batch.cuda || batch.staged)
       enqueueStagedBatch(batch.stream, batch.cuda, batch.gate, std::move(batch.ops),
@@ -241,6 +258,7 @@ Status groupEnd() {
     else
       stream->enqueue(std::move(batch.ops));
   }
+  inOrder.clear();
   if (now.empty()) return Status::ok();
   std::vector<std::pair<Communicator*, std::vector<Operation>>> batches(now.begin(), now.end());
   BRAID_RETURN_IF_ERROR(Communicator::runTogether(batches));

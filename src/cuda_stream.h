@@ -63,6 +63,19 @@ class CudaStreamBridge final : public GpuCopies {
   Status awaitReached(const Gate& gate, double timeoutSeconds);
   // Lets the CUDA stream pass `gate`. Gates are released in the order held.
   void release(const Gate& gate);
+  // Releases a gate when it goes, however its call ends: one that throws
+  // (an allocation that fails) must not leave the CUDA stream waiting.
+  struct ReleaseAtExit {
+    CudaStreamBridge& bridge;
+    const Gate& gate;
+    ~ReleaseAtExit() { bridge.release(gate); }
+  };
+  // Held from before a call takes its gate until its task is queued on the
+  // braid stream: the stream's thread awaits gates in the order of its
+  // tasks, so two threads calling on one braid stream must not queue their
+  // tasks in the other order than they took their gates. prepareStaging()
+  // is made under it too.
+  std::mutex& orderMutex() { return orderMutex_; }
   // Runs `work` and returns true if no gate of any bridge of the process is
   // held, none being taken meanwhile; else false: some CUDA stream may wait
   // for a call, and nothing may take the driver's memory lock (below).
@@ -97,6 +110,7 @@ class CudaStreamBridge final : public GpuCopies {
   void* bounce_ = nullptr;        // pinned, from a pool never freed; null until needed
   uint32_t* released_ = nullptr;  // pinned host memory the CUDA stream reads
   unsigned long long releasedOnGpu_ = 0;
+  std::mutex orderMutex_;
   std::mutex holdMutex_;       // one hold() at a time: the signal and the wait stay together
   uint32_t held_ = 0;          // the value of the last hold()
   bool oneWorkQueue_ = false;  // CUDA_DEVICE_MAX_CONNECTIONS=1

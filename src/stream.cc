@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <new>
 
 namespace braid {
 
@@ -33,7 +35,12 @@ HostStream::HostStream(std::shared_ptr<Communicator> comm, int index)
 
 HostStream::~HostStream() {
   (void)synchronize();
-  worker_.request_stop();
+  {
+    // Under the mutex: the worker may have found no stop requested and be
+    // about to wait, and would miss a wake-up sent in between.
+    std::lock_guard lock(mutex_);
+    worker_.request_stop();
+  }
   queuedMore_.notify_all();
 }
 
@@ -95,12 +102,19 @@ void HostStream::work(std::stop_token stop) {
     // run (their ranks would wait for a partner that already gave up).
     // Callbacks run always, and are told of it.
     Status s;
-    if (entry.callback)
-      entry.callback(earlier);
-    else if (entry.task)
-      s = entry.task(earlier);
-    else if (earlier.isOk())
-      s = comm_->run(entry.ops, index_);
+    try {
+      if (entry.callback)
+        entry.callback(earlier);
+      else if (entry.task)
+        s = entry.task(earlier);
+      else if (earlier.isOk())
+        s = comm_->run(entry.ops, index_);
+    } catch (const std::bad_alloc&) {
+      // As at the C ABI (guard): the call fails, the process goes on.
+      s = systemError("out of memory");
+    } catch (const std::exception& e) {
+      s = internalError(e.what());
+    }
     lock.lock();
     if (!s.isOk() && firstError_.isOk()) {
       firstError_ = s;
