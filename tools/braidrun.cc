@@ -423,7 +423,14 @@ int main(int argc, char** argv) {
   int runningRanks = options.numRanks;
   int exitCode = 0;
   std::optional<Clock::time_point> killDeadline;  // set once ranks are being torn down
+  // Set by a SIGTERM or SIGINT forwarded to the ranks: those still running
+  // at it are killed, as at a teardown, but their ends are still reported.
+  std::optional<Clock::time_point> forwardedDeadline;
   bool killSent = false;
+  auto deadline = [&]() -> std::optional<Clock::time_point> {
+    if (killDeadline && forwardedDeadline) return std::min(*killDeadline, *forwardedDeadline);
+    return killDeadline ? killDeadline : forwardedDeadline;
+  };
 
   auto tearDown = [&]() {
     if (killDeadline) return;
@@ -442,8 +449,8 @@ int main(int argc, char** argv) {
       }
     }
     int timeoutMs = -1;
-    if (killDeadline && !killSent) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(*killDeadline - Clock::now());
+    if (deadline() && !killSent) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline() - Clock::now());
       timeoutMs = static_cast<int>(std::max<int64_t>(0, left.count()));
     }
     int ready = ::poll(pollFds.data(), pollFds.size(), timeoutMs);
@@ -452,7 +459,7 @@ int main(int argc, char** argv) {
       tearDown();
     }
 
-    if (killDeadline && !killSent && Clock::now() >= *killDeadline) {
+    if (deadline() && !killSent && Clock::now() >= *deadline()) {
       signalRunningRanks(ranks, SIGKILL);
       killSent = true;
     }
@@ -468,6 +475,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "braidrun: forwarding signal %d (%s) to the ranks\n", signals[s],
                    strsignal(signals[s]));
       signalRunningRanks(ranks, signals[s]);
+      // A rank that ignores it, or is stuck in a driver call, must not
+      // outlive the launcher: a run stopped at its time limit would leave
+      // it holding the GPU.
+      if ((signals[s] == SIGTERM || signals[s] == SIGINT) && !forwardedDeadline)
+        forwardedDeadline = Clock::now() + kTerminateGrace;
     }
     // Reap every exited rank, whatever signal woke us: SIGCHLDs may merge.
     // Failures reaped together are all reported, since which came first (the

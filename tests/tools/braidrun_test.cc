@@ -313,6 +313,29 @@ TEST(Braidrun, ForwardsSigtermToRanks) {
   for (pid_t pid : rankPids) EXPECT_NE(::kill(pid, 0), 0) << "rank pid " << pid << " survived";
 }
 
+// Ranks that ignore the SIGTERM it forwards are killed after the grace
+// period rather than left running after the launcher.
+TEST(Braidrun, KillsRanksThatIgnoreAForwardedSigterm) {
+  Launcher launcher({"-n", "2", "sh", "-c", "trap '' TERM; echo pid $$; exec sleep 60"});
+  std::vector<pid_t> rankPids;
+  for (auto deadline = Clock::now() + std::chrono::seconds(10);
+       rankPids.size() < 2 && Clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    rankPids.clear();
+    std::regex pidLine(R"(\[\d\] pid (\d+))");
+    for (const std::string& line : splitLines(launcher.currentOut())) {
+      std::smatch match;
+      if (std::regex_match(line, match, pidLine)) rankPids.push_back(std::stoi(match[1]));
+    }
+  }
+  ASSERT_EQ(rankPids.size(), 2u) << launcher.currentOut();
+  ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
+  Outcome run = launcher.wait(std::chrono::seconds(20));
+  EXPECT_EQ(run.exitCode, 128 + SIGKILL) << run.err;
+  EXPECT_LT(run.seconds, 15);
+  for (pid_t pid : rankPids) EXPECT_NE(::kill(pid, 0), 0) << "rank pid " << pid << " survived";
+}
+
 TEST(Braidrun, BadUsageExitsTwo) {
   const std::vector<std::vector<std::string>> badUsages = {
       {},
