@@ -3,6 +3,7 @@
 // driver (driver_ipc_device_test.cc says how it plays a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -134,12 +135,11 @@ TEST_F(FdHandles, SharedMemoryIsExportedAsMadeAndOutlivesItsOwnersFree) {
   ASSERT_TRUE(opened);
   for (size_t i = 0; i < kBytes; ++i) data[i] = static_cast<uint8_t>(i * 7);
   std::vector<uint64_t> freed;
-  const uint64_t seen = device->heldFreedSince(0, freed);
-  freed.clear();
+  const uint64_t seen = device->heldFreedSince(0, {}, freed);
   ASSERT_OK(freeSharedGpuMemory(data));
   // Its peers are told (IpcDevice::heldFreedSince), and one that had not
   // fetched its descriptor yet cannot now.
-  EXPECT_EQ(device->heldFreedSince(seen, freed), seen + 1);
+  EXPECT_EQ(device->heldFreedSince(seen, {range.allocationId}, freed), seen + 1);
   EXPECT_EQ(freed, std::vector<uint64_t>{range.allocationId});
   EXPECT_FALSE(device->openMemory(range.handle).isOk());
   EXPECT_FALSE(sharedGpuRange(data, 4));
@@ -148,6 +148,30 @@ TEST_F(FdHandles, SharedMemoryIsExportedAsMadeAndOutlivesItsOwnersFree) {
   const auto* held = static_cast<const uint8_t*>(opened->data());
   for (size_t i = 0; i < kBytes; ++i) ASSERT_EQ(held[i], static_cast<uint8_t>(i * 7)) << i;
   opened.reset();  // the last mapping: now the memory goes (TearDown checks)
+}
+
+// However many others are freed before a connection next looks, one it
+// named to its peer is reported freed.
+TEST_F(FdHandles, AFreedAllocationIsReportedAfterThousandsOfOtherFrees) {
+  auto device = makeDevice();
+  ASSERT_TRUE(device);
+  void* named = take(allocateSharedGpuMemory(4096));
+  ASSERT_NE(named, nullptr);
+  const uint64_t id = take(device->exportedRange(named, 4)).allocationId;
+  std::vector<uint64_t> freed;
+  const uint64_t seen = device->heldFreedSince(0, {}, freed);
+  ASSERT_OK(freeSharedGpuMemory(named));
+  for (int i = 0; i < 5000; ++i) {
+    void* other = take(allocateSharedGpuMemory(4096));
+    ASSERT_NE(other, nullptr);
+    ASSERT_OK(freeSharedGpuMemory(other));
+  }
+  void* kept = take(allocateSharedGpuMemory(4096));
+  ASSERT_NE(kept, nullptr);
+  const uint64_t keptId = take(device->exportedRange(kept, 4)).allocationId;
+  device->heldFreedSince(seen, {id, keptId}, freed);
+  EXPECT_EQ(freed, std::vector<uint64_t>{id});  // and not the one still allocated
+  ASSERT_OK(freeSharedGpuMemory(kept));
 }
 
 // Once the GPU's work did not finish in time (a peer's process may have

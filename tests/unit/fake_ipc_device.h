@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -330,9 +331,13 @@ class FakeIpcDevice final : public IpcDevice {
     exportable_[reinterpret_cast<uintptr_t>(data)] = {
         bytes, handle, uint64_t{static_cast<uint32_t>(fields.pid)} << 32 | fields.serial};
   }
-  uint64_t heldFreedSince(uint64_t seen, std::vector<uint64_t>& ids) override {
+  uint64_t heldFreedSince(uint64_t seen, const std::set<uint64_t>& named,
+                          std::vector<uint64_t>& freed) override {
     std::lock_guard lock(rangesMutex_);
-    for (size_t n = seen; n < heldFreed_.size(); ++n) ids.push_back(heldFreed_[n]);
+    if (heldFreed_.size() == seen) return seen;
+    for (const uint64_t id : named)
+      if (std::find(heldFreed_.begin(), heldFreed_.end(), id) != heldFreed_.end())
+        freed.push_back(id);
     return heldFreed_.size();
   }
   // False (and the device faulted) when [p, p + bytes) is not this device's.

@@ -265,7 +265,7 @@ void CudaIpcConnection::failDirectSends() {
 
 Status CudaIpcConnection::tellFreed() {
   std::vector<uint64_t> freed;
-  heldFreedSeen_ = device_->heldFreedSince(heldFreedSeen_, freed);
+  heldFreedSeen_ = device_->heldFreedSince(heldFreedSeen_, namedHeld_, freed);
   for (const uint64_t id : freed)
     if (namedHeld_.erase(id) != 0)
       BRAID_RETURN_IF_ERROR(sendRecord(Record{kForget, 0, 0, 0, 0, 0, 0, id, {}}));

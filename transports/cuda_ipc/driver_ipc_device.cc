@@ -270,8 +270,9 @@ Result<ExportedRange> DriverIpcDevice::exportedRange(const void* data, size_t by
   return range;
 }
 
-uint64_t DriverIpcDevice::heldFreedSince(uint64_t seen, std::vector<uint64_t>& ids) {
-  return sharedGpuMemoryFreedSince(seen, ids);
+uint64_t DriverIpcDevice::heldFreedSince(uint64_t seen, const std::set<uint64_t>& named,
+                                         std::vector<uint64_t>& freed) {
+  return sharedGpuMemoryFreedSince(seen, named, freed);
 }
 
 Result<ExportedRange> DriverIpcDevice::exportRange(const void* data, size_t bytes) {

@@ -64,7 +64,8 @@ class DriverIpcDevice final : public IpcDevice {
   Result<ExportedRange> exportRange(const void* data, size_t bytes) override;
   Result<ExportedRange> exportedRange(const void* data, size_t bytes) override;
   // braidMemAlloc's memory freed (shared_gpu_memory.h).
-  uint64_t heldFreedSince(uint64_t seen, std::vector<uint64_t>& ids) override;
+  uint64_t heldFreedSince(uint64_t seen, const std::set<uint64_t>& named,
+                          std::vector<uint64_t>& freed) override;
   std::optional<bool> sharedThroughMps() const override { return sharedThroughMps_; }
 
   Status enqueueCopy(void* dst, const void* src, size_t bytes) override;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "src/common/status.h"
@@ -117,11 +118,14 @@ class IpcDevice {
     return notSupported("this device exports no buffers of the caller");
   }
   // Allocations whose peers hold their memory (ExportedRange::
-  // peerHoldsMemory) that their owner freed: the number freed so far, and
-  // the ids of those freed after the first `seen` appended to `ids`, so a
-  // connection can tell its peer to unmap them. Cheap when none was.
-  virtual uint64_t heldFreedSince(uint64_t seen, std::vector<uint64_t>& ids) {
-    (void)ids;
+  // peerHoldsMemory) that their owner freed: the number freed so far and,
+  // where that is more than `seen`, the ids among `named` that are freed
+  // appended to `freed`, so a connection can tell its peer to unmap them.
+  // Cheap when none was freed since.
+  virtual uint64_t heldFreedSince(uint64_t seen, const std::set<uint64_t>& named,
+                                  std::vector<uint64_t>& freed) {
+    (void)named;
+    (void)freed;
     return seen;
   }
   // Whether processes on this device share it through MPS (and so run at

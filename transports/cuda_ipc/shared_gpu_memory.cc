@@ -4,10 +4,10 @@
 
 #include <atomic>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -117,12 +117,11 @@ struct Registry {
   std::map<uintptr_t, SharedAllocation> allocations;  // by address
   std::shared_ptr<FdServer> server;                   // started at the first export
   uint64_t nextId = 1;
-  // Ids of descriptor-exported allocations freed, the latest kFreedKept,
-  // and how many were ever freed (the first one's number is freed - size).
-  std::deque<uint64_t> freedIds;
+  // Ids of the live descriptor-exported allocations, and how many were
+  // ever freed.
+  std::set<uint64_t> liveIds;
   std::atomic<uint64_t> freed{0};
 };
-constexpr size_t kFreedKept = 4096;
 
 // Never destroyed: memory may be freed by a static destructor of the
 // application after this file's would have run.
@@ -203,8 +202,10 @@ Result<void*> allocateSharedGpuMemory(size_t bytes) {
   allocation.bytes = allocation.mappedBytes != 0 ? allocation.mappedBytes : bytes;
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  if (allocation.mappedBytes != 0)
+  if (allocation.mappedBytes != 0) {
     allocation.whole.allocationId = kSharedAllocationIds | r.nextId++;
+    r.liveIds.insert(allocation.whole.allocationId);
+  }
   r.allocations[static_cast<uintptr_t>(pointer)] = std::move(allocation);
   return reinterpret_cast<void*>(static_cast<uintptr_t>(pointer));
 }
@@ -222,8 +223,7 @@ Status freeSharedGpuMemory(void* data) {
     r.allocations.erase(it);
     server = r.server;
     if (allocation.mappedBytes != 0) {
-      r.freedIds.push_back(allocation.whole.allocationId);
-      if (r.freedIds.size() > kFreedKept) r.freedIds.pop_front();
+      r.liveIds.erase(allocation.whole.allocationId);
       r.freed.fetch_add(1, std::memory_order_release);
     }
   }
@@ -264,14 +264,14 @@ void abandonSharedGpuMemoryOf(int device) {
     if (allocation.context->device() == device) allocation.abandoned = true;
 }
 
-uint64_t sharedGpuMemoryFreedSince(uint64_t seen, std::vector<uint64_t>& ids) {
+uint64_t sharedGpuMemoryFreedSince(uint64_t seen, const std::set<uint64_t>& named,
+                                   std::vector<uint64_t>& freed) {
   Registry& r = registry();
   if (r.freed.load(std::memory_order_acquire) == seen) return seen;  // no lock: the usual case
   std::lock_guard lock(r.mutex);
-  const uint64_t freed = r.freed.load(std::memory_order_relaxed);
-  const uint64_t first = freed - r.freedIds.size();  // the number of freedIds.front()
-  for (uint64_t n = std::max(seen, first); n < freed; ++n) ids.push_back(r.freedIds[n - first]);
-  return freed;
+  for (const uint64_t id : named)
+    if (r.liveIds.count(id) == 0) freed.push_back(id);
+  return r.freed.load(std::memory_order_relaxed);
 }
 
 }  // namespace braid::transport::cuda_ipc

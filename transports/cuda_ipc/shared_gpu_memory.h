@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "src/common/status.h"
@@ -56,11 +57,13 @@ bool insideSharedGpuMemory(const void* data);
 void abandonSharedGpuMemoryOf(int device);
 
 // How many descriptor-exported allocations of allocateSharedGpuMemory were
-// freed so far in this process, and the ids of those freed after the first
-// `seen` of them (at most the latest 4096) appended to `ids`: how a
-// connection tells its peers which allocations they may unmap. Takes no
-// lock when none was freed since.
-uint64_t sharedGpuMemoryFreedSince(uint64_t seen, std::vector<uint64_t>& ids);
+// freed so far in this process and, where more than `seen`, the ids among
+// `named` that are no longer allocated appended to `freed`: how a
+// connection tells its peers which allocations they may unmap, however
+// many were freed since it last looked. Takes no lock when none was freed
+// since.
+uint64_t sharedGpuMemoryFreedSince(uint64_t seen, const std::set<uint64_t>& named,
+                                   std::vector<uint64_t>& freed);
 
 namespace driver_ipc {
 
