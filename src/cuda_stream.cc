@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
+#include <thread>
 #include <vector>
 
 #include "src/common/cuda_driver.h"
@@ -158,13 +159,14 @@ Result<std::shared_ptr<CudaStreamBridge>> CudaStreamBridge::create(void* cudaStr
 CudaStreamBridge::~CudaStreamBridge() {
   const StreamDriver& d = driver();
   // The copy stream waits for nothing but braid's own copies, which end;
-  // the next bridge may reuse the pinned memory they read or write.
-  if (copyStream_ != nullptr)
+  // the next bridge may reuse the pinned memory they read or write. Not
+  // those of copies that did not end in time.
+  if (copyStream_ != nullptr && !stuck_)
     (void)inContext("", [&] {
       (void)d.streamSynchronize(copyStream_);
       return d.streamDestroy(copyStream_);
     });
-  if (bounce_ != nullptr) {
+  if (bounce_ != nullptr && !stuck_) {
     std::lock_guard lock(spareBouncesMutex);
     spareBounces.push_back(bounce_);
   }
@@ -282,6 +284,7 @@ Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
 
 Status CudaStreamBridge::awaitReached(const Gate& gate, double timeoutSeconds) {
   const StreamDriver& d = driver();
+  copyTimeoutSeconds_ = timeoutSeconds;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(timeoutSeconds));
@@ -337,13 +340,12 @@ Status CudaStreamBridge::toHost(void* host, const void* gpu, size_t bytes, const
   for (size_t piece = 0, offset = 0; status.isOk() && offset < bytes;
        ++piece, offset += kBounceHalf) {
     const size_t next = offset + kBounceHalf;
-    status = inContext(what, [&] {
-      CuResult r = d.streamSynchronize(copyStream_);
-      if (r == kSuccess && next < bytes)
-        r = d.memcpyDtoHAsync(half(piece + 1), devicePointer(from + next), length(next),
-                              copyStream_);
-      return r;
-    });
+    status = awaitCopies(what);
+    if (status.isOk() && next < bytes)
+      status = inContext(what, [&] {
+        return d.memcpyDtoHAsync(half(piece + 1), devicePointer(from + next), length(next),
+                                 copyStream_);
+      });
     if (status.isOk()) std::memcpy(to + offset, half(piece), length(offset));
   }
   return finishCopies(status);
@@ -363,22 +365,53 @@ Status CudaStreamBridge::toGpu(void* gpu, const void* host, size_t bytes, const 
   for (size_t piece = 0, offset = 0; status.isOk() && offset < bytes;
        ++piece, offset += kBounceHalf) {
     std::memcpy(half(piece), from + offset, length(offset));
-    status = inContext(what, [&] {
-      CuResult r = d.streamSynchronize(copyStream_);
-      if (r == kSuccess)
-        r = d.memcpyHtoDAsync(devicePointer(to + offset), half(piece), length(offset), copyStream_);
-      return r;
-    });
+    status = awaitCopies(what);
+    if (status.isOk())
+      status = inContext(what, [&] {
+        return d.memcpyHtoDAsync(devicePointer(to + offset), half(piece), length(offset),
+                                 copyStream_);
+      });
   }
-  if (status.isOk()) status = inContext(what, [&] { return d.streamSynchronize(copyStream_); });
+  if (status.isOk()) status = awaitCopies(what);
   return finishCopies(status);
 }
 
 Status CudaStreamBridge::finishCopies(Status status) {
   // After a failure a copy may still be queued: it ends before the next
   // call (or bridge) writes the halves it reads or writes.
-  if (!status.isOk()) (void)inContext("", [&] { return driver().streamSynchronize(copyStream_); });
+  if (!status.isOk() && !stuck_) (void)awaitCopies("");
   return status;
+}
+
+Status CudaStreamBridge::awaitCopies(const char* what) {
+  if (stuck_)
+    return Status(ErrorCode::kTimeout,
+                  strCat(what, ": an earlier staging copy of this stream never finished"));
+  const StreamDriver& d = driver();
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto limit = std::chrono::duration<double>(copyTimeoutSeconds_);
+  while (true) {
+    bool done = false;
+    BRAID_RETURN_IF_ERROR(inContext(what, [&] {
+      const CuResult r = d.streamQuery(copyStream_);
+      done = r == kSuccess;
+      return r == cudadriver::kNotReady ? kSuccess : r;
+    }));
+    if (done) return Status::ok();
+    const auto waited = Clock::now() - start;
+    if (waited >= limit) {
+      stuck_ = true;
+      return Status(ErrorCode::kTimeout,
+                    strCat(what, ": braid's staging copies did not finish in ", copyTimeoutSeconds_,
+                           " s (BRAID_TIMEOUT); their pinned memory is no longer reused"));
+    }
+    // As a driver's own wait: spinning first, then sleeping.
+    if (waited < std::chrono::milliseconds(2))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 uint8_t* CudaStreamBridge::half(size_t piece) const {

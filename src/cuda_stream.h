@@ -101,6 +101,11 @@ class CudaStreamBridge final : public GpuCopies {
   Status inContext(const char* what, const std::function<int()>& work);
   // `status`, once no staging copy is left queued.
   Status finishCopies(Status status);
+  // Waits for the staging copies queued on the copy stream, polling, for at
+  // most the call's BRAID_TIMEOUT: copies that never run (the copy stream
+  // behind the held CUDA stream in one hardware queue) fail the call rather
+  // than hold the stream's thread. After that the bridge is stuck.
+  Status awaitCopies(const char* what);
   // The half of the pinned memory that piece `piece` of a copy uses.
   uint8_t* half(size_t piece) const;
 
@@ -114,6 +119,12 @@ class CudaStreamBridge final : public GpuCopies {
   std::mutex holdMutex_;       // one hold() at a time: the signal and the wait stay together
   uint32_t held_ = 0;          // the value of the last hold()
   bool oneWorkQueue_ = false;  // CUDA_DEVICE_MAX_CONNECTIONS=1
+  // The timeout of the call being staged (awaitReached's), on the braid
+  // stream's thread, which alone stages.
+  double copyTimeoutSeconds_ = 300;
+  // Copies that did not finish in time: what they may still read or write
+  // (the pinned memory, the copy stream) is never reused or freed.
+  bool stuck_ = false;
 };
 
 }  // namespace braid

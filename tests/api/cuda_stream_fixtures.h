@@ -35,6 +35,7 @@ struct FakeDriver {
   void (*setGlobalCapture)(int);
   void (*holdMemoryLock)(int);
   unsigned long (*memoryLockRefusals)();
+  void (*stallCopies)(int);
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -54,7 +55,8 @@ struct FakeDriver {
            find(setCapture, "fakeCudaSetStreamCapture") &&
            find(setGlobalCapture, "fakeCudaSetGlobalCapture") &&
            find(holdMemoryLock, "fakeCudaHoldMemoryLockWhileStreamsWait") &&
-           find(memoryLockRefusals, "fakeCudaMemoryLockRefusals");
+           find(memoryLockRefusals, "fakeCudaMemoryLockRefusals") &&
+           find(stallCopies, "fakeCudaStallCopies");
   }
 
   // A context current on this thread and a blocking stream (flags 0), as

@@ -114,6 +114,30 @@ TEST_F(OneRankOnACudaStream, AStagedCallThatCannotAllocateFailsItsStreamNotThePr
   aborted_ = true;
 }
 
+// A staged call whose copies never run (braid's copy stream behind the
+// held CUDA stream in one hardware queue, say) fails at BRAID_TIMEOUT, and
+// the CUDA stream goes on, rather than hang the stream's thread, and with
+// it braidStreamSynchronize, braidStreamDestroy and braidCommDestroy.
+TEST_F(OneRankOnACudaStream, AStagedCallWhoseCopiesNeverRunFailsAtTheTimeout) {
+  static float gpu[1024];
+  fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
+  setenv("BRAID_TIMEOUT", "1", 1);
+  braidComm_t comm = oneRank();  // with that timeout
+  unsetenv("BRAID_TIMEOUT");
+  ASSERT_NE(comm, nullptr);
+  braidStream_t stream = nullptr;
+  ASSERT_EQ(braidStreamCreateFromCuda(comm, cudaStream_, &stream), braidSuccess);
+  fake.stallCopies(1);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_BRAID_OK(braidAllReduce(gpu, gpu + 512, 512, braidFloat32, braidSum, comm, stream));
+  EXPECT_EQ(braidStreamSynchronize(stream), braidTimeout) << braidGetLastError(nullptr);
+  EXPECT_EQ(fake.streamSynchronize(cudaStream_), 0);  // the CUDA stream went on
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  fake.stallCopies(0);
+  EXPECT_BRAID_OK(braidStreamDestroy(stream));
+  EXPECT_BRAID_OK(braidCommAbort(comm));
+}
+
 #endif
 
 // Streams made and destroyed at once, many times: the stream's thread

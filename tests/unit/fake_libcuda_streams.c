@@ -56,6 +56,15 @@ typedef struct FakeStream {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 static FakeStream* streams;
+/* While set, every stream holds its next copy back (fakeCudaStallCopies). */
+static int stallCopies;
+
+/* Copies on every stream wait while `stall` is set: a GPU whose copies do
+ * not run, as where braid's copy stream shares a hardware queue with a
+ * stream that waits for the call. */
+void fakeCudaStallCopies(int stall) {
+  __atomic_store_n(&stallCopies, stall, __ATOMIC_RELAXED);
+}
 
 static void pause50us(void) {
   struct timespec delay = {0, 50000};
@@ -78,6 +87,7 @@ static void* runStream(void* argument) {
       } else if (w->kind == WORK_WAIT_VALUE) {
         while (!waitPasses(w)) pause50us();
       } else {
+        while (__atomic_load_n(&stallCopies, __ATOMIC_RELAXED)) pause50us();
         memcpy(w->destination, w->source, w->bytes);
       }
     }
