@@ -198,7 +198,8 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
     const braid::CudaStreamBridge::ReleaseAtExit release{*bridge, gate};
     Status outcome = Status::ok();
     if (earlier.isOk()) {
-      outcome = bridge->awaitReached(gate, host->communicator().timeout());
+      outcome = bridge->awaitReached(gate, host->communicator().timeout(),
+                                     host->communicator().abortedFlag());
       if (outcome.isOk() && ordinal >= 0) {
         Operation onGpu = o;
         onGpu.gpuOrdinal = ordinal;

@@ -145,7 +145,9 @@ void enqueueStagedBatch(std::shared_ptr<HostStream> host, std::shared_ptr<CudaSt
     if (cuda) release.emplace(*cuda, *gate);
     Status outcome = Status::ok();
     if (earlier.isOk()) {
-      if (cuda) outcome = cuda->awaitReached(*gate, stream->communicator().timeout());
+      if (cuda)
+        outcome = cuda->awaitReached(*gate, stream->communicator().timeout(),
+                                     stream->communicator().abortedFlag());
       if (outcome.isOk())
         outcome = runStagedBatch(*stream, ops, placements,
                                  cuda ? static_cast<GpuCopies&>(*cuda) : contextOrderedCopies());

@@ -99,6 +99,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Any thread, never blocks on peers: pending and later calls fail.
   void abort();
   bool aborted() const { return aborted_.load(); }
+  const std::atomic<bool>& abortedFlag() const { return aborted_; }
   // Closes the connections after local work is done (braidCommDestroy).
   void shutdown();
 

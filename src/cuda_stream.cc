@@ -282,7 +282,8 @@ Result<CudaStreamBridge::Gate> CudaStreamBridge::hold() {
   return gate;
 }
 
-Status CudaStreamBridge::awaitReached(const Gate& gate, double timeoutSeconds) {
+Status CudaStreamBridge::awaitReached(const Gate& gate, double timeoutSeconds,
+                                      const std::atomic<bool>& aborted) {
   const StreamDriver& d = driver();
   copyTimeoutSeconds_ = timeoutSeconds;
   const auto deadline = std::chrono::steady_clock::now() +
@@ -302,6 +303,10 @@ Status CudaStreamBridge::awaitReached(const Gate& gate, double timeoutSeconds) {
     lock.lock();
     if (gate.reached->reached) break;
     if (!queried.isOk()) return queried;
+    // The call fails; its gate is let go, which the stream passes whenever
+    // it gets there.
+    if (aborted.load(std::memory_order_relaxed))
+      return invalidUsage("communicator aborted while the call waited for its CUDA stream");
     if (std::chrono::steady_clock::now() >= deadline)
       return Status(ErrorCode::kTimeout,
                     strCat("the CUDA stream did not reach the call in ", timeoutSeconds,

@@ -59,8 +59,9 @@ class CudaStreamBridge final : public GpuCopies {
   // bridge has none yet: before hold(), for a call it will stage.
   Status prepareStaging();
   // Waits (on braid's stream thread) until the CUDA stream reaches `gate`;
-  // fails if the CUDA stream reports an error, or after `timeoutSeconds`.
-  Status awaitReached(const Gate& gate, double timeoutSeconds);
+  // fails if the CUDA stream reports an error, once `aborted` (the
+  // communicator's flag) is set, or after `timeoutSeconds`.
+  Status awaitReached(const Gate& gate, double timeoutSeconds, const std::atomic<bool>& aborted);
   // Lets the CUDA stream pass `gate`. Gates are released in the order held.
   void release(const Gate& gate);
   // Releases a gate when it goes, however its call ends: one that throws

@@ -138,6 +138,31 @@ TEST_F(OneRankOnACudaStream, AStagedCallWhoseCopiesNeverRunFailsAtTheTimeout) {
   EXPECT_BRAID_OK(braidCommAbort(comm));
 }
 
+// An abort while a call waits for its CUDA stream to reach it (work queued
+// before it still runs) ends the wait, rather than hold the braid stream,
+// and braidCommDestroy, until BRAID_TIMEOUT.
+TEST_F(OneRankOnACudaStream, AnAbortEndsTheWaitForTheCudaStream) {
+  setenv("BRAID_TIMEOUT", "30", 1);
+  braidComm_t comm = oneRank();
+  unsetenv("BRAID_TIMEOUT");
+  ASSERT_NE(comm, nullptr);
+  braidStream_t stream = nullptr;
+  ASSERT_EQ(braidStreamCreateFromCuda(comm, cudaStream_, &stream), braidSuccess);
+  braid::testing::Gate gate;  // the work queued before the call, still running
+  ASSERT_EQ(fake.launchKernel(cudaStream_, braid::testing::Gate::run, &gate), 0);
+  float x[4] = {1, 2, 3, 4};
+  EXPECT_BRAID_OK(braidAllReduce(x, x, 4, braidFloat32, braidSum, comm, stream));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the call waits
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_BRAID_OK(braidCommAbort(comm));
+  EXPECT_EQ(braidStreamSynchronize(stream), braidInvalidUsage) << braidGetLastError(nullptr);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  gate.open.store(true);
+  EXPECT_EQ(fake.streamSynchronize(cudaStream_), 0);  // and the CUDA stream goes on
+  EXPECT_BRAID_OK(braidStreamDestroy(stream));
+  EXPECT_BRAID_OK(braidCommDestroy(comm));
+}
+
 #endif
 
 // Streams made and destroyed at once, many times: the stream's thread
