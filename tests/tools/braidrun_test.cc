@@ -290,11 +290,11 @@ TEST(Braidrun, ReportsRankKilledBySignal) {
       << run.err;
 }
 
-TEST(Braidrun, ForwardsSigtermToRanks) {
-  Launcher launcher({"-n", "3", "sh", "-c", "echo pid $$; exec sleep 30"});
+// The pids `count` ranks print as "pid N" lines (up to 10 s).
+std::vector<pid_t> printedRankPids(Launcher& launcher, size_t count) {
   std::vector<pid_t> rankPids;
   for (auto deadline = Clock::now() + std::chrono::seconds(10);
-       rankPids.size() < 3 && Clock::now() < deadline;) {
+       rankPids.size() < count && Clock::now() < deadline;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     rankPids.clear();
     std::regex pidLine(R"(\[\d\] pid (\d+))");
@@ -303,6 +303,12 @@ TEST(Braidrun, ForwardsSigtermToRanks) {
       if (std::regex_match(line, match, pidLine)) rankPids.push_back(std::stoi(match[1]));
     }
   }
+  return rankPids;
+}
+
+TEST(Braidrun, ForwardsSigtermToRanks) {
+  Launcher launcher({"-n", "3", "sh", "-c", "echo pid $$; exec sleep 30"});
+  const std::vector<pid_t> rankPids = printedRankPids(launcher, 3);
   ASSERT_EQ(rankPids.size(), 3u) << launcher.currentOut();
   ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
   Outcome run = launcher.wait(std::chrono::seconds(10));
@@ -317,17 +323,7 @@ TEST(Braidrun, ForwardsSigtermToRanks) {
 // period rather than left running after the launcher.
 TEST(Braidrun, KillsRanksThatIgnoreAForwardedSigterm) {
   Launcher launcher({"-n", "2", "sh", "-c", "trap '' TERM; echo pid $$; exec sleep 60"});
-  std::vector<pid_t> rankPids;
-  for (auto deadline = Clock::now() + std::chrono::seconds(10);
-       rankPids.size() < 2 && Clock::now() < deadline;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    rankPids.clear();
-    std::regex pidLine(R"(\[\d\] pid (\d+))");
-    for (const std::string& line : splitLines(launcher.currentOut())) {
-      std::smatch match;
-      if (std::regex_match(line, match, pidLine)) rankPids.push_back(std::stoi(match[1]));
-    }
-  }
+  const std::vector<pid_t> rankPids = printedRankPids(launcher, 2);
   ASSERT_EQ(rankPids.size(), 2u) << launcher.currentOut();
   ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
   Outcome run = launcher.wait(std::chrono::seconds(20));
