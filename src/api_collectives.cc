@@ -195,7 +195,7 @@ Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   BRAID_ASSIGN_OR_RETURN(braid::CudaStreamBridge::Gate gate, bridge->hold());
   host->enqueueTask([=, o = std::move(o)](const Status& earlier) -> Status {
     // After a failure too: the CUDA stream must not hang.
-    const braid::CudaStreamBridge::ReleaseAtExit release{*bridge, gate};
+    const braid::CudaStreamBridge::ReleaseAtExit release(*bridge, gate);
     Status outcome = Status::ok();
     if (earlier.isOk()) {
       outcome = bridge->awaitReached(gate, host->communicator().timeout(),

@@ -66,10 +66,16 @@ class CudaStreamBridge final : public GpuCopies {
   void release(const Gate& gate);
   // Releases a gate when it goes, however its call ends: one that throws
   // (an allocation that fails) must not leave the CUDA stream waiting.
-  struct ReleaseAtExit {
-    CudaStreamBridge& bridge;
-    const Gate& gate;
-    ~ReleaseAtExit() { bridge.release(gate); }
+  class ReleaseAtExit {
+   public:
+    ReleaseAtExit(CudaStreamBridge& bridge, const Gate& gate) : bridge_(bridge), gate_(gate) {}
+    ~ReleaseAtExit() { bridge_.release(gate_); }
+    ReleaseAtExit(const ReleaseAtExit&) = delete;
+    ReleaseAtExit& operator=(const ReleaseAtExit&) = delete;
+
+   private:
+    CudaStreamBridge& bridge_;
+    const Gate& gate_;
   };
   // Held from before a call takes its gate until its task is queued on the
   // braid stream: the stream's thread awaits gates in the order of its
