@@ -24,10 +24,15 @@ bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
 
 // The memory `p` lies in, or no memory (host) for none; an error of the
 // driver names the argument.
-braid::Result<braid::BufferMemory> memoryOf(const char* argument, const void* p) {
+// The kind of the `bytes` at `p`, which must lie inside one GPU allocation
+// where they are GPU memory.
+braid::Result<braid::BufferMemory> memoryOf(const char* argument, const void* p, size_t bytes) {
   if (p == nullptr) return braid::BufferMemory{};
   braid::Result<braid::BufferMemory> memory = braid::memoryKindOf(p);
   if (!memory.isOk()) return memory.status().withContext(argument);
+  if (memory->kind != braid::MemoryKind::kHost)
+    if (Status inside = braid::checkInsideGpuAllocation(p, bytes); !inside.isOk())
+      return inside.withContext(argument);
   return memory;
 }
 
@@ -160,8 +165,10 @@ Status submitStaged(Operation o, braidComm_t comm, braidStream_t stream,
 // the bridge's copies, then lets the CUDA stream go on.
 Status submitOnCudaStream(Operation o, braidComm_t comm, braidStream_t stream) {
   BRAID_RETURN_IF_ERROR(checkStreamOfComm(comm, stream));
-  BRAID_ASSIGN_OR_RETURN(const braid::BufferMemory sendMemory, memoryOf("sendbuff", o.send));
-  BRAID_ASSIGN_OR_RETURN(const braid::BufferMemory recvMemory, memoryOf("recvbuff", o.recv));
+  BRAID_ASSIGN_OR_RETURN(const braid::BufferMemory sendMemory,
+                         memoryOf("sendbuff", o.send, braid::algo::sendBufferBytes(o.args)));
+  BRAID_ASSIGN_OR_RETURN(const braid::BufferMemory recvMemory,
+                         memoryOf("recvbuff", o.recv, braid::algo::recvBufferBytes(o.args)));
   const GpuPlacement placement = placementOf(o, onGpu(sendMemory), onGpu(recvMemory));
   if (placement.sendOnGpu || placement.recvOnGpu)
     BRAID_RETURN_IF_ERROR(stream->cuda->gpuBuffersAllowed());
@@ -314,15 +321,23 @@ Status checkAndSubmit(const Call& c, braidComm_t comm, braidStream_t stream) {
   if (stream != nullptr && stream->cuda) return submitOnCudaStream(std::move(o), comm, stream);
   // While the process has no CUDA driver loaded this is an atomic load and a
   // coarse clock read. In place, both buffers lie in one allocation, so one
-  // question to the driver answers for both.
+  // question to the driver, about the one that holds the other, answers for
+  // both.
   if ((needSend || needRecv) && braid::gpuMemoryPossible()) {
-    BRAID_ASSIGN_OR_RETURN(const braid::BufferMemory sendMemory,
-                           memoryOf("sendbuff", needSend ? c.send : nullptr));
-    braid::BufferMemory recvMemory;
+    const size_t sendSize = braid::algo::sendBufferBytes(o.args),
+                 recvSize = braid::algo::recvBufferBytes(o.args);
+    braid::BufferMemory sendMemory, recvMemory;
     if (needRecv && inPlace && needSend) {
+      const bool recvHoldsSend = recvSize > sendSize;  // AllGather, Gather
+      BRAID_ASSIGN_OR_RETURN(sendMemory, recvHoldsSend ? memoryOf("recvbuff", c.recv, recvSize)
+                                                       : memoryOf("sendbuff", c.send, sendSize));
       recvMemory = sendMemory;
-    } else if (needRecv) {
-      BRAID_ASSIGN_OR_RETURN(recvMemory, memoryOf("recvbuff", c.recv));
+    } else {
+      BRAID_ASSIGN_OR_RETURN(sendMemory,
+                             memoryOf("sendbuff", needSend ? c.send : nullptr, sendSize));
+      if (needRecv) {
+        BRAID_ASSIGN_OR_RETURN(recvMemory, memoryOf("recvbuff", c.recv, recvSize));
+      }
     }
     if (onGpu(sendMemory) || onGpu(recvMemory))
       return submitStaged(std::move(o), comm, stream, sendMemory, recvMemory);
@@ -364,7 +379,8 @@ Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t co
   if (stream != nullptr && stream->cuda) return submitOnCudaStream(std::move(o), comm, stream);
   braid::BufferMemory memory;
   if (count > 0 && braid::gpuMemoryPossible()) {
-    BRAID_ASSIGN_OR_RETURN(memory, memoryOf(isSend ? "sendbuff" : "recvbuff", buffer));
+    BRAID_ASSIGN_OR_RETURN(memory, memoryOf(isSend ? "sendbuff" : "recvbuff", buffer,
+                                            count * braid::dataTypeSize(o.args.dtype)));
   }
   if (onGpu(memory))
     return submitStaged(std::move(o), comm, stream, isSend ? memory : braid::BufferMemory{},

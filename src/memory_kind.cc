@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "src/common/strcat.h"
 #include "src/device_staging.h"
 
 namespace braid {
@@ -38,6 +39,9 @@ constexpr CuResult kErrorCompatNotSupported = 804;    // CUDA_ERROR_COMPAT_NOT_S
 constexpr int kAttributeMemoryType = 2;               // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 constexpr int kAttributeIsManaged = 8;                // CU_POINTER_ATTRIBUTE_IS_MANAGED
 constexpr int kAttributeDeviceOrdinal = 9;            // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kAttributeLegacyIpcCapable = 10;        // ..._IS_LEGACY_CUDA_IPC_CAPABLE
+constexpr int kAttributeRangeStart = 11;              // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+constexpr int kAttributeRangeSize = 12;               // CU_POINTER_ATTRIBUTE_RANGE_SIZE
 constexpr unsigned int kMemoryTypeDevice = 2;         // CU_MEMORYTYPE_DEVICE
 constexpr unsigned int kMemoryTypeUnified = 4;        // CU_MEMORYTYPE_UNIFIED
 // CU_MEMORYTYPE_HOST (1) is pinned or registered host memory: host for braid.
@@ -178,6 +182,24 @@ Result<BufferMemory> memoryKindOf(const void* p) {
   // The ordinal only names the GPU: the kind is known, and a buffer of
   // unknown GPU is staged or refused by that kind all the same.
   return BufferMemory{kind, device};
+}
+
+Status checkInsideGpuAllocation(const void* p, size_t bytes) {
+  const PointerGetAttribute query = driverPointerGetAttribute.load(std::memory_order_acquire);
+  if (query == nullptr || bytes == 0) return Status::ok();
+  const auto address = static_cast<CuDevicePtr>(reinterpret_cast<uintptr_t>(p));
+  CuDevicePtr start = 0;
+  size_t size = 0;
+  int legacyIpc = 0;  // memory of cudaMalloc or cuMemAlloc, whose range is the allocation
+  int attributes[] = {kAttributeRangeStart, kAttributeRangeSize, kAttributeLegacyIpcCapable};
+  void* answers[] = {&start, &size, &legacyIpc};
+  if (query(3, attributes, answers, address) != kCudaSuccess || size == 0 || legacyIpc == 0 ||
+      address < start)
+    return Status::ok();
+  const size_t offset = address - start;
+  if (offset <= size && bytes <= size - offset) return Status::ok();
+  return invalidArgument(strCat(bytes, " bytes at offset ", offset, " of a GPU allocation of ",
+                                size, " bytes run past the end of it (is the count too large?)"));
 }
 
 const char* memoryKindName(MemoryKind kind) {

@@ -39,6 +39,15 @@ bool gpuMemoryPossible();
 // would crash the process. Thread-safe.
 Result<BufferMemory> memoryKindOf(const void* p);
 
+// kInvalidArgument where [p, p + bytes) runs past the end of the GPU
+// allocation that holds p (a count too large for the buffer), which the
+// driver tells for memory of cudaMalloc or cuMemAlloc. Memory of cuMemCreate
+// or of a pool (PyTorch's expandable segments, cudaMallocAsync) is not
+// checked: the driver reports one mapping of it, and a buffer may run on
+// into the next. Ok too where the driver cannot say. For device or managed
+// memory (memoryKindOf).
+Status checkInsideGpuAllocation(const void* p, size_t bytes);
+
 // "host", "GPU device", "GPU managed": for messages.
 const char* memoryKindName(MemoryKind kind);
 

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "braid.h"
 #include "expect_braid.h"
@@ -343,6 +344,27 @@ TEST_F(GpuBuffers, AFailedCopyIsACudaErrorWithTheDriversMessage) {
   EXPECT_BRAID_ERROR(braidAllReduce(gpu_, host_, 64, braidFloat32, braidSum, comm_, nullptr),
                      braidUnhandledCudaError, "braidAllReduce", "sendbuff", "illegal", "700");
   EXPECT_EQ(host_[63], 63.0f);  // the call did not run
+}
+
+// A buffer that runs past the end of its GPU allocation (a count too large
+// for it) is refused by name, rather than read and written past its end
+// (or, in place, taken for host memory where the other end lies past it).
+TEST_F(GpuBuffers, ABufferPastTheEndOfItsAllocationIsRefused) {
+  std::vector<float> host(128);  // not next to gpu_, as host_ is
+  const unsigned long before = copies_();
+  EXPECT_BRAID_ERROR(braidAllReduce(gpu_, gpu_, 65, braidFloat32, braidSum, comm_, nullptr),
+                     braidInvalidArgument, "braidAllReduce", "sendbuff");
+  EXPECT_BRAID_ERROR(
+      braidAllReduce(gpu_ + 40, host.data(), 25, braidFloat32, braidSum, comm_, nullptr),
+      braidInvalidArgument, "braidAllReduce", "past the end");
+  EXPECT_BRAID_ERROR(
+      braidAllReduce(host.data(), gpu_ + 60, 8, braidFloat32, braidSum, comm_, nullptr),
+      braidInvalidArgument, "braidAllReduce", "recvbuff");
+  EXPECT_BRAID_ERROR(braidBroadcast(gpu_ + 63, host.data(), 2, braidFloat32, 0, comm_, nullptr),
+                     braidInvalidArgument, "braidBroadcast", "sendbuff");
+  EXPECT_EQ(copies_(), before);  // nothing was read
+  // Up to the end is fine.
+  EXPECT_BRAID_OK(braidAllReduce(gpu_, gpu_ + 32, 32, braidFloat32, braidSum, comm_, nullptr));
 }
 
 #else  // a build without CUDA refuses them

@@ -135,6 +135,7 @@ unsigned long fakeCudaFailedPointerQueries(void) {
 
 static int pointerAttribute(void* data, int attribute, unsigned long long ptr);
 static int allocationOf(unsigned long long address);
+static int allocationRange(unsigned long long address, unsigned long long* base, size_t* bytes);
 
 int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
   const int r = pointerAttribute(data, attribute, ptr);
@@ -168,6 +169,23 @@ static int pointerAttribute(void* data, int attribute, unsigned long long ptr) {
       const int i = allocationOf(ptr);
       *(unsigned long long*)data =
           i < 0 ? 0 : (unsigned long long)getpid() << 32 | (unsigned)(i + 1);
+      return FAKE_CUDA_SUCCESS;
+    }
+    case FAKE_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      /* Memory of cuMemAlloc, and the range a test sets, as cudaMalloc's. */
+      *(int*)data = 1;
+      return FAKE_CUDA_SUCCESS;
+    case FAKE_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case FAKE_CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
+      /* The cuMemAlloc allocation that holds it, else the whole range the
+       * test set: what the driver calls the allocation. */
+      unsigned long long base = READ(rangeBegin);
+      size_t bytes = READ(rangeEnd) - READ(rangeBegin);
+      (void)allocationRange(ptr, &base, &bytes);
+      if (attribute == FAKE_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+        *(unsigned long long*)data = base;
+      else
+        *(size_t*)data = bytes;
       return FAKE_CUDA_SUCCESS;
     }
     default:
@@ -466,6 +484,17 @@ static int allocationOf(unsigned long long address) {
       found = i;
   pthread_mutex_unlock(&arenaLock);
   return found;
+}
+
+/* The allocation holding `address` into *base and *bytes; 0 where none. */
+static int allocationRange(unsigned long long address, unsigned long long* base, size_t* bytes) {
+  const int i = allocationOf(address);
+  if (i < 0) return 0;
+  pthread_mutex_lock(&arenaLock);
+  *base = allocations[i].base;
+  *bytes = allocations[i].bytes;
+  pthread_mutex_unlock(&arenaLock);
+  return 1;
 }
 
 int cuMemGetAddressRange_v2(unsigned long long* base, size_t* size, unsigned long long ptr) {
