@@ -402,15 +402,9 @@ Result<GpuPath*> Communicator::gpuPathFor(int deviceOrdinal) {
     std::vector<bool> ipc(nranks_);
     for (int p = 0; p < nranks_; ++p) ipc[p] = config_.cudaIpc && sameHost_[p];
     auto made = GpuPath::create(rank_, deviceOrdinal, connections_, ipc, config_);
-    if (!made.isOk()) {
-      // The peers are about to wait for this rank's slots: tell them why
-      // they never come, rather than let them time out.
-      const Status why(made.status().code(),
-                       strCat("rank ", rank_, " cannot run GPU jobs: ", made.status().message()));
-      for (int p = 0; p < nranks_; ++p)
-        if (p != rank_) connections_[p]->abort(why);
-      return why;
-    }
+    if (!made.isOk())
+      return failGpuJobs(made.status().code(),
+                         strCat("rank ", rank_, " cannot run GPU jobs: ", made.status().message()));
     gpuPath_ = std::move(*made);
     // Peers on one GPU hand chunks over cuda_ipc. Said by the host's first
     // rank, once a process: every communicator of it would say the same.
@@ -425,9 +419,20 @@ Result<GpuPath*> Communicator::gpuPathFor(int deviceOrdinal) {
         std::call_once(warned, [&] { BRAID_WARN(warning); });
   }
   if (gpuPath_->deviceOrdinal() != deviceOrdinal)
-    return notSupported(strCat("buffers on GPU ", deviceOrdinal, " after calls on GPU ",
-                               gpuPath_->deviceOrdinal(), ": a rank uses one GPU"));
+    return failGpuJobs(
+        ErrorCode::kNotSupported,
+        strCat("rank ", rank_, " passed buffers on GPU ", deviceOrdinal, " after calls on GPU ",
+               gpuPath_->deviceOrdinal(), ": a rank uses one GPU"));
   return gpuPath_.get();
+}
+
+Status Communicator::failGpuJobs(ErrorCode code, std::string why) {
+  // The peers are about to wait for this rank's part of a GPU job: tell
+  // them why it never comes, rather than let them time out.
+  const Status status(code, std::move(why));
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_) connections_[p]->abort(status);
+  return status;
 }
 
 Status Communicator::run(std::span<const Operation> ops, int streamIndex) {

@@ -191,6 +191,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // The GPU path for calls on GPU `deviceOrdinal`, made at the first; one
   // GPU per rank.
   Result<GpuPath*> gpuPathFor(int deviceOrdinal);
+  // Fails a GPU call this rank cannot run, and every peer's with it (their
+  // connections are aborted with the reason): `why`, with `code`.
+  Status failGpuJobs(ErrorCode code, std::string why);
 
   // A collective's arguments as this rank plans it.
   algo::CollectiveArgs planArgs(const Operation& op) const;

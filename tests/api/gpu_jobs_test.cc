@@ -590,4 +590,34 @@ TEST_F(GpuJobs, GpuMemoryOnOneHostAndHostMemoryOnAnotherFailFastOnBoth) {
   expectEveryRankPassed(runRanks(2, gpuAgainstHostMemoryBetweenHosts, setup));
 }
 
+// A rank whose buffers are on another GPU than its earlier GPU calls' fails
+// that call (a rank uses one GPU), and its peers, which wait for its part,
+// learn why at once rather than at BRAID_TIMEOUT.
+int callOnASecondGpu(Rank& r) {
+  float* send = r.allocate(kCount);
+  float* recv = r.allocate(2 * kCount);
+  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  RANK_CHECK(11, braidAllGather(send, recv, kCount, braidFloat32, r.comm, nullptr) == braidSuccess);
+  if (r.rank() == 0) fake.setRangeDevice(1);
+  const auto start = std::chrono::steady_clock::now();
+  const braidResult_t result = braidAllGather(send, recv, kCount, braidFloat32, r.comm, nullptr);
+  const auto took = std::chrono::steady_clock::now() - start;
+  fake.setRangeDevice(0);
+  const std::string message = braidGetLastError(nullptr);
+  r.broken = true;
+  // Rank 0 goes on for a while (a program that handles the error), so its
+  // peer is not freed by its destroy.
+  if (r.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(5));
+  RANK_CHECK(12, result != braidSuccess);
+  RANK_CHECK(13, took < std::chrono::seconds(3));
+  RANK_CHECK(14, message.find("buffers on GPU 1 after calls on GPU 0") != std::string::npos);
+  return 0;
+}
+
+TEST_F(GpuJobs, BuffersOnAnotherGpuFailTheCallOnEveryRankAtOnce) {
+  RankSetup setup;
+  setup.environment = {"BRAID_TIMEOUT=60"};
+  expectEveryRankPassed(runRanks(2, callOnASecondGpu, setup));
+}
+
 }  // namespace

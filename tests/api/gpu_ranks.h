@@ -50,6 +50,7 @@ struct FakeDriver {
   void (*holdMemoryLock)(int);
   unsigned long (*memoryLockRefusals)();
   unsigned long (*liveVmmMaps)();  // cuMem mappings: memory exported as descriptors, or imported
+  void (*setRangeDevice)(int);     // the GPU the "GPU memory" is reported on
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -71,7 +72,8 @@ struct FakeDriver {
            find(setGlobalCapture, "fakeCudaSetGlobalCapture") &&
            find(holdMemoryLock, "fakeCudaHoldMemoryLockWhileStreamsWait") &&
            find(memoryLockRefusals, "fakeCudaMemoryLockRefusals") &&
-           find(liveVmmMaps, "fakeCudaLiveVmmMaps");
+           find(liveVmmMaps, "fakeCudaLiveVmmMaps") &&
+           find(setRangeDevice, "fakeCudaSetRangeDevice");
   }
 };
 

@@ -67,6 +67,11 @@ int fakeHasContext(void) {
 
 /* Marks [begin, begin + bytes) as memory of GPU `device`, managed or not;
  * bytes = 0 clears it. */
+/* The GPU the range's memory is reported on, the range itself kept. */
+void fakeCudaSetRangeDevice(int device) {
+  WRITE(rangeDevice, device);
+}
+
 void fakeCudaSetDeviceRange(void* begin, size_t bytes, int device, int managed) {
   WRITE(rangeBegin, (uintptr_t)begin);
   WRITE(rangeEnd, (uintptr_t)begin + bytes);
