@@ -36,6 +36,7 @@ struct FakeDriver {
   void (*holdMemoryLock)(int);
   unsigned long (*memoryLockRefusals)();
   void (*stallCopies)(int);
+  void (*setLegacyIpcCapable)(int);
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -56,7 +57,8 @@ struct FakeDriver {
            find(setGlobalCapture, "fakeCudaSetGlobalCapture") &&
            find(holdMemoryLock, "fakeCudaHoldMemoryLockWhileStreamsWait") &&
            find(memoryLockRefusals, "fakeCudaMemoryLockRefusals") &&
-           find(stallCopies, "fakeCudaStallCopies");
+           find(stallCopies, "fakeCudaStallCopies") &&
+           find(setLegacyIpcCapable, "fakeCudaSetLegacyIpcCapable");
   }
 
   // A context current on this thread and a blocking stream (flags 0), as

@@ -106,9 +106,13 @@ TEST_F(OneRankOnACudaStream, TwoThreadsCallingOnOneBraidStreamKeepTheirGatesInOr
 TEST_F(OneRankOnACudaStream, AStagedCallThatCannotAllocateFailsItsStreamNotTheProcess) {
   static float gpu[16];
   fake.setDeviceRange(gpu, sizeof(gpu), 0, 0);
+  // Memory of a pool, whose range braid does not check against the count
+  // (memory of cudaMalloc would be refused at the call).
+  fake.setLegacyIpcCapable(0);
   // In place, 2^44 floats: 64 TiB of host memory to stage through.
   EXPECT_BRAID_OK(
       braidAllReduce(gpu, gpu, size_t{1} << 44, braidFloat32, braidSum, comm_, stream_));
+  fake.setLegacyIpcCapable(1);
   EXPECT_EQ(braidStreamSynchronize(stream_), braidSystemError);
   EXPECT_EQ(fake.streamSynchronize(cudaStream_), 0);
   aborted_ = true;

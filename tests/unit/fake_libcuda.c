@@ -67,6 +67,13 @@ int fakeHasContext(void) {
 
 /* Marks [begin, begin + bytes) as memory of GPU `device`, managed or not;
  * bytes = 0 clears it. */
+/* Whether memory answers CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+ * with 1, as cudaMalloc's does (the default), or 0, as a pool's does. */
+static int legacyIpcCapable = 1;
+void fakeCudaSetLegacyIpcCapable(int capable) {
+  WRITE(legacyIpcCapable, capable);
+}
+
 /* The GPU the range's memory is reported on, the range itself kept. */
 void fakeCudaSetRangeDevice(int device) {
   WRITE(rangeDevice, device);
@@ -177,8 +184,9 @@ static int pointerAttribute(void* data, int attribute, unsigned long long ptr) {
       return FAKE_CUDA_SUCCESS;
     }
     case FAKE_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-      /* Memory of cuMemAlloc, and the range a test sets, as cudaMalloc's. */
-      *(int*)data = 1;
+      /* Memory of cuMemAlloc, and the range a test sets, as cudaMalloc's
+       * unless a test says otherwise. */
+      *(int*)data = READ(legacyIpcCapable);
       return FAKE_CUDA_SUCCESS;
     case FAKE_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case FAKE_CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
