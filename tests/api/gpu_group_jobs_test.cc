@@ -147,11 +147,6 @@ TEST_F(GpuGroupJobs, InAGroupSendAndRecvGoInPiecesThroughPinnedMemoryAndCollecti
 // Between hosts the collectives' GPU jobs reach their peers through pinned
 // memory, over the same host connections as the Send and Recv, in one run:
 // the tags of each connection must still rise.
-const char* ownHost(int rank) {
-  static const char* const kHosts[] = {"host-a", "host-b", "host-c"};
-  return kHosts[rank];
-}
-
 TEST_F(GpuGroupJobs, BetweenHostsGpuJobsAndStagedCallsOfAGroupShareTheConnections) {
   RankSetup setup;
   setup.hostOf = ownHost;

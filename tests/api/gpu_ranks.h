@@ -161,6 +161,12 @@ long firstWrong(const float* data, size_t count, Expected expected) {
 // The body of a rank: returns 0, or the step that failed (10 and up).
 using RankBody = int (*)(Rank& r);
 
+// RankSetup::hostOf for ranks that each play a host of their own (up to 3).
+inline const char* ownHost(int rank) {
+  static const char* const kHosts[] = {"host-a", "host-b", "host-c"};
+  return kHosts[rank];
+}
+
 // How the ranks of a test are set up, besides the body.
 struct RankSetup {
   // "NAME=value" entries put in each rank's environment before it joins.
@@ -269,6 +275,11 @@ class ForkedGpuRanks : public ::testing::Test {
 
   static void* gpu_;
 };
+
+// The fixture of the GPU job tests, which span two files
+// (gpu_jobs_test.cc, gpu_jobs_mismatch_test.cc): gtest wants one class per
+// suite.
+class GpuJobs : public ForkedGpuRanks {};
 inline void* ForkedGpuRanks::gpu_ = nullptr;
 
 // Brackets calls: what the stand-in copied (and exported) since.

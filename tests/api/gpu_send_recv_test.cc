@@ -70,11 +70,6 @@ TEST_F(GpuSendRecv, ABlockCrossesInPiecesThroughPinnedMemoryAmongThreeRanks) {
   expectEveryRankPassed(runRanks(3, gpuRing));
 }
 
-const char* ownHost(int rank) {
-  static const char* const kHosts[] = {"host-a", "host-b", "host-c"};
-  return kHosts[rank];
-}
-
 int gpuRingBetweenHosts(Rank& r) {
   Copies copies;
   if (const int failed = ring(r, kCount, {})) return failed;
