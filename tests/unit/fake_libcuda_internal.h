@@ -1,9 +1,16 @@
 /* What the files of the stand-in CUDA driver share (fake_libcuda.c:
- * memory, contexts and copies; fake_libcuda_streams.c: streams;
- * fake_libcuda_ipc.c: interprocess memory and events). */
+ * contexts, pointer queries and copies; fake_libcuda_memory.c: device
+ * memory; fake_libcuda_streams.c: streams; fake_libcuda_ipc.c: interprocess
+ * memory and events; fake_libcuda_vmm.c: cuMem memory). */
 #pragma once
 
 #include <stddef.h>
+
+/* Values read and written by several threads (braid's, the streams', the
+ * test's). */
+#define BUMP(counter) __atomic_add_fetch(&(counter), 1, __ATOMIC_RELAXED)
+#define READ(counter) __atomic_load_n(&(counter), __ATOMIC_RELAXED)
+#define WRITE(variable, value) __atomic_store_n(&(variable), (value), __ATOMIC_RELAXED)
 
 /* The driver API's values (cuda.h): CUresult, CUpointer_attribute,
  * CUmemorytype, CUstreamWaitValue_flags. */
@@ -68,6 +75,14 @@ void* fakeCarveDeviceMemory(size_t bytes, size_t alignment);
  * or NULL; `shared` says whether an arena is shared (NULL then: it is
  * full). */
 void* fakeSharedCarve(size_t bytes, int* shared);
+/* The test hook (fake_libcuda.c) that marks [begin, begin + bytes) as GPU
+ * memory, which the arena becomes. */
+void fakeCudaSetDeviceRange(void* begin, size_t bytes, int device, int managed);
+/* The index of the cuMemAlloc allocation holding `address` (from 0, in the
+ * order made), or -1. */
+int fakeAllocationIndex(unsigned long long address);
+/* That allocation's base and size into *base and *bytes; 0 where none. */
+int fakeAllocationRange(unsigned long long address, unsigned long long* base, size_t* bytes);
 /* Whether the driver would refuse a "potentially unsafe" call (an
  * allocation, a synchronization, a query) on the calling thread now: while
  * another thread captures a graph in global mode (fakeCudaSetGlobalCapture)
