@@ -7,10 +7,10 @@
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
-#include <thread>
 #include <vector>
 
 #include "src/common/cuda_driver.h"
+#include "src/common/poll_until.h"
 #include "src/common/strcat.h"
 #include "src/gpu_path.h"
 
@@ -393,30 +393,21 @@ Status CudaStreamBridge::awaitCopies(const char* what) {
     return Status(ErrorCode::kTimeout,
                   strCat(what, ": an earlier staging copy of this stream never finished"));
   const StreamDriver& d = driver();
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  const auto limit = std::chrono::duration<double>(copyTimeoutSeconds_);
-  while (true) {
-    bool done = false;
+  auto copiesRan = [&]() -> Result<bool> {
+    bool ran = false;
     BRAID_RETURN_IF_ERROR(inContext(what, [&] {
       const CuResult r = d.streamQuery(copyStream_);
-      done = r == kSuccess;
+      ran = r == kSuccess;
       return r == cudadriver::kNotReady ? kSuccess : r;
     }));
-    if (done) return Status::ok();
-    const auto waited = Clock::now() - start;
-    if (waited >= limit) {
-      stuck_ = true;
-      return Status(ErrorCode::kTimeout,
-                    strCat(what, ": braid's staging copies did not finish in ", copyTimeoutSeconds_,
-                           " s (BRAID_TIMEOUT); their pinned memory is no longer reused"));
-    }
-    // As a driver's own wait: spinning first, then sleeping.
-    if (waited < std::chrono::milliseconds(2))
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+    return ran;
+  };
+  BRAID_ASSIGN_OR_RETURN(const bool done, pollUntil(copiesRan, copyTimeoutSeconds_));
+  if (done) return Status::ok();
+  stuck_ = true;
+  return Status(ErrorCode::kTimeout,
+                strCat(what, ": braid's staging copies did not finish in ", copyTimeoutSeconds_,
+                       " s (BRAID_TIMEOUT); their pinned memory is no longer reused"));
 }
 
 uint8_t* CudaStreamBridge::half(size_t piece) const {

@@ -43,15 +43,11 @@ braidResult_t toResult(const Status& s, const char* call);
 
 template <typename Body>
 braidResult_t guard(const char* call, Body&& body) {
+  const Status s = caughtAsStatus(std::forward<Body>(body));
   try {
-    Status s = body();
     return toResult(s, call);
-  } catch (const std::bad_alloc&) {
-    return toResult(systemError("out of memory"), call);
-  } catch (const std::exception& e) {
-    return toResult(internalError(e.what()), call);
-  } catch (...) {
-    return toResult(internalError("unknown exception"), call);
+  } catch (...) {  // no memory left even for the message
+    return braidSystemError;
   }
 }
 

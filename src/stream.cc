@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
-#include <new>
 
 namespace braid {
 
@@ -101,20 +99,15 @@ void HostStream::work(std::stop_token stop) {
     // After a failure the stream's state is undefined; later calls are not
     // run (their ranks would wait for a partner that already gave up).
     // Callbacks run always, and are told of it.
-    Status s;
-    try {
-      if (entry.callback)
+    // As at the C ABI (guard), a throw fails the call, not the process.
+    const Status s = caughtAsStatus([&]() -> Status {
+      if (entry.callback) {
         entry.callback(earlier);
-      else if (entry.task)
-        s = entry.task(earlier);
-      else if (earlier.isOk())
-        s = comm_->run(entry.ops, index_);
-    } catch (const std::bad_alloc&) {
-      // As at the C ABI (guard): the call fails, the process goes on.
-      s = systemError("out of memory");
-    } catch (const std::exception& e) {
-      s = internalError(e.what());
-    }
+        return Status::ok();
+      }
+      if (entry.task) return entry.task(earlier);
+      return earlier.isOk() ? comm_->run(entry.ops, index_) : Status::ok();
+    });
     lock.lock();
     if (!s.isOk() && firstError_.isOk()) {
       firstError_ = s;

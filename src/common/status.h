@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -52,6 +54,22 @@ inline Status systemError(std::string m) {
 }
 inline Status internalError(std::string m) {
   return {ErrorCode::kInternalError, std::move(m)};
+}
+
+// Runs `body` (returning Status) and turns an exception it throws into the
+// Status it means, so that none leaves braid's threads or its C ABI: out of
+// memory for std::bad_alloc, an internal error for any other.
+template <typename Body>
+Status caughtAsStatus(Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return systemError("out of memory");
+  } catch (const std::exception& e) {
+    return internalError(e.what());
+  } catch (...) {
+    return internalError("unknown exception");
+  }
 }
 inline Status invalidArgument(std::string m) {
   return {ErrorCode::kInvalidArgument, std::move(m)};

@@ -357,14 +357,14 @@ TEST_F(DirectWhenAllowed, AnAllocationFreedWhileItOpensIsUnmappedAtOnce) {
     for (int i = 0; i < 20; ++i) (void)A->progress(), (void)B->progress();
     return Status::ok();
   };
-  int opens = 0;
+  int openCalls = 0;
   devB->beforeOpen = [&, tell = devB->beforeOpen] {
-    ++opens;
+    ++openCalls;
     return tell();
   };
   ASSERT_TRUE(B->reserve({}, {}).isOk());  // opened, then unmapped: never read
   devB->beforeOpen = nullptr;
-  EXPECT_EQ(opens, 1);
+  EXPECT_EQ(openCalls, 1);
   EXPECT_EQ(devB->liveMappings.load(), mapped);
 }
 

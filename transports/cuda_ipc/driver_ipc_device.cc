@@ -2,16 +2,15 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "src/common/log.h"
+#include "src/common/poll_until.h"
 #include "src/common/strcat.h"
 #include "transports/cuda_ipc/driver_api.h"
 #include "transports/cuda_ipc/fd_handoff.h"
@@ -496,38 +495,29 @@ void DriverIpcDevice::setSynchronizeLimit(double seconds) {
 
 // Polled rather than cuStreamSynchronize: the stream may wait for an event
 // of a peer's process that ended before its GPU ran the record, and then
-// it never finishes. The first 2 ms yield between queries, as the driver's
-// own wait would spin; after that, 100 us sleeps.
+// it never finishes (pollUntil).
 Status DriverIpcDevice::synchronize() {
   constexpr std::string_view kWhat = "cuda_ipc: the GPU work of the transport";
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
   // Once a wait ran out, each later one looks once: a communicator's
   // destroy synchronizes every connection, and each would wait it out again.
-  const auto limit =
-      std::chrono::duration<double>(context_->wedged() ? 0.0 : synchronizeLimitSeconds_);
-  while (true) {
-    bool done = false;
+  auto workRan = [&]() -> Result<bool> {
+    bool ran = false;
     BRAID_RETURN_IF_ERROR(context_->call(kWhat, [&] {
       const driver_ipc::CuResult r = driver_.streamQuery(stream_);
-      done = r == driver_ipc::kSuccess;
+      ran = r == driver_ipc::kSuccess;
       return r == driver_ipc::kNotReady ? driver_ipc::kSuccess : r;
     }));
-    if (done) return Status::ok();
-    const auto waited = Clock::now() - start;
-    if (waited >= limit) {
-      context_->markWedged();
-      abandonSharedGpuMemoryOf(context_->device());
-      return Status(ErrorCode::kTimeout,
-                    strCat(kWhat, " did not finish in ", synchronizeLimitSeconds_,
-                           " s (BRAID_TIMEOUT): a peer's process may have ended before its GPU "
-                           "ran what this GPU waits for; its memory is no longer freed"));
-    }
-    if (waited < std::chrono::milliseconds(2))
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+    return ran;
+  };
+  BRAID_ASSIGN_OR_RETURN(const bool done,
+                         pollUntil(workRan, context_->wedged() ? 0.0 : synchronizeLimitSeconds_));
+  if (done) return Status::ok();
+  context_->markWedged();
+  abandonSharedGpuMemoryOf(context_->device());
+  return Status(ErrorCode::kTimeout,
+                strCat(kWhat, " did not finish in ", synchronizeLimitSeconds_,
+                       " s (BRAID_TIMEOUT): a peer's process may have ended before its GPU "
+                       "ran what this GPU waits for; its memory is no longer freed"));
 }
 
 }  // namespace braid::transport::cuda_ipc
