@@ -22,10 +22,9 @@ bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   return aBytes > 0 && bBytes > 0 && pa < pb + bBytes && pb < pa + aBytes;
 }
 
-// The memory `p` lies in, or no memory (host) for none; an error of the
-// driver names the argument.
-// The kind of the `bytes` at `p`, which must lie inside one GPU allocation
-// where they are GPU memory.
+// The memory the `bytes` at `p` lie in, or no memory (host) for none; GPU
+// memory must hold all of them in one allocation. An error names the
+// argument.
 braid::Result<braid::BufferMemory> memoryOf(const char* argument, const void* p, size_t bytes) {
   if (p == nullptr) return braid::BufferMemory{};
   braid::Result<braid::BufferMemory> memory = braid::memoryKindOf(p);
