@@ -9,7 +9,6 @@
 
 #include <dlfcn.h>
 #include <link.h>
-#include <time.h>
 
 #include <atomic>
 #include <cstddef>
@@ -52,32 +51,27 @@ constexpr unsigned int kMemoryTypeUnified = 4;        // CU_MEMORYTYPE_UNIFIED
 using PointerGetAttribute = CuResult (*)(unsigned int, int*, void**, CuDevicePtr);
 
 constexpr const char* kDriverSoname = "libcuda.so.1";
-constexpr int64_t kLookIntervalNs = 1'000'000;  // at most one look at the loader a millisecond
 
 // The loaded driver's cuPointerGetAttributes; null until one is found. Once
 // found it stays: the handle that found it is never closed, so the driver
 // cannot be unloaded under it.
 std::atomic<PointerGetAttribute> driverPointerGetAttribute{nullptr};
-// No look at the loader before this time (CLOCK_MONOTONIC_COARSE, ns).
-std::atomic<int64_t> nextLookNs{0};
-// One thread looks at a time; the others answer from what is known.
+// One thread looks at a time; the others wait for its answer rather than
+// answer "no driver" while it looks, which could be wrong.
 std::mutex lookMutex;
-// The loader's count of objects ever loaded at the last look (guarded by
-// lookMutex); 0 before the first.
-unsigned long long objectsLoadedAtLastLook = 0;
-
-// The coarse clock is read from the vDSO in a few nanoseconds, without a
-// system call; its tick (1 to 10 ms) is fine for a rate limit.
-int64_t coarseNowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+// The loader's count of objects ever loaded when the last look found no
+// driver; 0 before the first.
+std::atomic<unsigned long long> objectsLoadedAtLastLook{0};
 
 // The number of objects the dynamic loader has ever loaded (dlpi_adds, the
 // same in every entry, so the first is enough), or 0 where the loader does not
 // count. It grows with every dlopen of something new and never shrinks, so an
 // unchanged count means the driver cannot have appeared since the last look.
+// The loader counts under the lock dl_iterate_phdr takes, so a dlopen that
+// returned before this call is in the count: a driver loaded just before a
+// question is seen by it. A time-based limit on looks was not: it answered
+// "no driver" for a while after a look, and GPU memory allocated in that
+// while was taken for host memory.
 unsigned long long objectsEverLoaded() {
   unsigned long long adds = 0;
   dl_iterate_phdr(
@@ -90,28 +84,27 @@ unsigned long long objectsEverLoaded() {
   return adds;
 }
 
-// Looks for a loaded driver once the rate limit allows it; true if one is
-// (now) known.
+// Looks for a loaded driver where a library was loaded since the last look;
+// true if one is (now) known.
 bool lookForDriver() {
-  std::unique_lock<std::mutex> lock(lookMutex, std::try_to_lock);
-  if (!lock.owns_lock()) return driverPointerGetAttribute.load(std::memory_order_acquire);
-  if (driverPointerGetAttribute.load(std::memory_order_acquire)) return true;
-  const int64_t now = coarseNowNs();
-  if (now < nextLookNs.load(std::memory_order_relaxed)) return false;  // another thread just looked
-  nextLookNs.store(now + kLookIntervalNs, std::memory_order_relaxed);
-
   const unsigned long long loaded = objectsEverLoaded();
-  if (loaded != 0 && loaded == objectsLoadedAtLastLook) return false;
-  objectsLoadedAtLastLook = loaded;
-  void* driver = dlopen(kDriverSoname, RTLD_NOW | RTLD_NOLOAD);
-  if (driver == nullptr) return false;
-  auto query = reinterpret_cast<PointerGetAttribute>(dlsym(driver, "cuPointerGetAttributes"));
-  if (query == nullptr) {  // not a CUDA driver after all: nothing to ask
-    dlclose(driver);
+  if (loaded != 0 && loaded == objectsLoadedAtLastLook.load(std::memory_order_acquire))
     return false;
+  std::lock_guard<std::mutex> lock(lookMutex);
+  if (driverPointerGetAttribute.load(std::memory_order_acquire)) return true;
+  void* driver = dlopen(kDriverSoname, RTLD_NOW | RTLD_NOLOAD);
+  if (driver != nullptr) {
+    auto query = reinterpret_cast<PointerGetAttribute>(dlsym(driver, "cuPointerGetAttributes"));
+    if (query != nullptr) {
+      driverPointerGetAttribute.store(query, std::memory_order_release);
+      return true;
+    }
+    dlclose(driver);  // not a CUDA driver after all: nothing to ask
   }
-  driverPointerGetAttribute.store(query, std::memory_order_release);
-  return true;
+  // Only once this look has ended may another thread with the same count
+  // skip its own.
+  objectsLoadedAtLastLook.store(loaded, std::memory_order_release);
+  return false;
 }
 
 // Whether the driver's answer `r` to a question about an address means host
@@ -142,7 +135,6 @@ bool gpuMemoryPossible() {
   // Acquire costs what relaxed does on x86 and orders the use of the
   // function pointer after its store elsewhere.
   if (driverPointerGetAttribute.load(std::memory_order_acquire)) return true;
-  if (coarseNowNs() < nextLookNs.load(std::memory_order_relaxed)) return false;
   return lookForDriver();
 }
 

@@ -25,9 +25,10 @@ struct BufferMemory {
 };
 
 // Whether the process has loaded the CUDA driver (libcuda.so.1), and so may
-// hold GPU memory at all. Never loads it. Cheap enough for every call: a
-// relaxed load and a coarse clock read; the loader is asked again at most
-// once a millisecond, and only when a library was loaded since the last look.
+// hold GPU memory at all. Never loads it, and sees a driver loaded before the
+// call. Cheap enough for every call: once a driver is found, one load; before,
+// the loader's count of loaded objects, and a look for the driver only when a
+// library was loaded since the last look.
 bool gpuMemoryPossible();
 
 // The kind of memory at `p`, from the driver's cuPointerGetAttribute (which
