@@ -7,6 +7,7 @@
 #include <exception>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <variant>
@@ -58,13 +59,16 @@ inline Status internalError(std::string m) {
 
 // Runs `body` (returning Status) and turns an exception it throws into the
 // Status it means, so that none leaves braid's threads or its C ABI: out of
-// memory for std::bad_alloc, an internal error for any other.
+// memory for std::bad_alloc and std::length_error, an internal error for any
+// other.
 template <typename Body>
 Status caughtAsStatus(Body&& body) {
   try {
     return body();
   } catch (const std::bad_alloc&) {
     return systemError("out of memory");
+  } catch (const std::length_error& e) {  // a container asked for more than any allocator has
+    return systemError(std::string("out of memory: ") + e.what());
   } catch (const std::exception& e) {
     return internalError(e.what());
   } catch (...) {

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <stdexcept>
+#include <vector>
 
 namespace {
 std::atomic<long> allocations{0};
@@ -72,6 +74,26 @@ TEST(Status, WithContextPrefixesTheMessageAndKeepsTheCode) {
   EXPECT_EQ(s.code(), ErrorCode::kTimeout);
   EXPECT_EQ(s.message(), "braidAllReduce #3: no progress");
   EXPECT_TRUE(Status::ok().withContext("x").isOk());
+}
+
+// A buffer too large for any allocator (a staged call's count past what a
+// vector can hold, say) is out of memory, as a failed allocation is: the
+// caller asked for too much, braid did not break.
+TEST(CaughtAsStatus, AnAllocationTooLargeForAnyAllocatorIsOutOfMemory) {
+  Status s = caughtAsStatus([]() -> Status {
+    std::vector<unsigned char> staging;
+    staging.resize(staging.max_size() + 1);
+    return Status::ok();
+  });
+  EXPECT_EQ(s.code(), ErrorCode::kSystemError);
+  EXPECT_NE(s.message().find("out of memory"), std::string::npos) << s.message();
+
+  s = caughtAsStatus([]() -> Status { throw std::bad_alloc(); });
+  EXPECT_EQ(s.code(), ErrorCode::kSystemError);
+  EXPECT_EQ(s.message(), "out of memory");
+  s = caughtAsStatus([]() -> Status { throw std::logic_error("broken"); });
+  EXPECT_EQ(s.code(), ErrorCode::kInternalError);
+  EXPECT_EQ(s.message(), "broken");
 }
 
 }  // namespace
