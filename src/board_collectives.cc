@@ -192,6 +192,12 @@ Status BoardCollectives::checkStrays(const Waiting& call, const BoardWait& wait,
   return Status::ok();
 }
 
+namespace {
+const char* memoryName(bool movedGpuToGpu) {
+  return movedGpuToGpu ? "GPU device memory" : "host or managed memory";
+}
+}  // namespace
+
 Status BoardCollectives::checkAnnouncements(int stream, uint32_t callIndex, uint64_t check,
                                             const std::string& name) const {
   for (int peer = 0; peer < nranks_; ++peer) {
@@ -203,10 +209,14 @@ Status BoardCollectives::checkAnnouncements(int stream, uint32_t callIndex, uint
     if ((seen.check ^ check) == CallSignature::kGpuMemoryBit) {
       ours.gpuMemory = false;
       return invalidUsage(
+          // A call moves GPU to GPU only where every buffer is device
+          // memory of the rank's GPU; managed memory is staged through host
+          // memory, as host memory is, so the two are named together.
           strCat("mismatched calls: ", name, " ", ours.describe(), " on rank ", rank_, ": rank ",
-                 peer, " passed ", theirs.gpuMemory ? "GPU" : "host", " buffers and this rank ",
-                 theirs.gpuMemory ? "host" : "GPU",
-                 " buffers; every rank must pass GPU buffers, or every rank host buffers"));
+                 peer, " passed ", memoryName(theirs.gpuMemory), " and this rank ",
+                 memoryName(!theirs.gpuMemory), "; every rank must pass ", memoryName(true),
+                 " (moved GPU to GPU), or every rank ", memoryName(false),
+                 " (moved through host memory)"));
     }
     return invalidUsage(strCat("mismatched calls: ", name, " on rank ", rank_, ": rank ", peer,
                                " called ", theirs.describe(), ", this rank ", ours.describe(),

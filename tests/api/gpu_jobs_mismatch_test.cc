@@ -48,11 +48,11 @@ int gpuAgainstHostMemory(Rank& r, braidStream_t stream) {
   std::string message;
   if (const int failed = allGatherOfMixedMemory(r, message, stream)) return failed;
   if (message.empty()) return 0;
-  RANK_CHECK(13, message.find("rank 0 passed GPU buffers and this rank host buffers") !=
-                         std::string::npos ||
-                     message.find("rank 1 passed host buffers and this rank GPU buffers") !=
-                         std::string::npos);
-  RANK_CHECK(14, message.find("every rank must pass GPU buffers") != std::string::npos);
+  RANK_CHECK(13, message.find("rank 0 passed GPU device memory and this rank host or managed "
+                              "memory") != std::string::npos ||
+                     message.find("rank 1 passed host or managed memory and this rank GPU device "
+                                  "memory") != std::string::npos);
+  RANK_CHECK(14, message.find("every rank must pass GPU device memory") != std::string::npos);
   return 0;
 }
 
@@ -86,6 +86,35 @@ TEST_F(GpuJobs, GpuMemoryOnOneRankAndHostMemoryOnAnotherFailFastOnBoth) {
     expectEveryRankPassed(runRanks(2, body, setup));
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   }
+}
+
+// Managed memory is staged through host memory, so device memory on one rank
+// and managed memory on the other pair no better than device and host
+// memory; the message must say what each rank passed, not call the managed
+// memory host memory.
+int deviceAgainstManagedMemory(Rank& r) {
+  float* send = r.allocate(kCount);
+  float* recv = r.allocate(2 * kCount);
+  RANK_CHECK(10, send != nullptr && recv != nullptr);
+  if (r.rank() == 1) fake.setRangeManaged(1);
+  const braidResult_t result = braidAllGather(send, recv, kCount, braidFloat32, r.comm, nullptr);
+  fake.setRangeManaged(0);
+  const std::string message = braidGetLastError(nullptr);
+  r.broken = true;
+  RANK_CHECK(11, result == braidInvalidUsage || result == braidRemoteError);
+  if (result != braidInvalidUsage) return 0;
+  RANK_CHECK(12, message.find("host buffers") == std::string::npos);
+  RANK_CHECK(13, message.find("rank 0 passed GPU device memory and this rank host or managed "
+                              "memory") != std::string::npos ||
+                     message.find("rank 1 passed host or managed memory and this rank GPU device "
+                                  "memory") != std::string::npos);
+  return 0;
+}
+
+TEST_F(GpuJobs, DeviceMemoryOnOneRankAndManagedMemoryOnAnotherAreNamedSo) {
+  RankSetup setup;
+  setup.environment = {"BRAID_TIMEOUT=60"};
+  expectEveryRankPassed(runRanks(2, deviceAgainstManagedMemory, setup));
 }
 
 // Between hosts the same mix fails fast too, though no board is shared: the

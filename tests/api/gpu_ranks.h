@@ -51,6 +51,7 @@ struct FakeDriver {
   unsigned long (*memoryLockRefusals)();
   unsigned long (*liveVmmMaps)();  // cuMem mappings: memory exported as descriptors, or imported
   void (*setRangeDevice)(int);     // the GPU the "GPU memory" is reported on
+  void (*setRangeManaged)(int);    // whether the "GPU memory" is reported as managed
 
   bool load() {
     void* fake = braid::testing::openFakeLibcuda();
@@ -73,7 +74,8 @@ struct FakeDriver {
            find(holdMemoryLock, "fakeCudaHoldMemoryLockWhileStreamsWait") &&
            find(memoryLockRefusals, "fakeCudaMemoryLockRefusals") &&
            find(liveVmmMaps, "fakeCudaLiveVmmMaps") &&
-           find(setRangeDevice, "fakeCudaSetRangeDevice");
+           find(setRangeDevice, "fakeCudaSetRangeDevice") &&
+           find(setRangeManaged, "fakeCudaSetRangeManaged");
   }
 };
 

@@ -69,6 +69,12 @@ void fakeCudaSetLegacyIpcCapable(int capable) {
   WRITE(legacyIpcCapable, capable);
 }
 
+/* Whether the range's memory is reported as managed memory, the range
+ * itself kept. */
+void fakeCudaSetRangeManaged(int managed) {
+  WRITE(rangeManaged, managed);
+}
+
 /* The GPU the range's memory is reported on, the range itself kept. */
 void fakeCudaSetRangeDevice(int device) {
   WRITE(rangeDevice, device);
