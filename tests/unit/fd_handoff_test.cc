@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -129,6 +131,32 @@ TEST(FdHandoff, AnotherProcessOfThisUserGetsTheFile) {
   auto mine = fetchFd(t);
   ASSERT_TRUE(mine.isOk());
   EXPECT_EQ(contents(mine->get()), "CHILD!");
+}
+
+// A process at its limit of open files gets the answer but not the
+// descriptor: the kernel drops it (MSG_CTRUNC). That is this process's
+// limit, to be named as such, not a refusal by the owner, which the caller
+// would take for memory freed meanwhile and say nothing of.
+TEST(FdHandoff, AProcessAtItsLimitOfOpenFilesIsToldSo) {
+  auto server = FdServer::start();
+  ASSERT_TRUE(server.isOk());
+  auto ticket = (*server)->offer(fileWith("shared"));
+  ASSERT_TRUE(ticket.isOk());
+  const FdTicket t = *ticket;
+  EXPECT_EQ(inChild([&] {
+              // The lowest free descriptor is the socket's; none past it.
+              const int lowest = dup(0);
+              if (lowest < 0) return 3;
+              close(lowest);
+              const rlimit limit{static_cast<rlim_t>(lowest) + 1, static_cast<rlim_t>(lowest) + 1};
+              if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return 4;
+              auto fd = fetchFd(t);
+              if (fd.isOk()) return 1;
+              std::fprintf(stderr, "%s\n", fd.status().message().c_str());
+              if (fd.status().code() != ErrorCode::kSystemError) return 2;
+              return fd.status().message().find("limit of open files") != std::string::npos ? 0 : 5;
+            }),
+            0);
 }
 
 TEST(FdHandoff, AProcessOfAnotherUserIsRefusedEvenWithTheTicket) {

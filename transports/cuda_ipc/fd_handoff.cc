@@ -218,6 +218,16 @@ Result<tcp::Fd> fetchFd(const FdTicket& ticket, int timeoutMs) {
       return timeoutError(strCat(what, ": no answer for its descriptor in ", timeoutMs, " ms"));
     return errnoStatus(strCat(what, ": receiving its descriptor"), errno);
   }
+  if (got == 0)
+    return remoteError(strCat(what,
+                              ": its descriptor server closed the connection without an answer "
+                              "(the process may be leaving)"));
+  // The kernel drops a passed descriptor that this process has no room for;
+  // the owner did send it.
+  if ((message.msg_flags & MSG_CTRUNC) != 0)
+    return systemError(strCat(what,
+                              ": the descriptor it sent was dropped on arrival: this process is "
+                              "at its limit of open files (ulimit -n)"));
   tcp::Fd fd;
   for (cmsghdr* h = CMSG_FIRSTHDR(&message); h != nullptr; h = CMSG_NXTHDR(&message, h)) {
     if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
