@@ -177,10 +177,11 @@ braidResult_t braidCommInitRankWithStore(braidComm_t* comm, int nranks, const br
  * (aborted comm), and the errors of a collective. */
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm);
 
-/* Waits for this rank's outstanding work on `comm` (its streams included),
- * then frees everything but the stream handles, which stay valid (calls on
- * them fail) until braidStreamDestroy. Never waits for other ranks. NULL is
- * a no-op. */
+/* Waits for this rank's outstanding work on `comm` (its streams, and calls
+ * other threads are making on it, included), then frees everything but the
+ * stream handles, which stay valid until braidStreamDestroy: they hold only
+ * their thread, and whatever is queued on them later fails (callbacks are
+ * told braidInvalidUsage). Never waits for other ranks. NULL is a no-op. */
 braidResult_t braidCommDestroy(braidComm_t comm);
 
 /* Callable from any thread; returns within a second. This rank's in-flight
@@ -191,7 +192,8 @@ braidResult_t braidCommDestroy(braidComm_t comm);
 braidResult_t braidCommAbort(braidComm_t comm);
 
 /* Writes the first error of an asynchronous call on `comm` (one queued on a
- * stream), or braidSuccess. Errors: braidInvalidArgument (NULL). */
+ * stream), or braidSuccess; braidInvalidUsage once `comm` was aborted.
+ * Errors: braidInvalidArgument (NULL). */
 braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
 
 /* braid extension, as ncclCommRegister: declares that [buff, buff + size)
@@ -372,7 +374,10 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
  * runs them together, so any pattern of Send/Recv inside one group (a ring,
  * an all-to-all) completes without deadlock. Calls on a stream are run on
  * that stream; the rest are run by braidGroupEnd, which returns when they
- * are complete. braidGroupEnd returns the first error of the group.
+ * are complete. braidGroupEnd returns the first error of the group. A call
+ * of the group that was refused (its own error, say braidInvalidArgument)
+ * makes braidGroupEnd return that error and run none of the group's calls,
+ * as NCCL does: the rest alone would post half of an exchange.
  * Errors: braidInvalidUsage (braidGroupEnd without braidGroupStart).
  * ------------------------------------------------------------------------- */
 

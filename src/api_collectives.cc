@@ -234,6 +234,7 @@ struct Call {
 
 Status checkAndSubmit(const Call& c, braidComm_t comm, braidStream_t stream) {
   BRAID_RETURN_IF_ERROR(braid::api::checkComm(comm));
+  const braid::CallsInFlight::Entered inFlight = comm->calls.enter();
   if (c.dtype < 0 || c.dtype >= braidNumTypes)
     return braid::invalidArgument(
         braid::strCat("datatype=", static_cast<int>(c.dtype), " is not a braidDataType_t"));
@@ -344,9 +345,16 @@ Status checkAndSubmit(const Call& c, braidComm_t comm, braidStream_t stream) {
   return braid::api::submit(comm, stream, {std::move(o)});
 }
 
+// `c` checked and run, its failure kept by an open group.
+braidResult_t checkedCall(const Call& c, braidComm_t comm, braidStream_t stream) {
+  return guard(c.name,
+               [&] { return braid::api::notedInGroup(c.name, checkAndSubmit(c, comm, stream)); });
+}
+
 Status pointToPoint(const char* name, bool isSend, const void* buffer, size_t count,
                     braidDataType_t dtype, int peer, braidComm_t comm, braidStream_t stream) {
   BRAID_RETURN_IF_ERROR(braid::api::checkComm(comm));
+  const braid::CallsInFlight::Entered inFlight = comm->calls.enter();
   if (dtype < 0 || dtype >= braidNumTypes)
     return braid::invalidArgument(
         braid::strCat("datatype=", static_cast<int>(dtype), " is not a braidDataType_t"));
@@ -396,7 +404,7 @@ braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                              braidStream_t stream) {
   Call c{
       "braidAllReduce", CollectiveKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, true};
-  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+  return checkedCall(c, comm, stream);
 }
 
 braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
@@ -405,7 +413,7 @@ braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
   Call c{"braidBroadcast", CollectiveKind::kBroadcast, sendbuff, recvbuff, count, datatype};
   c.root = root;
   c.usesRoot = true;
-  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+  return checkedCall(c, comm, stream);
 }
 
 braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -414,13 +422,13 @@ braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
   Call c{
       "braidReduce", CollectiveKind::kReduce, sendbuff, recvbuff, count, datatype, op, true, root,
       true};
-  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+  return checkedCall(c, comm, stream);
 }
 
 braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                              braidDataType_t datatype, braidComm_t comm, braidStream_t stream) {
   Call c{"braidAllGather", CollectiveKind::kAllGather, sendbuff, recvbuff, sendcount, datatype};
-  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+  return checkedCall(c, comm, stream);
 }
 
 braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -434,13 +442,13 @@ braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t re
          datatype,
          op,
          true};
-  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+  return checkedCall(c, comm, stream);
 }
 
 braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                             braidDataType_t datatype, braidComm_t comm, braidStream_t stream) {
   Call c{"braidAllToAll", CollectiveKind::kAllToAll, sendbuff, recvbuff, count, datatype};
-  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+  return checkedCall(c, comm, stream);
 }
 
 braidResult_t braidGather(const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -449,7 +457,7 @@ braidResult_t braidGather(const void* sendbuff, void* recvbuff, size_t sendcount
   Call c{"braidGather", CollectiveKind::kGather, sendbuff, recvbuff, sendcount, datatype};
   c.root = root;
   c.usesRoot = true;
-  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+  return checkedCall(c, comm, stream);
 }
 
 braidResult_t braidScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -458,25 +466,27 @@ braidResult_t braidScatter(const void* sendbuff, void* recvbuff, size_t recvcoun
   Call c{"braidScatter", CollectiveKind::kScatter, sendbuff, recvbuff, recvcount, datatype};
   c.root = root;
   c.usesRoot = true;
-  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+  return checkedCall(c, comm, stream);
 }
 
 braidResult_t braidBarrier(braidComm_t comm, braidStream_t stream) {
   Call c{"braidBarrier", CollectiveKind::kBarrier, nullptr, nullptr, 0, braidUint8};
-  return guard(c.name, [&] { return checkAndSubmit(c, comm, stream); });
+  return checkedCall(c, comm, stream);
 }
 
 braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
                         braidComm_t comm, braidStream_t stream) {
   return guard("braidSend", [&] {
-    return pointToPoint("braidSend", true, sendbuff, count, datatype, peer, comm, stream);
+    return braid::api::notedInGroup("braidSend", pointToPoint("braidSend", true, sendbuff, count,
+                                                              datatype, peer, comm, stream));
   });
 }
 
 braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
                         braidComm_t comm, braidStream_t stream) {
   return guard("braidRecv", [&] {
-    return pointToPoint("braidRecv", false, recvbuff, count, datatype, peer, comm, stream);
+    return braid::api::notedInGroup("braidRecv", pointToPoint("braidRecv", false, recvbuff, count,
+                                                              datatype, peer, comm, stream));
   });
 }
 

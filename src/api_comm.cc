@@ -69,11 +69,16 @@ Status storeOutcome(braidResult_t result, const char* call, const std::string& k
       braid::strCat("store->", call, " of '", key, "' failed (", braidGetErrorString(result), ")"));
 }
 
-braidResult_t newCommHandle(std::shared_ptr<braid::Communicator> comm, braidComm_t* out) {
-  auto* handle = new braidComm;
-  handle->comm = std::move(comm);
-  *out = handle;
-  return braidSuccess;
+// `call`'s handle for `comm`; out of memory for it is an error of `call`,
+// never an exception out of the C ABI.
+braidResult_t newCommHandle(const char* call, std::shared_ptr<braid::Communicator> comm,
+                            braidComm_t* out) {
+  return guard(call, [&]() -> Status {
+    auto handle = std::make_unique<braidComm>();
+    handle->comm = std::move(comm);
+    *out = handle.release();
+    return Status::ok();
+  });
 }
 
 }  // namespace
@@ -130,7 +135,7 @@ braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uni
     BRAID_ASSIGN_OR_RETURN(created, createCommunicator(nranks, uniqueId, rank));
     return Status::ok();
   });
-  return r == braidSuccess ? newCommHandle(std::move(created), comm) : r;
+  return r == braidSuccess ? newCommHandle("braidCommInitRank", std::move(created), comm) : r;
 }
 
 braidResult_t braidCommInitRankWithStore(braidComm_t* comm, int nranks, const braidStore_t* store,
@@ -166,7 +171,8 @@ braidResult_t braidCommInitRankWithStore(braidComm_t* comm, int nranks, const br
     BRAID_ASSIGN_OR_RETURN(created, createCommunicator(nranks, id, rank));
     return Status::ok();
   });
-  return r == braidSuccess ? newCommHandle(std::move(created), comm) : r;
+  return r == braidSuccess ? newCommHandle("braidCommInitRankWithStore", std::move(created), comm)
+                           : r;
 }
 
 braidResult_t braidCommInitFromEnv(braidComm_t* comm) {
@@ -196,20 +202,21 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm) {
                            braid::Communicator::create(info, launch.size, launch.rank, config));
     return Status::ok();
   });
-  return r == braidSuccess ? newCommHandle(std::move(created), comm) : r;
+  return r == braidSuccess ? newCommHandle("braidCommInitFromEnv", std::move(created), comm) : r;
 }
 
 braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm) {
   std::shared_ptr<braid::Communicator> created;
   braidResult_t r = guard("braidCommSplit", [&]() -> Status {
     BRAID_RETURN_IF_ERROR(checkComm(comm));
+    const braid::CallsInFlight::Entered inFlight = comm->calls.enter();
     if (!newcomm) return braid::invalidArgument("newcomm is NULL");
     *newcomm = nullptr;
     BRAID_ASSIGN_OR_RETURN(created, comm->comm->split(color, key));
     return Status::ok();
   });
   if (r != braidSuccess || !created) return r;
-  return newCommHandle(std::move(created), newcomm);
+  return newCommHandle("braidCommSplit", std::move(created), newcomm);
 }
 
 braidResult_t braidCommDestroy(braidComm_t comm) {
@@ -228,6 +235,8 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
         return braid::invalidUsage(
             "a communicator cannot be destroyed from a callback of one of its streams");
     for (auto& s : streams) (void)s->synchronize();
+    comm->calls.awaitNone();
+    for (auto& s : streams) s->detachFromCommunicator();
     comm->comm->shutdown();
     comm->magic = 0;
     delete comm;
@@ -250,15 +259,16 @@ braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError
     if (!comm || comm->magic != braidComm::kMagic)
       return braid::invalidArgument("comm is NULL or not live");
     if (!asyncError) return braid::invalidArgument("asyncError is NULL");
-    *asyncError = static_cast<braidResult_t>(comm->comm->asyncError());
+    // Aborted, it answers as its calls do, for a watchdog that polls it.
+    *asyncError = comm->comm->aborted() ? braidInvalidUsage
+                                        : static_cast<braidResult_t>(comm->comm->asyncError());
     return Status::ok();
   });
 }
 
 braidResult_t braidCommRegister(braidComm_t comm, void* buff, size_t size, void** handle) {
   return guard("braidCommRegister", [&]() -> Status {
-    if (!comm || comm->magic != braidComm::kMagic)
-      return braid::invalidArgument("comm is NULL or not live");
+    BRAID_RETURN_IF_ERROR(checkComm(comm));
     if (!handle) return braid::invalidArgument("handle is NULL");
     BRAID_ASSIGN_OR_RETURN(uint64_t id, comm->comm->registry().add(buff, size));
     *handle = reinterpret_cast<void*>(static_cast<uintptr_t>(id));
@@ -268,8 +278,7 @@ braidResult_t braidCommRegister(braidComm_t comm, void* buff, size_t size, void*
 
 braidResult_t braidCommDeregister(braidComm_t comm, void* handle) {
   return guard("braidCommDeregister", [&]() -> Status {
-    if (!comm || comm->magic != braidComm::kMagic)
-      return braid::invalidArgument("comm is NULL or not live");
+    BRAID_RETURN_IF_ERROR(checkComm(comm));
     if (!handle) return braid::invalidArgument("handle is NULL");
     return comm->comm->registry().remove(reinterpret_cast<uintptr_t>(handle));
   });
@@ -311,8 +320,7 @@ braidResult_t braidMemFree(void* ptr) {
 
 braidResult_t braidCommCount(braidComm_t comm, int* count) {
   return guard("braidCommCount", [&]() -> Status {
-    if (!comm || comm->magic != braidComm::kMagic)
-      return braid::invalidArgument("comm is NULL or not live");
+    BRAID_RETURN_IF_ERROR(checkComm(comm));
     if (!count) return braid::invalidArgument("count is NULL");
     *count = comm->comm->size();
     return Status::ok();
@@ -321,8 +329,7 @@ braidResult_t braidCommCount(braidComm_t comm, int* count) {
 
 braidResult_t braidCommUserRank(braidComm_t comm, int* rank) {
   return guard("braidCommUserRank", [&]() -> Status {
-    if (!comm || comm->magic != braidComm::kMagic)
-      return braid::invalidArgument("comm is NULL or not live");
+    BRAID_RETURN_IF_ERROR(checkComm(comm));
     if (!rank) return braid::invalidArgument("rank is NULL");
     *rank = comm->comm->rank();
     return Status::ok();
@@ -332,8 +339,7 @@ braidResult_t braidCommUserRank(braidComm_t comm, int* rank) {
 braidResult_t braidCommGetLastAlgorithm(braidComm_t comm, const char* collective,
                                         const char** algorithm) {
   return guard("braidCommGetLastAlgorithm", [&]() -> Status {
-    if (!comm || comm->magic != braidComm::kMagic)
-      return braid::invalidArgument("comm is NULL or not live");
+    BRAID_RETURN_IF_ERROR(checkComm(comm));
     if (!collective) return braid::invalidArgument("collective is NULL");
     if (!algorithm) return braid::invalidArgument("algorithm is NULL");
     braid::algo::CollectiveKind kind;
@@ -349,8 +355,7 @@ braidResult_t braidCommGetLastAlgorithm(braidComm_t comm, const char* collective
 
 braidResult_t braidCommSetTimeout(braidComm_t comm, double seconds) {
   return guard("braidCommSetTimeout", [&]() -> Status {
-    if (!comm || comm->magic != braidComm::kMagic)
-      return braid::invalidArgument("comm is NULL or not live");
+    BRAID_RETURN_IF_ERROR(checkComm(comm));
     if (!(seconds > 0 && seconds <= 1e7))
       return braid::invalidArgument(braid::strCat("seconds=", seconds, " is not in (0, 1e7]"));
     comm->comm->setTimeout(seconds);
@@ -360,8 +365,7 @@ braidResult_t braidCommSetTimeout(braidComm_t comm, double seconds) {
 
 braidResult_t braidCommGetTransport(braidComm_t comm, int peer, const char** transport) {
   return guard("braidCommGetTransport", [&]() -> Status {
-    if (!comm || comm->magic != braidComm::kMagic)
-      return braid::invalidArgument("comm is NULL or not live");
+    BRAID_RETURN_IF_ERROR(checkComm(comm));
     if (!transport) return braid::invalidArgument("transport is NULL");
     if (peer < 0 || peer >= comm->comm->size())
       return braid::invalidArgument(

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
@@ -15,6 +16,7 @@ namespace {
 thread_local std::string lastError;
 
 struct PendingOperation {
+  braidComm* handle;  // counts braidGroupEnd as a call in flight on it
   std::shared_ptr<Communicator> comm;
   std::shared_ptr<HostStream> stream;  // null: run by braidGroupEnd
   Operation op;
@@ -24,6 +26,9 @@ struct PendingOperation {
 };
 thread_local int groupDepth = 0;
 thread_local std::vector<PendingOperation> groupOps;
+// The first call of the open group that was refused; the group then runs
+// none of its calls.
+thread_local std::optional<Status> groupRefusal;
 }  // namespace
 
 void setLastError(const std::string& message) {
@@ -61,6 +66,11 @@ bool groupOpen() {
   return groupDepth > 0;
 }
 
+Status notedInGroup(const char* call, Status s) {
+  if (groupDepth > 0 && !s.isOk() && !groupRefusal) groupRefusal = s.withContext(call);
+  return s;
+}
+
 Status submit(braidComm_t comm, braidStream_t stream, std::vector<Operation> ops) {
   if (stream) {
     BRAID_RETURN_IF_ERROR(checkStream(stream));
@@ -69,7 +79,7 @@ Status submit(braidComm_t comm, braidStream_t stream, std::vector<Operation> ops
   }
   if (groupDepth > 0) {
     for (auto& op : ops)
-      groupOps.push_back({comm->comm, stream ? stream->stream : nullptr, std::move(op)});
+      groupOps.push_back({comm, comm->comm, stream ? stream->stream : nullptr, std::move(op)});
     return Status::ok();
   }
   if (stream) {
@@ -87,7 +97,7 @@ Status submitStagedToGroup(braidComm_t comm, braidStream_t stream, Operation op,
     if (&stream->stream->communicator() != comm->comm.get())
       return invalidArgument("stream belongs to another communicator");
   }
-  groupOps.push_back({comm->comm, stream ? stream->stream : nullptr, std::move(op), placement,
+  groupOps.push_back({comm, comm->comm, stream ? stream->stream : nullptr, std::move(op), placement,
                       stream ? stream->cuda : nullptr});
   return Status::ok();
 }
@@ -198,6 +208,13 @@ Status groupEnd() {
   if (--groupDepth > 0) return Status::ok();
   std::vector<PendingOperation> ops = std::move(groupOps);
   groupOps.clear();
+  // As NCCL does: the rest alone would post half of an exchange (a Send
+  // whose Recv was refused), which the peers could never match.
+  if (std::optional<Status> refused = std::exchange(groupRefusal, std::nullopt))
+    return Status(refused->code(), strCat("a call of the group was refused, so none of them ran: ",
+                                          refused->message()));
+  std::vector<CallsInFlight::Entered> inFlight;
+  for (const PendingOperation& p : ops) inFlight.push_back(p.handle->calls.enter());
   // Stream operations go to their streams as one batch per stream; the rest
   // run here, all communicators together.
   // A stream's batch with GPU buffers, or ordered on a CUDA stream, runs as
@@ -213,7 +230,6 @@ Status groupEnd() {
   std::map<HostStream*, StreamBatch> perStream;
   std::vector<std::pair<HostStream*, StreamBatch*>> inCallOrder;  // perStream's, by first call
   std::map<Communicator*, std::vector<Operation>> now;
-  std::vector<std::shared_ptr<Communicator>> keepAlive;
   // GPU buffers go over to host memory now (or, for GPU jobs, are waited
   // for), after the work queued on their GPUs, and their results come back
   // once the whole group ran: the group's calls may run in any order, and
@@ -222,7 +238,6 @@ Status groupEnd() {
   for (auto& p : ops)
     if (!p.stream) BRAID_RETURN_IF_ERROR(stageInto(p.op, p.gpu, contextOrderedCopies(), staged));
   for (auto& p : ops) {
-    keepAlive.push_back(p.comm);
     if (p.stream) {
       auto [entry, added] = perStream.try_emplace(p.stream.get());
       if (added) inCallOrder.emplace_back(entry->first, &entry->second);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "include/braid.h"
+#include "src/calls_in_flight.h"
 #include "src/common/status.h"
 #include "src/communicator.h"
 #include "src/cuda_stream.h"
@@ -18,6 +19,8 @@ struct braidComm {
   std::shared_ptr<braid::Communicator> comm;
   std::mutex streamsMutex;
   std::vector<std::weak_ptr<braid::HostStream>> streams;
+  // Application threads' calls on it, which braidCommDestroy waits for.
+  braid::CallsInFlight calls;
 };
 
 struct braidStream {
@@ -57,6 +60,10 @@ Status checkStream(braidStream_t stream);
 // Queues `ops` in the open group, or runs them on `stream`, or runs them now.
 Status submit(braidComm_t comm, braidStream_t stream, std::vector<Operation> ops);
 bool groupOpen();
+// Returns `s`; where it is the failure of `call` inside an open group, the
+// group keeps the first such, and braidGroupEnd returns it and runs none of
+// the group's calls.
+Status notedInGroup(const char* call, Status s);
 
 // Which of an operation's buffers are on a GPU, and their sizes.
 struct GpuPlacement {

@@ -15,7 +15,7 @@ double streamSpinSeconds(int ranksOnHost, int coresOnHost, double spinSeconds) {
 template <typename Done>
 void HostStream::spinUntil(Done done) const {
   using Clock = std::chrono::steady_clock;
-  const double seconds = comm_->streamSpinSeconds();
+  const double seconds = spinSeconds_;
   if (seconds <= 0) return;
   const auto end = Clock::now() + std::chrono::duration<double>(seconds);
   while (!done()) {
@@ -29,7 +29,19 @@ void HostStream::spinUntil(Done done) const {
 }
 
 HostStream::HostStream(std::shared_ptr<Communicator> comm, int index)
-    : comm_(std::move(comm)), index_(index), worker_([this](std::stop_token s) { work(s); }) {}
+    : comm_(std::move(comm)),
+      index_(index),
+      spinSeconds_(comm_->streamSpinSeconds()),
+      worker_([this](std::stop_token s) { work(s); }) {}
+
+void HostStream::detachFromCommunicator() {
+  std::shared_ptr<Communicator> last;
+  {
+    std::lock_guard lock(mutex_);
+    last = std::move(comm_);
+  }
+  // `last` goes, and with it maybe the communicator, outside the mutex.
+}
 
 HostStream::~HostStream() {
   (void)synchronize();
@@ -94,7 +106,12 @@ void HostStream::work(std::stop_token stop) {
     Entry entry = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
-    const Status earlier = firstError_;
+    // A stream whose communicator was destroyed runs nothing of it; a
+    // task, which must still run (it may release a CUDA stream), and a
+    // callback are told so.
+    const std::shared_ptr<Communicator> comm = comm_;
+    const Status earlier =
+        comm ? firstError_ : invalidUsage("the stream's communicator was destroyed");
     lock.unlock();
     // After a failure the stream's state is undefined; later calls are not
     // run (their ranks would wait for a partner that already gave up).
@@ -106,12 +123,13 @@ void HostStream::work(std::stop_token stop) {
         return Status::ok();
       }
       if (entry.task) return entry.task(earlier);
-      return earlier.isOk() ? comm_->run(entry.ops, index_) : Status::ok();
+      if (!comm) return earlier;
+      return earlier.isOk() ? comm->run(entry.ops, index_) : Status::ok();
     });
     lock.lock();
     if (!s.isOk() && firstError_.isOk()) {
       firstError_ = s;
-      comm_->recordAsyncError(s);
+      if (comm) comm->recordAsyncError(s);
     }
     busy_ = false;
     finished_.fetch_add(1, std::memory_order_release);

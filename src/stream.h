@@ -38,6 +38,8 @@ class HostStream {
   HostStream(std::shared_ptr<Communicator> comm, int index);
   ~HostStream();  // waits for the queue, then stops the thread
 
+  // Only while it has one: a task, which runs only after no failure, may
+  // ask (a stream of a destroyed communicator fails everything queued).
   Communicator& communicator() { return *comm_; }
   int index() const { return index_; }
 
@@ -55,6 +57,11 @@ class HostStream {
   Status synchronize();
   Status query();
   bool onWorkerThread() const { return std::this_thread::get_id() == worker_.get_id(); }
+  // For braidCommDestroy, once the stream is synchronized: lets go of the
+  // communicator, so that a stream handle the program keeps holds nothing
+  // of it (its connections, shared memory, GPU memory) but this thread.
+  // Whatever is queued later fails, callbacks told so.
+  void detachFromCommunicator();
 
  private:
   struct Entry {
@@ -69,8 +76,9 @@ class HostStream {
   template <typename Done>
   void spinUntil(Done done) const;
 
-  std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> comm_;  // guarded by mutex_; null once detached
   const int index_;
+  const double spinSeconds_;  // the communicator's streamSpinSeconds()
   std::mutex mutex_;
   // Two conditions, so that neither side wakes the other for nothing: the
   // worker waits for entries; synchronize() waits for the queue to drain,

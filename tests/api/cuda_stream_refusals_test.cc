@@ -86,7 +86,7 @@ TEST_F(OneRankOnACudaStream, ABufferOfUnknownKindIsRefusedAtTheCall) {
   EXPECT_BRAID_OK(braidGroupStart());
   EXPECT_BRAID_ERROR(braidAllReduce(y, y, 4, braidFloat32, braidSum, comm_, stream_),
                      braidUnhandledCudaError, "sendbuff", "700");
-  EXPECT_BRAID_OK(braidGroupEnd());
+  EXPECT_BRAID_ERROR(braidGroupEnd(), braidUnhandledCudaError, "none of them ran", "700");
   fake.failPointerQueries(0);
   ASSERT_EQ(fake.streamSynchronize(cudaStream_), 0);
   EXPECT_BRAID_OK(braidStreamSynchronize(stream_));

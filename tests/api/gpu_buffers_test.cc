@@ -425,7 +425,9 @@ TEST_F(GpuBuffers, ABufferOfUnknownKindIsACudaErrorNotHostMemory) {
                      braidUnhandledCudaError, "braidRecv", "recvbuff", "700");
   EXPECT_BRAID_ERROR(braidSend(host_, 64, braidFloat32, 0, comm_, nullptr), braidUnhandledCudaError,
                      "braidSend", "sendbuff", "700");
-  EXPECT_BRAID_OK(braidGroupEnd());
+  // The group reports its first refusal and runs nothing.
+  EXPECT_BRAID_ERROR(braidGroupEnd(), braidUnhandledCudaError, "none of them ran", "braidRecv",
+                     "700");
   EXPECT_EQ(result[63], 0.0f);  // no call ran
   // The driver answers again: the same calls run.
   failPointerQueries_(0);

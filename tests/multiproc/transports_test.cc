@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -401,6 +402,68 @@ TEST(Resources, AbortAndDestroyLeaveNothingBehind) {
         RANK_EXPECT_EQ(after.threads, before.threads);
         RANK_EXPECT_EQ(after.segmentMappings, before.segmentMappings);
         RANK_EXPECT_EQ(after.segmentNames, 0u);
+      },
+      kTimeout);
+}
+
+// braidCommDestroy frees the communicator even where the program keeps a
+// stream handle of it: the stream's own thread is all that stays until
+// braidStreamDestroy. A stream of a destroyed communicator still answers:
+// its calls ran, and a callback added later runs, told of the destroy.
+// Before, the stream held the whole communicator (its connections,
+// shared-memory board and segments) until the stream was destroyed.
+TEST(Resources, DestroyFreesTheCommunicatorOfAStreamStillHeld) {
+  runRanks(
+      2,
+      [](RankContext& ctx) {
+        Resources before{};
+        for (int cycle = 0; cycle < 3; ++cycle) {
+          if (cycle == 1) before = countResources();
+          braidUniqueId id{};
+          if (ctx.rank == 0) {
+            RANK_ASSERT_OK(braidGetUniqueId(&id));
+          }
+          RANK_ASSERT_OK(braidBroadcast(&id, &id, sizeof(id), braidUint8, 0, ctx.comm, nullptr));
+          braidComm_t comm = nullptr;
+          RANK_ASSERT_OK(braidCommInitRank(&comm, ctx.nranks, id, ctx.rank));
+          std::vector<float> x(1 << 18, 1.f);
+          braidStream_t stream = nullptr;
+          RANK_ASSERT_OK(braidStreamCreate(comm, &stream));
+          RANK_ASSERT_OK(
+              braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, comm, stream));
+          RANK_ASSERT_OK(braidCommDestroy(comm));
+          RANK_EXPECT_EQ(x[0], 2.f);
+          // The stream's thread stays; everything of the communicator went.
+          Resources held = countResources();
+          for (int i = 0; i < 50 && cycle > 0 && held.fds != before.fds; ++i) {
+            ::usleep(20000);
+            held = countResources();
+          }
+          if (cycle > 0) {
+            RANK_EXPECT_EQ(held.fds, before.fds);
+            RANK_EXPECT_EQ(held.threads, before.threads + 1);
+            RANK_EXPECT_EQ(held.segmentMappings, before.segmentMappings);
+          }
+          RANK_EXPECT_OK(braidStreamSynchronize(stream));
+          std::atomic<int> told{-1};
+          RANK_EXPECT_OK(braidStreamAddCallback(
+              stream,
+              [](braidStream_t, braidResult_t result, void* told) {
+                static_cast<std::atomic<int>*>(told)->store(result);
+              },
+              &told));
+          RANK_EXPECT_EQ(braidStreamSynchronize(stream), braidSuccess);
+          RANK_EXPECT_EQ(told.load(), static_cast<int>(braidInvalidUsage));
+          RANK_ASSERT_OK(braidStreamDestroy(stream));
+        }
+        Resources after = countResources();
+        for (int i = 0; i < 50 && !(after == before); ++i) {
+          ::usleep(20000);
+          after = countResources();
+        }
+        RANK_EXPECT_EQ(after.fds, before.fds);
+        RANK_EXPECT_EQ(after.threads, before.threads);
+        RANK_EXPECT_EQ(after.segmentMappings, before.segmentMappings);
       },
       kTimeout);
 }
