@@ -183,6 +183,7 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm) {
     BRAID_ASSIGN_OR_RETURN(braid::Config config, braid::loadConfig());
     BRAID_ASSIGN_OR_RETURN(braid::LaunchVariables launch, braid::launchVariablesFromEnv());
     braid::RendezvousInfo info;
+    info.serverStartsInRankZerosInit = true;
     BRAID_ASSIGN_OR_RETURN(info.root, braid::tcp::SocketAddress::parse(launch.address));
     std::string secret = braid::envString("BRAID_SECRET");
     if (!secret.empty() && !braid::fromHex(secret, info.secret))

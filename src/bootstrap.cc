@@ -450,7 +450,16 @@ Result<RendezvousClient> RendezvousClient::connect(const RendezvousInfo& info, i
                                                    Deadline deadline) {
   RendezvousClient client;
   client.rank_ = rank;
-  BRAID_ASSIGN_OR_RETURN(client.fd_, tcp::connectTo(info.root, deadline));
+  auto connected = tcp::connectTo(
+      info.root, deadline,
+      info.serverStartsInRankZerosInit ? tcp::WhenRefused::kRetry : tcp::WhenRefused::kFail);
+  if (!connected.isOk() && connected.status().code() == ErrorCode::kRemoteError)
+    return invalidUsage(strCat(
+        "the rendezvous of rank 0 at ", info.root.toString(),
+        " has ended: it failed (ranks that disagree on nranks, or two that joined as one rank; "
+        "those that joined were told why) or timed out, or this unique id was used for an "
+        "earlier communicator (make a new one for each)"));
+  BRAID_ASSIGN_OR_RETURN(client.fd_, std::move(connected));
   BRAID_RETURN_IF_ERROR(
       tcp::handshakeConnect(client.fd_.get(), info.secret, kBootstrapPurpose, rank, deadline)
           .withContext(strCat("rendezvous with rank 0 at ", info.root.toString())));

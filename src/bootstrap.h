@@ -21,6 +21,11 @@ inline constexpr size_t kUniqueIdBytes = 128;
 struct RendezvousInfo {
   tcp::SocketAddress root;  // where the rendezvous server listens
   Secret secret{};
+  // Not encoded: a unique id is made by a process whose server listens
+  // from then on, so a refused connection means that the rendezvous ended;
+  // a launcher's rank 0 (init from the environment) starts its server in its
+  // own init, which the other ranks may reach first.
+  bool serverStartsInRankZerosInit = false;
 
   void encode(char out[kUniqueIdBytes]) const;
   static Result<RendezvousInfo> decode(const char in[kUniqueIdBytes]);

@@ -255,6 +255,46 @@ TEST(RendezvousServer, AForkedChildExitsWithoutWaitingForItsParentsServer) {
 // Init waits for the server it was answered by, where its process runs it,
 // and for no other: a unique id made for a later communicator keeps its
 // server waiting for ranks, and must not hold up this one's init.
+// A rendezvous that ended (here refused: two ranks that disagree on the
+// world size; as well a unique id used a second time) no longer listens. A
+// rank that comes later was refused the connection again and again until
+// its whole timeout, and then blamed the address; a unique id's server
+// listens from the moment the id exists, so a refused connection means it
+// ended, and the rank says so at once. A launcher's rank 0 (init from the
+// environment) starts its server in its own init, so there a refusal is
+// still waited out.
+TEST(RendezvousServer, ARankThatComesAfterTheRendezvousEndedIsToldAtOnce) {
+  auto started = startOnLoopback(0x6b);
+  ASSERT_TRUE(started.isOk()) << started.status().message();
+  const RendezvousInfo info = *started;
+  std::vector<Status> joined(2, internalError("not run"));
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank)
+    ranks.emplace_back([&, rank] {
+      auto client = RendezvousClient::connect(info, rank, Deadline::after(10));
+      joined[rank] = client.isOk() ? client->exchange(2 + rank, "r", Deadline::after(10)).status()
+                                   : client.status();
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(joined[0].code(), ErrorCode::kInvalidUsage) << joined[0].message();
+  EXPECT_EQ(joined[1].code(), ErrorCode::kInvalidUsage) << joined[1].message();
+  ASSERT_TRUE(awaitRendezvousServers(Deadline::after(5)));
+
+  const auto start = std::chrono::steady_clock::now();
+  auto late = RendezvousClient::connect(info, 1, Deadline::after(20));
+  ASSERT_FALSE(late.isOk());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(late.status().code(), ErrorCode::kInvalidUsage) << late.status().message();
+  EXPECT_NE(late.status().message().find("has ended"), std::string::npos)
+      << late.status().message();
+
+  RendezvousInfo fromEnvironment = info;
+  fromEnvironment.serverStartsInRankZerosInit = true;
+  auto waited = RendezvousClient::connect(fromEnvironment, 1, Deadline::after(0.5));
+  ASSERT_FALSE(waited.isOk());
+  EXPECT_EQ(waited.status().code(), ErrorCode::kTimeout) << waited.status().message();
+}
+
 TEST(RendezvousServer, AwaitingOneServerIgnoresAnotherThatStillWaits) {
   auto waiting = startOnLoopback(0x21);
   auto answering = startOnLoopback(0x22);

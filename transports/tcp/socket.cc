@@ -157,7 +157,7 @@ Result<Fd> listenOn(const SocketAddress& address) {
   return fd;
 }
 
-Result<Fd> connectTo(const SocketAddress& address, Deadline deadline) {
+Result<Fd> connectTo(const SocketAddress& address, Deadline deadline, WhenRefused whenRefused) {
   int delayMs = 1;
   while (true) {
     Fd fd(::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -179,6 +179,8 @@ Result<Fd> connectTo(const SocketAddress& address, Deadline deadline) {
       BRAID_RETURN_IF_ERROR(setNoDelay(fd.get()));
       return fd;
     }
+    if (err == ECONNREFUSED && whenRefused == WhenRefused::kFail)
+      return remoteError(strCat("nothing listens at ", address.toString(), " any more"));
     bool retryable = err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH ||
                      err == EHOSTUNREACH || err == ECONNRESET || err == EAGAIN;
     if (!retryable) return errnoStatus(strCat("connect to ", address.toString()), err);

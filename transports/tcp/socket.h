@@ -71,7 +71,12 @@ Result<std::vector<InterfaceAddress>> listInterfaces();
 // Listens on `address` (port 0 = any), backlog large enough for a full mesh.
 Result<Fd> listenOn(const SocketAddress& address);
 // Connects, retrying refused/unreachable attempts until the deadline.
-Result<Fd> connectTo(const SocketAddress& address, Deadline deadline);
+// What a refused connection means to connectTo: nothing listens yet (a
+// peer still starting: dial again until the deadline), or nothing listens
+// any more (a server known to have been listening: kRemoteError at once).
+enum class WhenRefused { kRetry, kFail };
+Result<Fd> connectTo(const SocketAddress& address, Deadline deadline,
+                     WhenRefused whenRefused = WhenRefused::kRetry);
 // Waits for one incoming connection.
 Result<Fd> acceptFrom(int listenFd, Deadline deadline);
 
