@@ -5,9 +5,16 @@
 // would).
 #include "transports/shm/shm_board.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -89,6 +96,55 @@ TEST(ShmBoard, EachStreamHasItsOwnAnnouncements) {
   // Slots and announcements do not overlap.
   EXPECT_EQ(m.opener.published(0, 2, 1), nullptr);
   EXPECT_EQ(m.opener.published(0, 2, 2), nullptr);
+}
+
+// A rank killed between the two halves of its announcement (its version
+// left odd for good) must not hold its peers in the read forever: they ask
+// on every pass of every call's wait, where the timeout, an abort and the
+// dead peer's closed sockets are all looked at. After a while the reader
+// takes it as no announcement at all, which is no evidence of anything.
+TEST(ShmBoard, AnAnnouncementLeftHalfWrittenIsReadAsNone) {
+  constexpr int kRanks = 2, kStreams = 3, kLanes = 2;
+  auto created = Board::create(kRanks, kStreams, kLanes, 48);
+  ASSERT_TRUE(created.isOk()) << created.status().message();
+  auto opened = Board::open(created->name(), kRanks, kStreams, kLanes, 48);
+  ASSERT_TRUE(opened.isOk()) << opened.status().message();
+  // The dead writer's view: the segment mapped again by name.
+  const int fd = shm_open(created->name().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  void* base =
+      mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(base, MAP_FAILED);
+  created->unlink();
+  const size_t slotBytes = opened->payloadBytes() + BoardSlot::kHeaderBytes;
+  auto* lines = reinterpret_cast<Board::AnnouncementLine*>(static_cast<uint8_t*>(base) +
+                                                           2 * kLanes * kRanks * slotBytes);
+  created->announce(1, 2, 4, 44);
+  ASSERT_EQ(opened->announced(1, 2).call, 5u);   // the line computed is the one read
+  lines[1 * kStreams + 2].version.fetch_add(1);  // the first half of a next announcement
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<bool> returned{false};
+  Announcement seen{1, 1};
+  std::thread reader([&] {
+    seen = opened->announced(1, 2);
+    returned = true;
+  });
+  while (!returned && std::chrono::steady_clock::now() - start < std::chrono::seconds(3))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!returned) {
+    ADD_FAILURE() << "the read of a half-written announcement did not return in 3 s";
+    std::_Exit(1);  // the reader spins for good
+  }
+  reader.join();
+  EXPECT_EQ(seen.call, 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+  // The other lines read as before.
+  created->announce(0, 2, 6, 66);
+  EXPECT_EQ(opened->announced(0, 2).call, 7u);
+  munmap(base, static_cast<size_t>(st.st_size));
 }
 
 TEST(ShmBoard, AReaderNeverSeesHalfAnAnnouncement) {

@@ -1,10 +1,12 @@
 #include "transports/shm/shm_board.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <ctime>
@@ -131,11 +133,23 @@ void Board::announce(int rank, int stream, uint32_t callIndex, uint64_t check) {
 
 Announcement Board::announced(int rank, int stream) const {
   const AnnouncementLine& a = line(rank, stream);
-  for (;;) {
+  // A writer is between its two version stores for nanoseconds, unless it
+  // was descheduled there or killed; then, after a millisecond, its line
+  // reads as no announcement, which its readers take as no evidence (they
+  // look again at their next pass, where a dead writer's sockets, the
+  // timeout and an abort are looked at too).
+  using Clock = std::chrono::steady_clock;
+  constexpr int kSpins = 256;
+  Clock::time_point giveUp{};
+  for (int attempt = 0;; ++attempt) {
     const uint32_t before = a.version.load(std::memory_order_acquire);
     const Announcement seen{a.call.load(std::memory_order_acquire),
                             a.check.load(std::memory_order_acquire)};
     if ((before & 1) == 0 && a.version.load(std::memory_order_relaxed) == before) return seen;
+    if (attempt < kSpins) continue;
+    if (attempt == kSpins) giveUp = Clock::now() + std::chrono::milliseconds(1);
+    sched_yield();
+    if (Clock::now() >= giveUp) return Announcement{};
   }
 }
 

@@ -94,6 +94,9 @@ class Board {
   // `rank` starts call `callIndex` of `stream`, of signature `check`. One
   // writer per rank and stream.
   void announce(int rank, int stream, uint32_t callIndex, uint64_t check);
+  // What `rank` announced last on `stream`; none (call 0) where its writer
+  // stayed between its two stores for a millisecond (descheduled, or
+  // killed there), which is no evidence of any call.
   Announcement announced(int rank, int stream) const;
 
   // `rank`'s Send and Recv operations under way with `peer`: `operations`

@@ -38,9 +38,15 @@ Result<void*> mapShared(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
+Segment::Segment(Segment&& other) noexcept
+    : base_(std::exchange(other.base_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      name_(std::move(other.name_)),
+      linked_(std::exchange(other.linked_, false)) {}
+
 Segment& Segment::operator=(Segment&& other) noexcept {
   if (this != &other) {
-    this->~Segment();
+    release();
     base_ = std::exchange(other.base_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     name_ = std::move(other.name_);
@@ -50,9 +56,14 @@ Segment& Segment::operator=(Segment&& other) noexcept {
 }
 
 Segment::~Segment() {
+  release();
+}
+
+void Segment::release() {
   unlink();
   if (base_) ::munmap(base_, bytes_);
   base_ = nullptr;
+  bytes_ = 0;
 }
 
 void Segment::unlink() {

@@ -14,7 +14,7 @@ namespace braid::shm {
 class Segment {
  public:
   Segment() = default;
-  Segment(Segment&& other) noexcept { *this = std::move(other); }
+  Segment(Segment&& other) noexcept;
   Segment& operator=(Segment&& other) noexcept;
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
@@ -37,6 +37,9 @@ class Segment {
   const std::string& name() const { return name_; }
 
  private:
+  // Unlinks and unmaps what it holds, leaving it empty.
+  void release();
+
   void* base_ = nullptr;
   size_t bytes_ = 0;
   std::string name_;
