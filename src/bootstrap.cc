@@ -77,10 +77,14 @@ struct Arrival {
 // Handshake and join request of one connection, on a thread of its own: a
 // stranger that connects and says nothing must not hold up the ranks that
 // arrive after it.
-Arrival greet(tcp::Fd fd, const Secret& secret, Deadline step) {
+// A stranger has `step` to prove itself; a proven rank has until
+// `deadline` for its join request, which it sends only after its own setup
+// (transport, topology, devices), slow on a loaded host.
+Arrival greet(tcp::Fd fd, const Secret& secret, Deadline step, Deadline deadline) {
   Arrival a;
-  tcp::SocketWire wire(fd.get(), step);
-  a.request = greetJoiner(wire, secret);
+  tcp::SocketWire handshake(fd.get(), step);
+  tcp::SocketWire request(fd.get(), deadline);
+  a.request = greetJoiner(handshake, request, secret);
   a.fd = std::move(fd);
   return a;
 }
@@ -204,7 +208,8 @@ class Greeters {
 };
 
 // Collects one join request per rank, then answers everyone with the table.
-void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
+void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds,
+                     double strangerSeconds) {
   Deadline deadline = Deadline::after(timeoutSeconds);
   RendezvousRoster roster;
   std::map<int, Joined> joined;
@@ -226,9 +231,9 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds) {
     // New connections are greeted concurrently; answers are handled here.
     auto fd = tcp::acceptFrom(listener.get(), Deadline::after(0.02));
     if (fd.isOk()) {
-      Deadline step = Deadline::after(std::min(timeoutSeconds, 10.0));
+      Deadline step = Deadline::after(std::min(timeoutSeconds, strangerSeconds));
       greeters.start(std::move(*fd), [&, step](tcp::Fd connection, const Greeters::Handle& self) {
-        Arrival a = greet(std::move(connection), secret, step);
+        Arrival a = greet(std::move(connection), secret, step, deadline);
         self.finishedReading();
         // Logged here, not by the loop: a stranger refused after the last
         // rank joined is logged too.
@@ -290,8 +295,13 @@ Result<JoinRequest> readJoinRequest(tcp::Wire& wire) {
 }
 
 Result<JoinRequest> greetJoiner(tcp::Wire& wire, const Secret& secret) {
-  BRAID_ASSIGN_OR_RETURN(int32_t rank, tcp::handshakeAccept(wire, secret, kBootstrapPurpose));
-  BRAID_ASSIGN_OR_RETURN(JoinRequest request, readJoinRequest(wire));
+  return greetJoiner(wire, wire, secret);
+}
+
+Result<JoinRequest> greetJoiner(tcp::Wire& handshake, tcp::Wire& requestWire,
+                                const Secret& secret) {
+  BRAID_ASSIGN_OR_RETURN(int32_t rank, tcp::handshakeAccept(handshake, secret, kBootstrapPurpose));
+  BRAID_ASSIGN_OR_RETURN(JoinRequest request, readJoinRequest(requestWire));
   request.rank = rank;
   return request;
 }
@@ -417,7 +427,8 @@ Result<tcp::SocketAddress> chooseBootstrapAddress(const std::string& ifname, Dea
 }
 
 Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& listenAt,
-                                                 const Secret& secret, double timeoutSeconds) {
+                                                 const Secret& secret, double timeoutSeconds,
+                                                 double strangerSeconds) {
   BRAID_ASSIGN_OR_RETURN(tcp::Fd listener, tcp::listenOn(listenAt));
   BRAID_ASSIGN_OR_RETURN(tcp::SocketAddress bound,
                          tcp::SocketAddress::ofSocket(listener.get(), false));
@@ -430,9 +441,9 @@ Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& liste
       beforeCryptoCleanup([] { (void)liveServers().stopAll(Deadline::after(kStopAtExitSeconds)); });
   BRAID_RETURN_IF_ERROR(hooked);
   liveServers().started(bound.toString());
-  std::thread([listener = std::move(listener), secret, timeoutSeconds,
+  std::thread([listener = std::move(listener), secret, timeoutSeconds, strangerSeconds,
                address = bound.toString()]() mutable {
-    serveRendezvous(std::move(listener), secret, timeoutSeconds);
+    serveRendezvous(std::move(listener), secret, timeoutSeconds, strangerSeconds);
     liveServers().ended(address);
   }).detach();
   return bound;

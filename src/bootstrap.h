@@ -38,9 +38,12 @@ Result<tcp::SocketAddress> chooseBootstrapAddress(const std::string& ifname, Dea
 
 // Starts the rendezvous server on `listenAt` (port 0 = any) on a detached
 // thread that exits once every rank joined or the timeout passed. Returns
-// the address it listens on.
+// the address it listens on. A connection has `strangerSeconds` (at most the
+// timeout) to prove it knows the secret; a proven rank then has until the
+// timeout to send its join request.
 Result<tcp::SocketAddress> startRendezvousServer(const tcp::SocketAddress& listenAt,
-                                                 const Secret& secret, double timeoutSeconds);
+                                                 const Secret& secret, double timeoutSeconds,
+                                                 double strangerSeconds = 10.0);
 
 // Waits until every rendezvous server this process started has ended; false
 // if one still runs at `deadline`. A server's thread is detached (a
@@ -65,6 +68,9 @@ Status sendJoinRequest(tcp::Wire& wire, int nranks, const std::string& address);
 Result<JoinRequest> readJoinRequest(tcp::Wire& wire);
 // Rank 0's side of a new connection: the handshake, then the join request.
 Result<JoinRequest> greetJoiner(tcp::Wire& wire, const Secret& secret);
+// The same, the handshake read through `handshake` and the request through
+// `request` (one connection, with two deadlines).
+Result<JoinRequest> greetJoiner(tcp::Wire& handshake, tcp::Wire& request, const Secret& secret);
 // A rank's side: the table of `nranks` addresses, or why it was refused.
 Result<std::vector<std::string>> readRendezvousAnswer(tcp::Wire& wire, int nranks);
 

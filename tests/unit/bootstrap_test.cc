@@ -295,6 +295,40 @@ TEST(RendezvousServer, ARankThatComesAfterTheRendezvousEndedIsToldAtOnce) {
   EXPECT_EQ(waited.status().code(), ErrorCode::kTimeout) << waited.status().message();
 }
 
+// A rank proves itself at once (the handshake) but sends its join request
+// only after its own setup (its transport, topology, devices), which on a
+// loaded host may take longer than the few seconds a stranger is given.
+// Once proven it has until the rendezvous's timeout; before, the server
+// dropped it after the stranger's limit and it failed with "the rendezvous
+// ended", while the others waited out their timeout.
+TEST(RendezvousServer, AProvenRankMayTakeItsTimeOverItsJoinRequest) {
+  RendezvousInfo info;
+  info.secret.fill(0x7c);
+  auto loopback = tcp::SocketAddress::parse("127.0.0.1:0");
+  ASSERT_TRUE(loopback.isOk());
+  auto root = startRendezvousServer(*loopback, info.secret, 30, /*strangerSeconds=*/0.3);
+  ASSERT_TRUE(root.isOk()) << root.status().message();
+  info.root = *root;
+  std::vector<Result<std::vector<std::string>>> tables(2, internalError("not run"));
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank)
+    ranks.emplace_back([&, rank] {
+      auto client = RendezvousClient::connect(info, rank, Deadline::after(10));
+      if (!client.isOk()) {
+        tables[rank] = client.status();
+        return;
+      }
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+      tables[rank] = client->exchange(2, "rank-" + std::to_string(rank), Deadline::after(10));
+    });
+  for (auto& t : ranks) t.join();
+  for (auto& table : tables) {
+    ASSERT_TRUE(table.isOk()) << table.status().message();
+    EXPECT_EQ(*table, (std::vector<std::string>{"rank-0", "rank-1"}));
+  }
+  EXPECT_TRUE(awaitRendezvousServers(Deadline::after(5)));
+}
+
 TEST(RendezvousServer, AwaitingOneServerIgnoresAnotherThatStillWaits) {
   auto waiting = startOnLoopback(0x21);
   auto answering = startOnLoopback(0x22);
