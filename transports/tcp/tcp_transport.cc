@@ -1,8 +1,13 @@
 #include "transports/tcp/tcp_transport.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <chrono>
 #include <future>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "src/common/log.h"
 
@@ -21,6 +26,60 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::create(const SocketAddress& 
   return std::unique_ptr<TcpTransport>(new TcpTransport(std::move(listener), bound, secret));
 }
 
+Result<std::map<int, Fd>> TcpTransport::acceptHigherRanks(const std::set<int>& higher,
+                                                          Deadline deadline) {
+  // Each connection proves itself on a thread of its own: one that does not
+  // (a port scanner, a stray client) may take 10 s of its own, not of the
+  // ranks that connect after it. At most kMaxGreetings at once; more wait
+  // in the listen backlog.
+  struct Greeting {
+    Fd fd;  // closed only after the handshake's thread, which uses it, ended
+    std::future<Result<int32_t>> peer;
+  };
+  constexpr size_t kMaxGreetings = 64;
+  std::vector<Greeting> greetings;
+  // Ends the handshakes still under way (their threads join as the
+  // futures go).
+  auto cutOff = [&] {
+    for (Greeting& g : greetings) ::shutdown(g.fd.get(), SHUT_RDWR);
+    greetings.clear();
+  };
+  std::map<int, Fd> out;
+  while (out.size() < higher.size()) {
+    if (greetings.size() < kMaxGreetings) {
+      auto fd = acceptFrom(listener_.get(), deadline.within(0.005));
+      if (fd.isOk()) {
+        const int raw = fd->get();
+        greetings.push_back({std::move(*fd), std::async(std::launch::async, [this, raw, deadline] {
+                               return handshakeAccept(raw, secret_, kDataPurpose,
+                                                      deadline.within(10.0));
+                             })});
+      } else if (fd.status().code() != ErrorCode::kTimeout || deadline.expired()) {
+        cutOff();
+        return fd.status();
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    for (auto g = greetings.begin(); g != greetings.end();) {
+      if (g->peer.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        ++g;
+        continue;
+      }
+      Result<int32_t> peer = g->peer.get();
+      if (!peer.isOk())
+        BRAID_WARN("refused a connection: ", peer.status().message());
+      else if (!higher.count(*peer) || out.count(*peer))
+        BRAID_WARN("refused a connection claiming rank ", *peer);
+      else
+        out.emplace(*peer, std::move(g->fd));
+      g = greetings.erase(g);
+    }
+  }
+  cutOff();
+  return out;
+}
+
 Result<std::map<int, Fd>> TcpTransport::connectPeers(int rank, std::span<const int> peers,
                                                      const std::vector<std::string>& addresses,
                                                      Deadline deadline) {
@@ -31,23 +90,7 @@ Result<std::map<int, Fd>> TcpTransport::connectPeers(int rank, std::span<const i
   // Accept the higher ranks on a helper thread while dialing the lower ones,
   // so that no rank waits on a chain of others.
   auto accepted = std::async(std::launch::async, [&]() -> Result<std::map<int, Fd>> {
-    std::map<int, Fd> out;
-    while (out.size() < higher.size()) {
-      BRAID_ASSIGN_OR_RETURN(Fd fd, acceptFrom(listener_.get(), deadline));
-      // A connection that does not prove itself soon is a stranger: it may
-      // cost this rank 10 s of its init, not the whole timeout.
-      auto peer = handshakeAccept(fd.get(), secret_, kDataPurpose, deadline.within(10.0));
-      if (!peer.isOk()) {
-        BRAID_WARN("refused a connection: ", peer.status().message());
-        continue;
-      }
-      if (!higher.count(*peer) || out.count(*peer)) {
-        BRAID_WARN("refused a connection claiming rank ", *peer);
-        continue;
-      }
-      out.emplace(*peer, std::move(fd));
-    }
-    return out;
+    return acceptHigherRanks(higher, deadline);
   });
 
   std::map<int, Fd> connections;

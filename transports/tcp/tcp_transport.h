@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,6 +33,9 @@ class TcpTransport {
                                          Deadline deadline);
 
  private:
+  // The connections of `higher`, each authenticated, strangers refused.
+  Result<std::map<int, Fd>> acceptHigherRanks(const std::set<int>& higher, Deadline deadline);
+
   TcpTransport(Fd listener, SocketAddress address, const Secret& secret)
       : listener_(std::move(listener)), address_(address), secret_(secret) {}
 
