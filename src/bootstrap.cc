@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -80,11 +82,21 @@ struct Arrival {
 // A stranger has `step` to prove itself; a proven rank has until
 // `deadline` for its join request, which it sends only after its own setup
 // (transport, topology, devices), slow on a loaded host.
-Arrival greet(tcp::Fd fd, const Secret& secret, Deadline step, Deadline deadline) {
+// `proven` is set once the handshake succeeded.
+Arrival greet(tcp::Fd fd, const Secret& secret, Deadline step, Deadline deadline,
+              std::atomic<bool>& proven) {
   Arrival a;
   tcp::SocketWire handshake(fd.get(), step);
-  tcp::SocketWire request(fd.get(), deadline);
-  a.request = greetJoiner(handshake, request, secret);
+  Result<int32_t> rank = tcp::handshakeAccept(handshake, secret, kBootstrapPurpose);
+  if (rank.isOk()) {
+    proven.store(true);
+    tcp::SocketWire requestWire(fd.get(), deadline);
+    Result<JoinRequest> request = readJoinRequest(requestWire);
+    if (request.isOk()) request->rank = *rank;
+    a.request = std::move(request);
+  } else {
+    a.request = rank.status();
+  }
   a.fd = std::move(fd);
   return a;
 }
@@ -162,10 +174,13 @@ class Greeters {
     void finishedReading() const { done_->store(true); }
     // The rendezvous ended while this connection was still being greeted.
     bool cutOff() const { return cutOff_->load(); }
+    // Set once the connection proved itself a rank (the handshake).
+    std::atomic<bool>& proven() const { return *proven_; }
 
    private:
     friend class Greeters;
     std::shared_ptr<std::atomic<bool>> done_ = std::make_shared<std::atomic<bool>>(false);
+    std::shared_ptr<std::atomic<bool>> proven_ = std::make_shared<std::atomic<bool>>(false);
     std::shared_ptr<std::atomic<bool>> cutOff_;
   };
 
@@ -180,7 +195,8 @@ class Greeters {
     // Destroying the jthreads joins them.
   }
 
-  // Runs greet(connection, handle) on a thread of its own.
+  // Runs greet(connection, handle) on a thread of its own; where no thread
+  // can be started (the process at its limit), the connection is closed.
   template <typename Greet>
   void start(tcp::Fd fd, Greet greet) {
     Greeter g;
@@ -188,8 +204,14 @@ class Greeters {
     // A duplicate the thread never closes: shutting it down cannot hit a
     // descriptor number the thread closed and the process reused.
     g.socket = tcp::Fd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
-    g.thread = std::jthread([greet = std::move(greet), fd = std::move(fd),
-                             handle = g.handle]() mutable { greet(std::move(fd), handle); });
+    g.started = std::chrono::steady_clock::now();
+    try {
+      g.thread = std::jthread([greet = std::move(greet), fd = std::move(fd),
+                               handle = g.handle]() mutable { greet(std::move(fd), handle); });
+    } catch (const std::system_error& e) {
+      BRAID_WARN("rendezvous: closed a connection: no thread to greet it (", e.what(), ")");
+      return;
+    }
     greeters_.push_back(std::move(g));
   }
 
@@ -197,15 +219,45 @@ class Greeters {
     std::erase_if(greeters_, [](const Greeter& g) { return g.handle.done_->load(); });
   }
 
+  // Connections still being greeted that have not proven themselves. A
+  // proven one may wait long for its rank's join request, but there are at
+  // most as many as ranks.
+  size_t unproven() const {
+    return static_cast<size_t>(
+        std::count_if(greeters_.begin(), greeters_.end(), [](const Greeter& g) {
+          return !g.handle.done_->load() && !g.handle.proven_->load() && !g.cutOff;
+        }));
+  }
+
+  // Shuts down the unproven connection greeted longest, if it is still
+  // silent after `seconds` (a rank proves itself within milliseconds); true
+  // if it did.
+  bool cutOffOldestSilentFor(double seconds) {
+    for (Greeter& g : greeters_) {  // in the order they started
+      if (g.handle.done_->load() || g.handle.proven_->load() || g.cutOff) continue;
+      if (std::chrono::steady_clock::now() - g.started < std::chrono::duration<double>(seconds))
+        return false;
+      ::shutdown(g.socket.get(), SHUT_RDWR);
+      g.cutOff = true;
+      return true;
+    }
+    return false;
+  }
+
  private:
   struct Greeter {
     Handle handle;
     tcp::Fd socket;
+    std::chrono::steady_clock::time_point started;
+    bool cutOff = false;  // shut down to make room
     std::jthread thread;
   };
   std::shared_ptr<std::atomic<bool>> cutOff_ = std::make_shared<std::atomic<bool>>(false);
   std::vector<Greeter> greeters_;
 };
+
+constexpr size_t kMaxGreeters = 96;
+constexpr double kStrangerRoomSeconds = 1.0;
 
 // Collects one join request per rank, then answers everyone with the table.
 void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds,
@@ -228,12 +280,18 @@ void serveRendezvous(tcp::Fd listener, Secret secret, double timeoutSeconds,
                  " ranks joined before the timeout; giving up");
       return;  // closing the sockets tells the joined ranks
     }
-    // New connections are greeted concurrently; answers are handled here.
-    auto fd = tcp::acceptFrom(listener.get(), Deadline::after(0.02));
+    // New connections are greeted concurrently, by at most kMaxGreeters
+    // threads (each holds two descriptors); answers are handled here. A
+    // flood of silent connections has the oldest cut off after a second.
+    greeters.joinFinished();
+    const bool room =
+        greeters.unproven() < kMaxGreeters || greeters.cutOffOldestSilentFor(kStrangerRoomSeconds);
+    auto fd = room ? tcp::acceptFrom(listener.get(), Deadline::after(0.02))
+                   : Result<tcp::Fd>(timeoutError("every greeter busy"));
     if (fd.isOk()) {
       Deadline step = Deadline::after(std::min(timeoutSeconds, strangerSeconds));
       greeters.start(std::move(*fd), [&, step](tcp::Fd connection, const Greeters::Handle& self) {
-        Arrival a = greet(std::move(connection), secret, step, deadline);
+        Arrival a = greet(std::move(connection), secret, step, deadline, self.proven());
         self.finishedReading();
         // Logged here, not by the loop: a stranger refused after the last
         // rank joined is logged too.
@@ -295,13 +353,8 @@ Result<JoinRequest> readJoinRequest(tcp::Wire& wire) {
 }
 
 Result<JoinRequest> greetJoiner(tcp::Wire& wire, const Secret& secret) {
-  return greetJoiner(wire, wire, secret);
-}
-
-Result<JoinRequest> greetJoiner(tcp::Wire& handshake, tcp::Wire& requestWire,
-                                const Secret& secret) {
-  BRAID_ASSIGN_OR_RETURN(int32_t rank, tcp::handshakeAccept(handshake, secret, kBootstrapPurpose));
-  BRAID_ASSIGN_OR_RETURN(JoinRequest request, readJoinRequest(requestWire));
+  BRAID_ASSIGN_OR_RETURN(int32_t rank, tcp::handshakeAccept(wire, secret, kBootstrapPurpose));
+  BRAID_ASSIGN_OR_RETURN(JoinRequest request, readJoinRequest(wire));
   request.rank = rank;
   return request;
 }

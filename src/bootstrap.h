@@ -68,9 +68,6 @@ Status sendJoinRequest(tcp::Wire& wire, int nranks, const std::string& address);
 Result<JoinRequest> readJoinRequest(tcp::Wire& wire);
 // Rank 0's side of a new connection: the handshake, then the join request.
 Result<JoinRequest> greetJoiner(tcp::Wire& wire, const Secret& secret);
-// The same, the handshake read through `handshake` and the request through
-// `request` (one connection, with two deadlines).
-Result<JoinRequest> greetJoiner(tcp::Wire& handshake, tcp::Wire& request, const Secret& secret);
 // A rank's side: the table of `nranks` addresses, or why it was refused.
 Result<std::vector<std::string>> readRendezvousAnswer(tcp::Wire& wire, int nranks);
 

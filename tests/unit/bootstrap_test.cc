@@ -3,6 +3,7 @@
 // the unique id. The same functions read the sockets at init.
 #include "src/bootstrap.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <openssl/crypto.h>
 #include <poll.h>
@@ -10,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -326,6 +328,54 @@ TEST(RendezvousServer, AProvenRankMayTakeItsTimeOverItsJoinRequest) {
     ASSERT_TRUE(table.isOk()) << table.status().message();
     EXPECT_EQ(*table, (std::vector<std::string>{"rank-0", "rank-1"}));
   }
+  EXPECT_TRUE(awaitRendezvousServers(Deadline::after(5)));
+}
+
+size_t threadsOfThisProcess() {
+  size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+// A flood of silent connections costs rank 0 a bounded number of greeting
+// threads (each holds a thread and two descriptors): the oldest silent one
+// makes room for a newer one once it has had a second. Before, each
+// connection got a thread of its own, without limit, until the process ran
+// out of descriptors or threads, and a thread that could not start ended
+// the process. The ranks still join.
+TEST(RendezvousServer, AFloodOfSilentConnectionsHoldsBoundedThreads) {
+  auto started = startOnLoopback(0x19);
+  ASSERT_TRUE(started.isOk()) << started.status().message();
+  const RendezvousInfo info = *started;
+  const size_t before = threadsOfThisProcess();
+  std::vector<tcp::Fd> silent;
+  for (int i = 0; i < 300; ++i) {
+    auto stranger = tcp::connectTo(info.root, Deadline::after(5));
+    ASSERT_TRUE(stranger.isOk()) << stranger.status().message();
+    silent.push_back(std::move(*stranger));
+  }
+  size_t most = 0;
+  for (int i = 0; i < 30; ++i) {
+    most = std::max(most, threadsOfThisProcess());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_LE(most, before + 130) << "greeting threads for 300 silent connections";
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Result<std::vector<std::string>>> tables(2, internalError("not run"));
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank)
+    ranks.emplace_back([&, rank] {
+      auto client = RendezvousClient::connect(info, rank, Deadline::after(20));
+      tables[rank] = client.isOk() ? client->exchange(2, "r", Deadline::after(20))
+                                   : Result<std::vector<std::string>>(client.status());
+    });
+  for (auto& t : ranks) t.join();
+  for (auto& table : tables) ASSERT_TRUE(table.isOk()) << table.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_TRUE(awaitRendezvousServers(Deadline::after(5)));
 }
 
