@@ -35,6 +35,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -219,7 +220,16 @@ void onSignal(int signo) {
   errno = savedErrno;
 }
 
-constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGCHLD};
+// Forwarded to the ranks (all but SIGCHLD): those that end a job (an ssh
+// session that drops sends SIGHUP) and Slurm's warnings before its time
+// limit (`--signal=USR1@N`), which would otherwise end braidrun alone.
+constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD};
+
+// A forwarded signal that ends the job: ranks still running after the grace
+// period are killed, and the run never reports success.
+bool endsTheJob(int signo) {
+  return signo == SIGINT || signo == SIGTERM || signo == SIGHUP || signo == SIGQUIT;
+}
 
 void setSignalMask(int how) {
   sigset_t set;
@@ -233,6 +243,13 @@ void writeAll(int fd, std::string_view text) {
   while (done < text.size()) {
     ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
+    // A stdout that another process made nonblocking: wait for room, as
+    // a blocking one would, rather than drop the ranks' lines.
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd room{fd, POLLOUT, 0};
+      (void)::poll(&room, 1, 1000);
+      continue;
+    }
     if (n <= 0) return;  // our own stdout is gone; nothing sensible left to do
     done += static_cast<size_t>(n);
   }
@@ -320,10 +337,12 @@ std::vector<cpu_set_t> rankCpuSets(int numRanks, bool bind) {
   ::setpgid(0, 0);
   // A rank that cannot be bound still runs, only unbound.
   if (cpus != nullptr) (void)::sched_setaffinity(0, sizeof(*cpus), cpus);
-  // If braidrun dies without a chance to clean up, its ranks should not linger.
-  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // If braidrun dies without a chance to clean up (killed outright), its
+  // ranks must not linger, those that ignore SIGTERM included.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcherPid) ::_exit(kExecFailedExitCode);  // it died before prctl
   for (int signo : kHandledSignals) ::signal(signo, SIG_DFL);
+  ::signal(SIGPIPE, SIG_DFL);  // ignored by braidrun, and an ignored signal stays so past exec
   setSignalMask(SIG_UNBLOCK);
   // A rank in its own process group would be stopped by reading a terminal, so
   // only rank 0 gets stdin, and only when it is not a terminal.
@@ -384,6 +403,9 @@ int main(int argc, char** argv) {
   action.sa_handler = onSignal;
   sigemptyset(&action.sa_mask);
   for (int signo : kHandledSignals) ::sigaction(signo, &action, nullptr);
+  // A reader of braidrun's output that goes (`braidrun ... | head`) must not
+  // end braidrun, and with it the ranks' teardown: writeAll gives up instead.
+  ::signal(SIGPIPE, SIG_IGN);
 
   const pid_t launcherPid = ::getpid();
   std::vector<Rank> ranks(static_cast<size_t>(options.numRanks));
@@ -427,6 +449,7 @@ int main(int argc, char** argv) {
   // at it are killed, as at a teardown, but their ends are still reported.
   std::optional<Clock::time_point> forwardedDeadline;
   bool killSent = false;
+  int endedBySignal = 0;  // the first forwarded signal that ends the job
   auto deadline = [&]() -> std::optional<Clock::time_point> {
     if (killDeadline && forwardedDeadline) return std::min(*killDeadline, *forwardedDeadline);
     return killDeadline ? killDeadline : forwardedDeadline;
@@ -478,8 +501,10 @@ int main(int argc, char** argv) {
       // A rank that ignores it, or is stuck in a driver call, must not
       // outlive the launcher: a run stopped at its time limit would leave
       // it holding the GPU.
-      if ((signals[s] == SIGTERM || signals[s] == SIGINT) && !forwardedDeadline)
+      if (endsTheJob(signals[s]) && !forwardedDeadline) {
         forwardedDeadline = Clock::now() + kTerminateGrace;
+        endedBySignal = signals[s];
+      }
     }
     // Reap every exited rank, whatever signal woke us: SIGCHLDs may merge.
     // Failures reaped together are all reported, since which came first (the
@@ -502,5 +527,20 @@ int main(int argc, char** argv) {
       tearDown();
     }
   }
+  // A rank's first process is reaped, but what it started (a program under a
+  // shell wrapper that died at once) may still run in its process group:
+  // after a teardown or a signal that ends the job, the groups get what is
+  // left of the grace period, then SIGKILL.
+  if (const auto end = deadline()) {
+    auto groupsLeft = [&] {
+      return std::any_of(ranks.begin(), ranks.end(),
+                         [](const Rank& rank) { return ::kill(-rank.pid, 0) == 0; });
+    };
+    while (groupsLeft() && Clock::now() < *end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (const Rank& rank : ranks) (void)::kill(-rank.pid, SIGKILL);
+  }
+  // Interrupted, the run never reports success, whatever the ranks did.
+  if (exitCode == 0 && endedBySignal != 0) exitCode = 128 + endedBySignal;
   return exitCode;
 }

@@ -332,6 +332,79 @@ TEST(Braidrun, KillsRanksThatIgnoreAForwardedSigterm) {
   for (pid_t pid : rankPids) EXPECT_NE(::kill(pid, 0), 0) << "rank pid " << pid << " survived";
 }
 
+// Whether `pid` no longer runs: gone, or a zombie whose new parent (an
+// init that does not reap, in some containers) left it.
+bool noLongerRuns(pid_t pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
+}
+
+// Up to `limit` for every one of `pids` to stop running.
+bool allStopWithin(const std::vector<pid_t>& pids, std::chrono::seconds limit) {
+  for (auto deadline = Clock::now() + limit; Clock::now() < deadline;) {
+    if (std::all_of(pids.begin(), pids.end(), noLongerRuns)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// A rank's command that dies at once of the forwarded SIGTERM (a shell
+// wrapper) while what it started ignores it (python with a handler, or in a
+// driver call): the rank's first process is reaped at once, but the rest of
+// its process group must still be killed after the grace period. Before,
+// braidrun exited as soon as the wrappers were reaped and left them running.
+TEST(Braidrun, KillsWhatARankStartedOnceTheRankItselfIsGone) {
+  Launcher launcher(
+      {"-n", "2", "sh", "-c", "sh -c 'trap \"\" TERM; echo pid $$; exec sleep 60' & wait"});
+  const std::vector<pid_t> started = printedRankPids(launcher, 2);
+  ASSERT_EQ(started.size(), 2u) << launcher.currentOut();
+  ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
+  Outcome run = launcher.wait(std::chrono::seconds(20));
+  EXPECT_EQ(run.exitCode, 128 + SIGTERM) << run.err;
+  EXPECT_TRUE(allStopWithin(started, std::chrono::seconds(2))) << "what the ranks started survived";
+}
+
+// The signals a session or a scheduler sends besides SIGTERM and SIGINT
+// reach the ranks too: SIGHUP (an ssh session that drops) ended braidrun
+// alone, and ranks that ignore SIGTERM (all its death signal sent them)
+// survived it.
+TEST(Braidrun, ForwardsSighupToRanks) {
+  Launcher launcher({"-n", "2", "sh", "-c", "trap '' TERM; echo pid $$; exec sleep 60"});
+  const std::vector<pid_t> rankPids = printedRankPids(launcher, 2);
+  ASSERT_EQ(rankPids.size(), 2u) << launcher.currentOut();
+  ASSERT_EQ(::kill(launcher.pid(), SIGHUP), 0);
+  Outcome run = launcher.wait(std::chrono::seconds(20));
+  EXPECT_EQ(run.exitCode, 128 + SIGHUP) << run.err;
+  EXPECT_NE(run.err.find("forwarding signal 1"), std::string::npos) << run.err;
+  EXPECT_TRUE(allStopWithin(rankPids, std::chrono::seconds(2))) << "ranks survived";
+}
+
+// A braidrun killed outright (the OOM killer, kill -9) takes its ranks with
+// it, those that ignore SIGTERM too.
+TEST(Braidrun, RanksDieWithAKilledLauncher) {
+  Launcher launcher({"-n", "2", "sh", "-c", "trap '' TERM; echo pid $$; exec sleep 60"});
+  const std::vector<pid_t> rankPids = printedRankPids(launcher, 2);
+  ASSERT_EQ(rankPids.size(), 2u) << launcher.currentOut();
+  ASSERT_EQ(::kill(launcher.pid(), SIGKILL), 0);
+  launcher.wait(std::chrono::seconds(5));
+  EXPECT_TRUE(allStopWithin(rankPids, std::chrono::seconds(3))) << "ranks survived";
+}
+
+// Interrupted, braidrun never reports success, even where every rank
+// handled the signal and exited 0 (as mpirun and torchrun): a script's
+// `braidrun ... && publish` must not go on as if the job had finished.
+TEST(Braidrun, AnInterruptedRunNeverExitsZero) {
+  Launcher launcher(
+      {"-n", "2", "sh", "-c", "trap 'exit 0' TERM; echo pid $$; while :; do sleep 0.1; done"});
+  ASSERT_EQ(printedRankPids(launcher, 2).size(), 2u) << launcher.currentOut();
+  ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
+  Outcome run = launcher.wait(std::chrono::seconds(20));
+  EXPECT_EQ(run.exitCode, 128 + SIGTERM) << run.err;
+}
+
 TEST(Braidrun, BadUsageExitsTwo) {
   const std::vector<std::vector<std::string>> badUsages = {
       {},
