@@ -105,11 +105,40 @@ int64_t inputAmplitude(const TestContext& ctx) {
   return static_cast<int64_t>(std::clamp(ctx.type->maxExactInt / ctx.nranks, 1.0, 5.0));
 }
 
-// Inputs repeat with this period in the element index.
-size_t inputPeriod(const TestContext& ctx) {
-  if (ctx.op == braidProd) return ctx.type->isSigned ? 3 : 5;
+// How many kinds of element there are: an element's inputs on every rank
+// depend on its kind alone, so that a check tabulates one result per kind.
+size_t inputKinds(const TestContext& ctx) {
+  if (ctx.op == braidProd) return 8;  // the sign (or factor) patterns of three ranks
   int64_t amplitude = inputAmplitude(ctx);
   return static_cast<size_t>(ctx.type->isSigned ? 2 * amplitude + 1 : amplitude + 1);
+}
+
+// The kind of element `index`: a hash of the index (two multiplies and a
+// shift, cheap enough for filling gigabytes), which has no period, so that
+// two blocks of a reduction's result differ wherever they are cut (a block
+// delivered to the wrong rank reads wrong). Fibonacci hashing alone was not
+// enough: blocks a multiple of 48 apart fell on the same kinds.
+size_t inputKind(const TestContext& ctx, size_t index) {
+  uint64_t x = static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ULL;
+  x ^= x >> 32;
+  x *= 0xd6e8feb86659fd93ULL;
+  return static_cast<size_t>((x >> 32) % inputKinds(ctx));
+}
+
+// The input of `rank` in elements of `kind`.
+int64_t inputOfKind(const TestContext& ctx, int rank, size_t kind) {
+  const auto r = static_cast<size_t>(rank);
+  // Products of +-1 (or of 1 and 2, wrapping) are exact in every type. The
+  // kind's bits say which of three ranks (and every third after) hold -1
+  // (or 2), so that across kinds the product differs from the minimum and
+  // the maximum at any number of ranks.
+  if (ctx.op == braidProd) {
+    const bool flipped = ((kind >> (r % 3)) & 1) != 0;
+    if (ctx.type->isSigned) return flipped ? -1 : 1;
+    return flipped ? 2 : 1;
+  }
+  auto residue = static_cast<int64_t>((kind * 7 + r * 3) % inputKinds(ctx));
+  return ctx.type->isSigned ? residue - inputAmplitude(ctx) : residue;
 }
 
 // A 64-bit mix of (rank, index) (splitmix64's finalizer): neighbouring
@@ -134,22 +163,16 @@ int64_t distinctValue(const DataType& type, int rank, size_t index) {
 }  // namespace
 
 int64_t inputValue(const TestContext& ctx, int rank, size_t index) {
-  const auto r = static_cast<size_t>(rank);
-  // Products of +-1 (or of 1 and 2, wrapping) are exact in every type.
-  if (ctx.op == braidProd) {
-    if (ctx.type->isSigned) return (index + r) % 3 == 0 ? -1 : 1;
-    return (index + 2 * r) % 5 == 0 ? 2 : 1;
-  }
-  auto residue = static_cast<int64_t>((index * 7 + r * 3) % inputPeriod(ctx));
-  return ctx.type->isSigned ? residue - inputAmplitude(ctx) : residue;
+  return inputOfKind(ctx, rank, inputKind(ctx, index));
 }
 
 void fillInputs(const TestContext& ctx, int rank, size_t firstIndex, void* buffer, size_t count) {
-  // One period computed, then repeated: the inner loop is a plain store.
-  const size_t period = inputPeriod(ctx);
-  std::vector<int64_t> values(period);
-  for (size_t p = 0; p < period; ++p) values[p] = inputValue(ctx, rank, firstIndex + p);
-  for (size_t i = 0; i < count; ++i) storeInt(*ctx.type, buffer, i, values[i % period]);
+  // One value per kind computed; the inner loop hashes and stores.
+  const size_t kinds = inputKinds(ctx);
+  std::vector<int64_t> values(kinds);
+  for (size_t k = 0; k < kinds; ++k) values[k] = inputOfKind(ctx, rank, k);
+  for (size_t i = 0; i < count; ++i)
+    storeInt(*ctx.type, buffer, i, values[inputKind(ctx, firstIndex + i)]);
 }
 
 Expected copiedInput(const TestContext& ctx, int rank, size_t index) {
@@ -158,21 +181,21 @@ Expected copiedInput(const TestContext& ctx, int rank, size_t index) {
 }
 
 std::function<Expected(size_t)> reducedInputs(const TestContext& ctx) {
-  const size_t period = inputPeriod(ctx);
-  std::vector<Expected> table(period);
-  for (size_t index = 0; index < period; ++index) {
+  const size_t kinds = inputKinds(ctx);
+  std::vector<Expected> table(kinds);
+  for (size_t kind = 0; kind < kinds; ++kind) {
     // Integers in uint64, so that sums and products wrap as the type's do.
     uint64_t wrapped = ctx.op == braidProd ? 1 : 0;
     int64_t lowest = INT64_MAX, highest = INT64_MIN, sum = 0;
     for (int rank = 0; rank < ctx.nranks; ++rank) {
-      int64_t value = inputValue(ctx, rank, index);
+      int64_t value = inputOfKind(ctx, rank, kind);
       wrapped = ctx.op == braidProd ? wrapped * static_cast<uint64_t>(value)
                                     : wrapped + static_cast<uint64_t>(value);
       lowest = std::min(lowest, value);
       highest = std::max(highest, value);
       sum += value;
     }
-    Expected& e = table[index];
+    Expected& e = table[kind];
     switch (ctx.op) {
       case braidMin:
         e = {lowest, static_cast<double>(lowest)};
@@ -189,7 +212,7 @@ std::function<Expected(size_t)> reducedInputs(const TestContext& ctx) {
         break;
     }
   }
-  return [table = std::move(table)](size_t index) { return table[index % table.size()]; };
+  return [table = std::move(table), ctx](size_t index) { return table[inputKind(ctx, index)]; };
 }
 
 int64_t countWrong(const TestContext& ctx, const void* buffer, size_t count, size_t firstIndex,

@@ -144,8 +144,9 @@ void fillInputs(const TestContext& ctx, int rank, size_t firstIndex, void* buffe
 Expected copiedInput(const TestContext& ctx, int rank, size_t index);
 
 // ctx.op over all ranks of the inputs at each element index: a function of
-// index that tabulates one period of the (periodic) inputs, so that checking
-// costs O(count), not O(count * nranks).
+// index that tabulates one result per kind of element (the inputs depend on
+// the kind, a hash of the index), so that checking costs O(count), not
+// O(count * nranks).
 std::function<Expected(size_t index)> reducedInputs(const TestContext& ctx);
 
 // How many of `count` elements of `buffer` differ from expected(firstIndex + i).

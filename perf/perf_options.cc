@@ -9,6 +9,8 @@
 namespace braid::perf {
 namespace {
 
+// In nccl-tests' order, so that the rows of `-d all` and `-o all` line up
+// with an nccl-tests log of the same sweep.
 constexpr DataType kDataTypes[] = {
     {"int8", braidInt8, 1, false, true, 127, 0},
     {"uint8", braidUint8, 1, false, false, 255, 0},
@@ -17,18 +19,22 @@ constexpr DataType kDataTypes[] = {
     {"int64", braidInt64, 8, false, true, 9.2e18, 0},
     {"uint64", braidUint64, 8, false, false, 1.8e19, 0},
     {"half", braidFloat16, 2, true, true, 2048, 10},
-    {"bfloat16", braidBfloat16, 2, true, true, 256, 7},
     {"float", braidFloat32, 4, true, true, 16777216.0, 23},
     {"double", braidFloat64, 8, true, true, 9007199254740992.0, 52},
+    {"bfloat16", braidBfloat16, 2, true, true, 256, 7},
 };
 
 constexpr RedOp kRedOps[] = {{"sum", braidSum},
                              {"prod", braidProd},
-                             {"min", braidMin},
                              {"max", braidMax},
+                             {"min", braidMin},
                              {"avg", braidAvg}};
 
 }  // namespace
+
+std::span<const DataType> dataTypes() {
+  return kDataTypes;
+}
 
 Options parseOptions(int argc, char** argv, const Collective& collective) {
   Options options;
@@ -48,9 +54,9 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
       "reported is per call",
       number("1"));
   add("c,check", "checked iterations per measurement (0: no check)", number("1"));
-  add("d,datatype", "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double all",
+  add("d,datatype", "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 all",
       text("float"));
-  add("o,op", "sum prod min max avg all (tests that reduce)", text("sum"));
+  add("o,op", "sum prod max min avg all (tests that reduce)", text("sum"));
   add("r,root", "root rank, or all (tests with a root)", text("0"));
   add("a,average", "time reported: 0 rank 0, 1 average, 2 minimum, 3 maximum over ranks",
       number("1"));

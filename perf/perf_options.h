@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct Options {
   int corruptRank = -1;
   std::vector<std::string> commandLine;
 };
+
+// Every datatype the tests run, in nccl-tests' order (that of `-d all`).
+std::span<const DataType> dataTypes();
 
 // Parses argv; throws std::invalid_argument naming a bad flag (and exits 0
 // after printing --help).
