@@ -331,12 +331,13 @@ class PerfRun {
       // Bit 6 of the first byte: more than the 2 ULPs an average may be off,
       // in every datatype.
       if (corrupt) recvPtr[0] ^= std::byte{0x40};
-      result.wrong += collective_.check(ctx, recvPtr);
-    }
-    if (options_.checkIters > 0) {
-      expectOk(
-          braidAllReduce(&result.wrong, &result.wrong, 1, braidInt64, braidSum, comm_, nullptr),
-          "braidAllReduce (#wrong)");
+      // As nccl-tests: #wrong is the first checked iteration's with wrong
+      // elements, summed over the ranks, not a sum over the iterations.
+      int64_t wrong = collective_.check(ctx, recvPtr);
+      expectOk(braidAllReduce(&wrong, &wrong, 1, braidInt64, braidSum, comm_, nullptr),
+               "braidAllReduce (#wrong)");
+      result.wrong = wrong;
+      if (wrong != 0) break;
     }
     return result;
   }

@@ -338,6 +338,18 @@ def corrupt(args):
                        f"rank {rank} holds no result, yet:\n{output}")
             check_footer(lines, name, failed=must_fail)
             print(f"{name} {' '.join(flags)}: exit {code}, #wrong {wrong}")
+    # As nccl-tests, #wrong is that of the first checked iteration with wrong
+    # elements (summed over the ranks), not a sum over the -c iterations: one
+    # corrupted element per check is 1, with -c 3 too.
+    for binary in args.binary:
+        if os.path.basename(binary) != "all_reduce_perf":
+            continue
+        flags = ["-b", "1K", "-e", "1K", "-n", "1", "-c", "3", "--corrupt_rank", "1"]
+        code, lines, output = run(args, binary, flags)
+        rows = rows_of(lines)
+        wrong = [int(f[8]) for f in rows] + [int(f[12]) for f in rows]
+        expect(code != 0 and wrong == [1, 1], f"-c 3: #wrong {wrong}, not [1, 1]:\n{output}")
+        print(f"all_reduce_perf {' '.join(flags)}: exit {code}, #wrong {wrong}")
 
 
 def json_plot(args):
