@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -296,7 +297,7 @@ class PerfRun {
 
     Measurement result;
     result.measured = true;
-    result.timeUs = elapsed.count() / (options_.iters * options_.aggIters);
+    result.timeUs = elapsed.count() / (static_cast<double>(options_.iters) * options_.aggIters);
     // Asked before the driver's own AllReduce below replaces the answer.
     if (collective_.braidName != nullptr && ctx.sizes.count > 0) {
       const char* algorithm = nullptr;
@@ -467,7 +468,24 @@ class PerfRun {
 // "32M" -> 33554432 (src/common/byte_size.h).
 size_t parseBytes(const std::string& text) {
   if (std::optional<size_t> bytes = parseByteSize(text)) return *bytes;
-  throw std::invalid_argument("bad size '" + text + "'");
+  // As nccl-tests reads a size (sscanf's "%lf %c"): a number with a fraction
+  // ("0.5M"), or the suffix after a space ("32 M"), rounded down to bytes.
+  const std::string bad = "bad size '" + text + "'";
+  size_t at = 0;
+  while (at < text.size() && ((text[at] >= '0' && text[at] <= '9') || text[at] == '.')) ++at;
+  const std::string number = text.substr(0, at);
+  if (number.empty() || number == "." || number.find('.') != number.rfind('.'))
+    throw std::invalid_argument(bad);
+  while (at < text.size() && text[at] == ' ') ++at;
+  double scale = 1;
+  if (at < text.size()) {
+    const char suffix = static_cast<char>(std::toupper(static_cast<unsigned char>(text[at])));
+    scale = suffix == 'K' ? 0x1p10 : suffix == 'M' ? 0x1p20 : suffix == 'G' ? 0x1p30 : 0;
+    if (scale == 0 || at + 1 != text.size()) throw std::invalid_argument(bad);
+  }
+  const double bytes = std::strtod(number.c_str(), nullptr) * scale;
+  if (!(bytes < 0x1p63)) throw std::invalid_argument(bad);
+  return static_cast<size_t>(bytes);
 }
 
 int perfMain(int argc, char** argv, const Collective& collective) {

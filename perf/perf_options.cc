@@ -1,6 +1,7 @@
 #include "perf_options.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cxxopts.hpp>
@@ -109,6 +110,8 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
     throw std::invalid_argument("iters must be >= 1, warmup_iters and check >= 0");
   }
   if (options.aggIters < 1) throw std::invalid_argument("agg_iters must be >= 1");
+  if (static_cast<int64_t>(options.iters) * options.aggIters > INT32_MAX)
+    throw std::invalid_argument("iters times agg_iters is more than 2^31 timed calls");
   if (options.average < 0 || options.average > 3) throw std::invalid_argument("average is 0..3");
 
   options.typeArg = args["datatype"].as<std::string>();
@@ -149,12 +152,20 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
     throw std::invalid_argument("minbytes is larger than maxbytes");
   if (options.stepFactor < 1) throw std::invalid_argument("stepfactor must be >= 1");
   if (additive && options.stepBytes == 0) throw std::invalid_argument("stepbytes must be > 0");
+  // More sizes than anyone runs is a mistake in the flags: refused, rather
+  // than built and run for days.
+  constexpr size_t kMostSizes = 1'000'000;
   for (size_t size = options.minBytes; size <= options.maxBytes;) {
+    if (options.sweep.size() == kMostSizes)
+      throw std::invalid_argument("the sweep has more than " + std::to_string(kMostSizes) +
+                                  " sizes; take a larger -i or -f");
     options.sweep.push_back(size);
-    size_t next = additive ? size + options.stepBytes
-                           : std::max(size * static_cast<size_t>(options.stepFactor), size + 1);
-    if (next <= size) break;  // overflow
-    size = next;
+    size_t next = 0;
+    const bool wrapped =
+        additive ? __builtin_add_overflow(size, options.stepBytes, &next)
+                 : __builtin_mul_overflow(size, static_cast<size_t>(options.stepFactor), &next);
+    if (wrapped) break;
+    size = std::max(next, size + 1);  // a sweep from 0 bytes still grows
   }
   options.stepText = additive ? std::to_string(options.stepBytes) + "(bytes)"
                               : std::to_string(options.stepFactor) + "(factor)";
