@@ -405,6 +405,38 @@ TEST(Braidrun, AnInterruptedRunNeverExitsZero) {
   EXPECT_EQ(run.exitCode, 128 + SIGTERM) << run.err;
 }
 
+// braidrun's stdout, a pipe that another process made nonblocking (some CI
+// runners do), whose reader lags: every rank's line still arrives. Before,
+// a write that met a full pipe dropped the rest of what it relayed.
+TEST(Braidrun, ANonblockingStdoutThatFillsLosesNoLine) {
+  int pipeFds[2];
+  ASSERT_EQ(::pipe(pipeFds), 0);
+  ASSERT_EQ(::fcntl(pipeFds[1], F_SETFL, O_NONBLOCK), 0);
+  const std::string path = launcherPath();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::dup2(pipeFds[1], STDOUT_FILENO);
+    ::close(pipeFds[0]);
+    ::close(pipeFds[1]);
+    ::execl(path.c_str(), path.c_str(), "-n", "3", "sh", "-c",
+            "i=0; while [ $i -lt 5000 ]; do echo line $i; i=$((i+1)); done",
+            static_cast<char*>(nullptr));
+    ::_exit(126);
+  }
+  ::close(pipeFds[1]);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the pipe fills meanwhile
+  std::string out;
+  char buffer[65536];
+  for (ssize_t n; (n = ::read(pipeFds[0], buffer, sizeof buffer)) != 0;)
+    if (n > 0) out.append(buffer, static_cast<size_t>(n));
+  ::close(pipeFds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(splitLines(out).size(), 15000u);
+}
+
 TEST(Braidrun, BadUsageExitsTwo) {
   const std::vector<std::vector<std::string>> badUsages = {
       {},
