@@ -28,7 +28,18 @@ Result<std::string> rootAddressFromEnv() {
   std::string addr = envString("BRAID_ADDR");
   if (!addr.empty()) return addr;
   std::string host = envString("MASTER_ADDR"), port = envString("MASTER_PORT");
-  if (!host.empty() && !port.empty()) return host + ":" + port;
+  if (!host.empty() && !port.empty()) {
+    // MASTER_PORT is torch.distributed's: torchrun's agent serves its store
+    // there (torch 2.4 and later), as does rank 0 of a program's own env://
+    // init. braid's rank 0 listens on the port after it.
+    bool set = false;
+    BRAID_ASSIGN_OR_RETURN(int torchPort, intVariable("MASTER_PORT", &set));
+    if (torchPort < 1 || torchPort > 65534)
+      return invalidArgument(strCat("MASTER_PORT=", torchPort,
+                                    " leaves no port after it for braid's rank 0 (1 to 65534; "
+                                    "or set BRAID_ADDR=host:port)"));
+    return strCat(host, ":", torchPort + 1);
+  }
   return invalidArgument(
       "rank 0's address is not set: set BRAID_ADDR=host:port (or MASTER_ADDR and MASTER_PORT)");
 }

@@ -324,10 +324,38 @@ TEST(InitFromEnv, BraidVariablesWithSecret) {
                              {"BRAID_SECRET", "0123456789abcdef0123456789ABCDEF"}});
 }
 
-TEST(InitFromEnv, TorchrunVariables) {
-  initFromEnv("RANK", {{"WORLD_SIZE", "3"},
-                       {"MASTER_ADDR", "127.0.0.1"},
-                       {"MASTER_PORT", std::to_string(freeLocalPort())}});
+// A socket listening on 127.0.0.1:`port`, or none (-1) where the port is taken.
+int listenOn(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::listen(fd, 16) == 0)
+    return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+// MASTER_PORT is torch.distributed's: torchrun's agent serves its store
+// there (torch 2.4 and later), as does a program's own env:// init on rank
+// 0. braid's rank 0 listens on the port after it; it failed with "address
+// already in use" on the taken one.
+TEST(InitFromEnv, TorchrunVariablesLeaveMasterPortToTorch) {
+  int port = 0, taken = -1;
+  for (int attempt = 0; attempt < 20 && taken < 0; ++attempt) {
+    port = freeLocalPort();
+    const int next = listenOn(port + 1);  // free too?
+    if (next < 0) continue;
+    ::close(next);
+    taken = listenOn(port);
+  }
+  ASSERT_GE(taken, 0) << "no two free ports in a row";
+  initFromEnv(
+      "RANK",
+      {{"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}});
+  ::close(taken);
 }
 
 }  // namespace
