@@ -20,6 +20,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -95,6 +96,31 @@ Pipe makePipe(int readFlags) {
 [[noreturn]] void usageError(const std::string& message) {
   std::fprintf(stderr, "braidrun: %s\n%s", message.c_str(), kUsage);
   std::exit(kUsageExitCode);
+}
+
+// The limit on open files braidrun was started with, which its ranks get back.
+rlimit startingFileLimit{};
+
+// braidrun holds the read ends of two pipes per rank (and four ends while
+// it makes them), besides a few of its own: it raises its soft limit on
+// open files as far as the hard one allows, and refuses a number of ranks
+// that still does not fit, before it starts any.
+void makeRoomForFilesOf(int numRanks) {
+  const rlim_t needed = 2 * static_cast<rlim_t>(numRanks) + 32;
+  if (::getrlimit(RLIMIT_NOFILE, &startingFileLimit) != 0) return;
+  if (startingFileLimit.rlim_cur != RLIM_INFINITY && startingFileLimit.rlim_cur < needed) {
+    rlimit raised = startingFileLimit;
+    raised.rlim_cur = startingFileLimit.rlim_max == RLIM_INFINITY
+                          ? needed
+                          : std::min(needed, startingFileLimit.rlim_max);
+    (void)::setrlimit(RLIMIT_NOFILE, &raised);
+  }
+  rlimit now{};
+  if (::getrlimit(RLIMIT_NOFILE, &now) == 0 && now.rlim_cur != RLIM_INFINITY &&
+      now.rlim_cur < needed)
+    usageError(std::to_string(numRanks) + " ranks need " + std::to_string(needed) +
+               " open files, over this process's limit of " + std::to_string(now.rlim_cur) +
+               " (raise it with ulimit -n)");
 }
 
 struct Options {
@@ -343,6 +369,7 @@ std::vector<cpu_set_t> rankCpuSets(int numRanks, bool bind) {
   if (::getppid() != launcherPid) ::_exit(kExecFailedExitCode);  // it died before prctl
   for (int signo : kHandledSignals) ::signal(signo, SIG_DFL);
   ::signal(SIGPIPE, SIG_DFL);  // ignored by braidrun, and an ignored signal stays so past exec
+  if (startingFileLimit.rlim_max != 0) (void)::setrlimit(RLIMIT_NOFILE, &startingFileLimit);
   setSignalMask(SIG_UNBLOCK);
   // A rank in its own process group would be stopped by reading a terminal, so
   // only rank 0 gets stdin, and only when it is not a terminal.
@@ -377,6 +404,7 @@ int main(int argc, char** argv) {
   Options options = parseOptions(argc, argv);
   std::optional<std::string> executable = findExecutable(options.command[0]);
   if (!executable) usageError("command not found: '" + options.command[0] + "'");
+  makeRoomForFilesOf(options.numRanks);
 
   const int port = options.port != 0 ? options.port : findFreePort();
   const std::string secret = makeSecret();

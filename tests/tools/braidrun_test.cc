@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -435,6 +437,33 @@ TEST(Braidrun, ANonblockingStdoutThatFillsLosesNoLine) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_EQ(splitLines(out).size(), 15000u);
+}
+
+// `command` run by sh, its exit status and what it printed (both streams).
+std::pair<int, std::string> shell(const std::string& command) {
+  FILE* pipe = ::popen(("(" + command + ") 2>&1").c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  for (size_t n; pipe != nullptr && (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+    out.append(buffer, n);
+  const int status = pipe != nullptr ? ::pclose(pipe) : -1;
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// braidrun holds two descriptors per rank. Under a low soft limit on open
+// files it raises the limit to the hard one (the ranks keep the old one);
+// where even that is too low it says so before starting any rank. It failed
+// midway with "pipe: Too many open files" and exit 1, its ranks left behind.
+TEST(Braidrun, RanksBeyondTheLimitOfOpenFilesAreRefusedUpFront) {
+  const std::string launcher = launcherPath();
+  auto [raised, raisedOut] =
+      shell("ulimit -S -n 48; exec " + launcher + " -n 40 sh -c 'echo limit $(ulimit -S -n)'");
+  EXPECT_EQ(raised, 0) << raisedOut;
+  EXPECT_EQ(std::count(raisedOut.begin(), raisedOut.end(), '\n'), 40) << raisedOut;
+  EXPECT_NE(raisedOut.find("limit 48"), std::string::npos) << raisedOut;
+  auto [refused, refusedOut] = shell("ulimit -n 48; exec " + launcher + " -n 40 true");
+  EXPECT_EQ(refused, 2) << refusedOut;
+  EXPECT_NE(refusedOut.find("ulimit -n"), std::string::npos) << refusedOut;
 }
 
 TEST(Braidrun, BadUsageExitsTwo) {
