@@ -109,6 +109,9 @@ size_t fuseReceiveReductions(Schedule& schedule) {
     recv.kind = StepKind::kRecvReduce;
     recv.src = local;
     recv.dst = reduce.dst;
+    // The Reduce's order of operands, kept: incoming op local where the
+    // incoming bytes were its left one.
+    recv.incomingFirst = !c.incomingIsSrc2;
     // The Reduce stays as an empty Copy, so that its dependents still wait
     // for the (now fused) receive.
     reduce.kind = StepKind::kCopy;

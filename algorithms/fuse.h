@@ -1,5 +1,6 @@
 // Fusing a Recv into scratch with the Reduce that consumes it: the pair
-// becomes one RecvReduce step (dst = local op incoming) and a no-op, so the
+// becomes one RecvReduce step (dst = local op incoming, or incoming op local
+// where the Reduce had the incoming bytes on its left) and a no-op, so the
 // transport combines the payload as it arrives and the scratch slice is
 // never written or read again. That removes a write and a read of every
 // received byte, which is most of the memory traffic of a large reduction.

@@ -414,6 +414,29 @@ TEST(Fuse, RingReceivesAreReducedAsTheyArrive) {
   }
 }
 
+// The fused step keeps the Reduce's order of operands: where the incoming
+// bytes were its left operand they stay the left one (incomingFirst). The
+// ops are commutative but not to the bit (max of +0 and -0), and a planner
+// that has two ranks compute one value orders the operands alike on both.
+// Before, the fused step always put the local operand first.
+TEST(Fuse, KeepsTheOrderOfTheReducesOperands) {
+  const algo::Slice incoming{algo::BufferId::kScratch, 0, 64};
+  const algo::Slice out{algo::BufferId::kRecv, 0, 64}, in{algo::BufferId::kSend, 0, 64};
+  for (bool incomingLeft : {true, false}) {
+    algo::Schedule plan;
+    plan.scratchBytes = 64;
+    auto got = plan.recv(1, incoming);
+    if (incomingLeft)
+      plan.reduce(out, incoming, in, got);
+    else
+      plan.reduce(out, in, incoming, got);
+    ASSERT_EQ(algo::fuseReceiveReductions(plan), 1u);
+    EXPECT_EQ(plan.steps[0].kind, algo::StepKind::kRecvReduce);
+    EXPECT_EQ(plan.steps[0].incomingFirst, incomingLeft);
+    EXPECT_EQ(plan.steps[0].src.buffer, algo::BufferId::kSend);
+  }
+}
+
 TEST(Fuse, LeavesAPairWhoseScratchIsReadElsewhere) {
   algo::Schedule plan;
   plan.scratchBytes = 64;
