@@ -80,8 +80,54 @@ def work_case(rank, world, args):
     dist.all_reduce(m)
     assert torch.equal(m, world * torch.arange(12, dtype=torch.float64).reshape(3, 4).t())
 
+    # Results copied into the caller's tensors on braid's thread: under
+    # inference_mode (evaluation, metrics), and into outputs that require
+    # grad, as gloo's raw writes do. The copy ran with the autograd checks
+    # of braid's thread and failed ("Inplace update to inference tensor").
+    with torch.inference_mode():
+        outs = [torch.zeros(3) for _ in range(world)]
+        dist.all_gather(outs, torch.full((3,), float(rank)))
+        for r in range(world):
+            assert torch.all(outs[r] == r), outs
+        objects = [None] * world
+        dist.all_gather_object(objects, {"rank": rank})
+        assert objects == [{"rank": r} for r in range(world)], objects
+    outs = [torch.zeros(3, requires_grad=True) for _ in range(world)]
+    dist.all_gather(outs, torch.full((3,), float(rank)))
+    for r in range(world):
+        assert torch.all(outs[r].detach() == r), outs
+
+    # A non-contiguous tensor used by two calls in a row: the second reads
+    # the first's result, as with a contiguous one (world**2 here). It read
+    # the tensor as it was when the call was made: world.
+    m = torch.ones(4, 3).t()
+    if rank == world - 1:
+        time.sleep(0.5)  # the others queue both calls before the first can end
+    w1 = dist.all_reduce(m, async_op=True)
+    w2 = dist.all_reduce(m, async_op=True)
+    w1.wait()
+    w2.wait()
+    assert torch.all(m == world * world), m
+    parts = [torch.ones(2, 3).t() for _ in range(world)]
+    if rank == world - 1:
+        time.sleep(0.5)
+    work = dist.all_reduce(parts[0], async_op=True)
+    out = torch.zeros(3, 2)
+    dist.reduce_scatter(out, parts)
+    work.wait()
+    expected = world * world if rank == 0 else world
+    assert torch.all(out == expected), (out, expected)
+
+    # A receive still pending when the group is destroyed (nobody sends it)
+    # is aborted, as NCCL's destructor aborts its communicators; the destroy
+    # waited for it until the timeout (60 s here, 30 min by default).
     dist.barrier()
+    pending = dist.irecv(torch.zeros(3), src=(rank + 1) % world)
+    start = time.monotonic()
     dist.destroy_process_group()
+    took = time.monotonic() - start
+    assert took < 5, f"destroy_process_group took {took:.1f} s"
+    expect_error(pending.wait, "braid")
     print(f"rank {rank}: work and futures through {args.init}:// passed", flush=True)
 
 

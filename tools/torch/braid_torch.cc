@@ -233,8 +233,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     at::Tensor d = work->dense(out, true);
     at::Tensor parts;
     if (isRoot) {
-      parts = gatherFrom(inputs[0], out);
-      work->hold(parts);
+      parts = gatherFrom(*work, inputs[0], out);
     }
     return submit(work, collectives_, "scatter", [&](braidStream_t s) {
       return braidScatter(isRoot ? parts.data_ptr() : nullptr, d.data_ptr(), bytesOf(d), braidUint8,
@@ -253,8 +252,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     braidRedOp_t op = reductionOp(opts.reduceOp);
     auto work = newWork(c10d::OpType::REDUCE_SCATTER, "braid:reduce_scatter", {out});
     at::Tensor d = work->dense(out, true);
-    at::Tensor parts = gatherFrom(inputs[0], out);
-    work->hold(parts);
+    at::Tensor parts = gatherFrom(*work, inputs[0], out);
     return submit(work, collectives_, "reduce_scatter", [&](braidStream_t s) {
       return braidReduceScatter(parts.data_ptr(), d.data_ptr(), d.numel(), type, op, comm_, s);
     });
@@ -403,6 +401,20 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> submit(const c10::intrusive_ptr<BraidWork>& work,
                                         braidStream_t stream, const char* what,
                                         const std::function<braidResult_t(braidStream_t)>& calls) {
+    // Staging copies in stream order: from a callback queued before the
+    // calls; inside a group (batch_isend_irecv), where none can be, now.
+    if (work->hasStarters()) {
+      if (coalescing_) {
+        work->runStarters();
+      } else {
+        auto* ref = new c10::intrusive_ptr<BraidWork>(work);
+        braidResult_t r = braidStreamAddCallback(stream, &BraidWork::onStreamStart, ref);
+        if (r != braidSuccess) {
+          delete ref;
+          check(r, what);
+        }
+      }
+    }
     check(calls(stream), what);
     if (coalescing_)
       coalesced_.emplace_back(stream, work);  // completed after braidGroupEnd
@@ -465,10 +477,16 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     };
   }
 
-  // parts stacked into one contiguous [world size, numel] tensor.
-  at::Tensor gatherFrom(const std::vector<at::Tensor>& parts, const at::Tensor& like) {
+  // parts stacked into one contiguous [world size, numel] tensor that
+  // `work` fills when its calls run (a call queued before may write a part).
+  at::Tensor gatherFrom(BraidWork& work, const std::vector<at::Tensor>& parts,
+                        const at::Tensor& like) {
     at::Tensor stacked = at::empty({getSize(), like.numel()}, like.options());
-    for (size_t r = 0; r < parts.size(); ++r) stacked[r].copy_(parts[r].reshape({-1}));
+    work.hold(stacked);
+    for (const at::Tensor& part : parts) work.hold(part);
+    work.beforeCalls([stacked, parts]() mutable {
+      for (size_t r = 0; r < parts.size(); ++r) stacked[r].copy_(parts[r].reshape({-1}));
+    });
     return stacked;
   }
 
@@ -501,6 +519,13 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   }
 
   void teardown() {
+    // Calls still queued when the group goes (an irecv nobody matches)
+    // would hold the destroy up to BRAID_TIMEOUT: as NCCL's destructor
+    // aborts its communicators, they fail at once instead.
+    bool pending = false;
+    for (braidStream_t s : {collectives_, p2p_})
+      pending = pending || (s != nullptr && braidStreamQuery(s) == braidInProgress);
+    if (pending && comm_) braidCommAbort(comm_);
     // Destroying a stream waits for its calls and callbacks.
     if (collectives_) braidStreamDestroy(collectives_);
     if (p2p_) braidStreamDestroy(p2p_);

@@ -2,6 +2,8 @@
 // completes; see braid_work.h.
 #include "braid_work.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
+
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -28,29 +30,62 @@ bool BraidWork::wait(std::chrono::milliseconds timeout) {
 at::Tensor BraidWork::dense(const at::Tensor& t, bool copyBack) {
   hold(t);
   if (t.is_contiguous()) return t;
-  at::Tensor staged = t.contiguous();
+  // Filled when the calls run, not now: a call queued before on the stream
+  // may still write t (a contiguous t is read then too).
+  at::Tensor staged = at::empty_like(t, at::MemoryFormat::Contiguous);
   hold(staged);
+  beforeCalls([t, staged]() mutable { staged.copy_(t); });
   if (copyBack) finishers_.push_back([t, staged]() mutable { t.copy_(staged); });
   return staged;
 }
 
+namespace {
+
+// The copies into and out of the caller's tensors run on braid's stream
+// thread, which has none of the caller's autograd settings: below autograd
+// and the in-place checks, as a raw write (gloo's) is, they work on
+// inference tensors (torch.inference_mode) and on outputs that require grad
+// alike.
+template <typename Copies>
+std::exception_ptr runBelowAutograd(Copies& copies) {
+  try {
+    at::AutoDispatchBelowADInplaceOrView belowAutograd;
+    for (auto& f : copies) f();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+c10::intrusive_ptr<BraidWork> takeWork(void* userData) {
+  auto* ref = static_cast<c10::intrusive_ptr<BraidWork>*>(userData);
+  c10::intrusive_ptr<BraidWork> work(std::move(*ref));
+  delete ref;
+  return work;
+}
+
+}  // namespace
+
+void BraidWork::runStarters() {
+  if (!startError_) startError_ = runBelowAutograd(starters_);
+  starters_.clear();
+}
+
+void BraidWork::onStreamStart(braidStream_t, braidResult_t, void* userData) {
+  takeWork(userData)->runStarters();
+}
+
 void BraidWork::onStream(braidStream_t, braidResult_t status, void* userData) {
-  c10::intrusive_ptr<BraidWork> work(
-      std::move(*static_cast<c10::intrusive_ptr<BraidWork>*>(userData)));
-  delete static_cast<c10::intrusive_ptr<BraidWork>*>(userData);
-  work->complete(status, braidGetLastError(nullptr));
+  takeWork(userData)->complete(status, braidGetLastError(nullptr));
 }
 
 void BraidWork::complete(braidResult_t status, const char* message) {
-  std::exception_ptr error;
-  if (status != braidSuccess) {
+  std::exception_ptr error = startError_;
+  if (error) {
+  } else if (status != braidSuccess) {
     error = std::make_exception_ptr(braidError(name_, status, message));
   } else {
-    try {
-      for (auto& f : finishers_) f();
-    } catch (...) {
-      error = std::current_exception();
-    }
+    error = runBelowAutograd(finishers_);
   }
   finishers_.clear();
   held_.clear();

@@ -5,6 +5,7 @@
 #include <braid.h>
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -31,9 +32,20 @@ class BraidWork : public c10d::Work {
   void hold(const at::Tensor& t) { held_.push_back(t); }
 
   // A contiguous tensor with t's data for the calls to use; when t itself is
-  // not contiguous, the result is copied back into t on success if
-  // `copyBack`.
+  // not contiguous, it is a staging copy, filled by a starter and copied back
+  // into t on success if `copyBack`.
   at::Tensor dense(const at::Tensor& t, bool copyBack);
+
+  // Runs `f` just before the calls, in the order of the stream (whatever the
+  // calls queued before it wrote is seen): copies into staging tensors.
+  void beforeCalls(std::function<void()> f) { starters_.push_back(std::move(f)); }
+  bool hasStarters() const { return !starters_.empty(); }
+  // Runs the starters now (inside a group, where no callback can be queued
+  // between the calls).
+  void runStarters();
+  // braidStreamCallback_t that runs the starters; userData is a heap
+  // intrusive_ptr to the work.
+  static void onStreamStart(braidStream_t, braidResult_t status, void* userData);
 
   void onSuccess(std::function<void()> f) { finishers_.push_back(std::move(f)); }
 
@@ -46,6 +58,8 @@ class BraidWork : public c10d::Work {
   std::string name_;
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> held_;
+  std::vector<std::function<void()>> starters_;
+  std::exception_ptr startError_;  // a starter's, reported at completion
   std::vector<std::function<void()>> finishers_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
