@@ -250,75 +250,57 @@ TEST(Failures, AbortFromAnotherThreadEndsTheCallInFlight) {
       kTimeout);
 }
 
-// braidCommDestroy waits for this rank's outstanding work, calls that other
-// threads are making on the communicator included: rank 0 destroys while
-// its other thread's AllReduce waits for rank 1, which comes late. Before,
-// Destroy freed the communicator under that call.
-TEST(Failures, DestroyWaitsForACallInFlightOnAnotherThread) {
-  runRanks(
-      2,
-      [](RankContext& ctx) {
-        std::vector<float> x(kEngineFloats, 1.f);
-        if (ctx.rank == 1) {
-          ::usleep(1500000);
-          RANK_EXPECT_OK(braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum,
-                                        ctx.comm, nullptr));
-          RANK_EXPECT_EQ(x[0], 2.f);
-          return;
-        }
-        std::atomic<bool> returned{false};
-        braidResult_t r = braidInternalError;
-        std::thread caller([&] {
-          r = braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm,
-                             nullptr);
-          returned = true;
-        });
-        ::usleep(300000);
-        RANK_EXPECT_OK(braidCommDestroy(ctx.comm));
-        const bool returnedBeforeDestroy = returned.load();
-        ctx.comm = nullptr;
-        caller.join();
-        RANK_EXPECT_TRUE(returnedBeforeDestroy) << "Destroy returned before the call in flight";
-        RANK_EXPECT_EQ(r, braidSuccess) << braidGetLastError(nullptr);
-        RANK_EXPECT_EQ(x[0], 2.f);
-      },
-      kTimeout);
+// Rank 0 destroys its communicator (after aborting it, if `abortFirst`)
+// while its other thread's AllReduce waits for rank 1, which comes 1.5 s
+// late. Destroy must wait for that call to return. Before, it freed the
+// communicator under the call, and the call's thread crashed.
+void destroyWhileAnotherThreadCalls(RankContext& ctx, bool abortFirst) {
+  std::vector<float> x(kEngineFloats, 1.f);
+  if (ctx.rank == 1) {
+    ::usleep(1500000);
+    const braidResult_t r =
+        braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
+    if (!abortFirst) {
+      RANK_EXPECT_OK(r);
+      RANK_EXPECT_EQ(x[0], 2.f);
+    }
+    return;
+  }
+  std::atomic<bool> returned{false};
+  braidResult_t r = braidInternalError;
+  std::thread caller([&] {
+    r = braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
+    returned = true;
+  });
+  ::usleep(300000);
+  const auto start = std::chrono::steady_clock::now();
+  if (abortFirst) RANK_EXPECT_OK(braidCommAbort(ctx.comm));
+  RANK_EXPECT_OK(braidCommDestroy(ctx.comm));
+  const double s = secondsSince(start);
+  const bool returnedBeforeDestroy = returned.load();
+  ctx.comm = nullptr;
+  caller.join();
+  RANK_EXPECT_TRUE(returnedBeforeDestroy) << "Destroy returned before the call in flight";
+  if (abortFirst) {
+    // The call ends with the abort, within a second, and so does Destroy.
+    RANK_EXPECT_EQ(r, braidInvalidUsage);
+    RANK_EXPECT_TRUE(s < 1.0) << "abort and destroy took " << s << " s";
+  } else {
+    // Destroy waits for this rank's outstanding work: the call completes.
+    RANK_EXPECT_EQ(r, braidSuccess) << braidGetLastError(nullptr);
+    RANK_EXPECT_EQ(x[0], 2.f);
+  }
 }
 
-// The watchdog's way: abort, then destroy at once, while another thread's
-// call is still in flight. The call ends with the abort, and Destroy waits
-// for it to end rather than free what it still uses.
+TEST(Failures, DestroyWaitsForACallInFlightOnAnotherThread) {
+  runRanks(
+      2, [](RankContext& ctx) { destroyWhileAnotherThreadCalls(ctx, false); }, kTimeout);
+}
+
+// The watchdog's way: abort, then destroy at once.
 TEST(Failures, DestroyRightAfterAbortWaitsForTheAbortedCall) {
   runRanks(
-      2,
-      [](RankContext& ctx) {
-        std::vector<float> x(kEngineFloats, 1.f);
-        if (ctx.rank == 1) {
-          ::usleep(1500000);  // rank 0 aborted meanwhile
-          (void)braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm,
-                               nullptr);
-          return;
-        }
-        std::atomic<bool> returned{false};
-        braidResult_t r = braidInternalError;
-        std::thread caller([&] {
-          r = braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm,
-                             nullptr);
-          returned = true;
-        });
-        ::usleep(300000);
-        const auto start = std::chrono::steady_clock::now();
-        RANK_EXPECT_OK(braidCommAbort(ctx.comm));
-        RANK_EXPECT_OK(braidCommDestroy(ctx.comm));
-        const double s = secondsSince(start);
-        const bool returnedBeforeDestroy = returned.load();
-        ctx.comm = nullptr;
-        caller.join();
-        RANK_EXPECT_TRUE(returnedBeforeDestroy) << "Destroy returned before the aborted call";
-        RANK_EXPECT_EQ(r, braidInvalidUsage);
-        RANK_EXPECT_TRUE(s < 1.0) << "abort and destroy took " << s << " s";
-      },
-      kTimeout);
+      2, [](RankContext& ctx) { destroyWhileAnotherThreadCalls(ctx, true); }, kTimeout);
 }
 
 void stalledPeerBody(RankContext& ctx, bool setOnCommunicator) {

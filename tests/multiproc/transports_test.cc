@@ -355,6 +355,19 @@ Resources countResources() {
           linesWith("/proc/self/maps", "/dev/shm/braid-"), namedSegmentsOf(::getpid()).size()};
 }
 
+// A new communicator of ctx's ranks, from a fresh unique id made by rank 0
+// and handed round on the harness's communicator.
+braidComm_t newCommunicatorOf(RankContext& ctx) {
+  braidUniqueId id{};
+  if (ctx.rank == 0) {
+    RANK_ASSERT_OK(braidGetUniqueId(&id));
+  }
+  RANK_ASSERT_OK(braidBroadcast(&id, &id, sizeof(id), braidUint8, 0, ctx.comm, nullptr));
+  braidComm_t comm = nullptr;
+  RANK_ASSERT_OK(braidCommInitRank(&comm, ctx.nranks, id, ctx.rank));
+  return comm;
+}
+
 // A communicator that did work, was aborted and destroyed, leaves no fd,
 // thread, mapping or /dev/shm segment behind. The first cycle is a warm-up:
 // libraries (OpenSSL, hwloc) keep what they load once.
@@ -365,15 +378,7 @@ TEST(Resources, AbortAndDestroyLeaveNothingBehind) {
         Resources before{};
         for (int cycle = 0; cycle < 3; ++cycle) {
           if (cycle == 1) before = countResources();
-          // A fresh unique id per cycle, made by rank 0 and handed round on
-          // the harness's communicator.
-          braidUniqueId id{};
-          if (ctx.rank == 0) {
-            RANK_ASSERT_OK(braidGetUniqueId(&id));
-          }
-          RANK_ASSERT_OK(braidBroadcast(&id, &id, sizeof(id), braidUint8, 0, ctx.comm, nullptr));
-          braidComm_t comm = nullptr;
-          RANK_ASSERT_OK(braidCommInitRank(&comm, ctx.nranks, id, ctx.rank));
+          braidComm_t comm = newCommunicatorOf(ctx);
           std::vector<float> x(1 << 18, 1.f);
           RANK_ASSERT_OK(
               braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, comm, nullptr));
@@ -419,13 +424,7 @@ TEST(Resources, DestroyFreesTheCommunicatorOfAStreamStillHeld) {
         Resources before{};
         for (int cycle = 0; cycle < 3; ++cycle) {
           if (cycle == 1) before = countResources();
-          braidUniqueId id{};
-          if (ctx.rank == 0) {
-            RANK_ASSERT_OK(braidGetUniqueId(&id));
-          }
-          RANK_ASSERT_OK(braidBroadcast(&id, &id, sizeof(id), braidUint8, 0, ctx.comm, nullptr));
-          braidComm_t comm = nullptr;
-          RANK_ASSERT_OK(braidCommInitRank(&comm, ctx.nranks, id, ctx.rank));
+          braidComm_t comm = newCommunicatorOf(ctx);
           std::vector<float> x(1 << 18, 1.f);
           braidStream_t stream = nullptr;
           RANK_ASSERT_OK(braidStreamCreate(comm, &stream));
