@@ -82,5 +82,43 @@ TEST(Rendezvous, EveryAlgorithmCompletesWhenSendsWaitForTheirReceives) {
   EXPECT_GT(runs, 300u);
 }
 
+// The same where the dependency graph changes shape: counts below the rank
+// count (empty blocks, halving's empty ranges) and roots at either end.
+TEST(Rendezvous, SmallCountsAndEdgeRootsCompleteToo) {
+  size_t runs = 0;
+  for (const Algorithm& a : allAlgorithms()) {
+    if (a.kind == CollectiveKind::kSendRecv) continue;
+    for (int P : {5, 6, 7}) {
+      for (size_t count : {size_t{1}, static_cast<size_t>(P - 1)}) {
+        for (int root : {0, P - 1}) {
+          for (bool inPlace : {false, true}) {
+            SCOPED_TRACE(strCat(collectiveName(a.kind), "/", a.name, " P=", P, " count=", count,
+                                " root=", root, inPlace ? " in place" : ""));
+            CollectiveArgs args;
+            args.kind = a.kind;
+            args.count = count;
+            args.dtype = DataType::kInt32;
+            args.root = root;
+            args.nranks = P;
+            args.inPlace = inPlace;
+            args.chunkBytes = 8;
+            std::vector<Schedule> plans;
+            for (int r = 0; r < P; ++r) {
+              args.rank = r;
+              plans.push_back(a.plan(args));
+              fuseReceiveReductions(plans.back());
+            }
+            auto memory = memoryFor(args, plans);
+            for (int r = 0; r < P; ++r) memory[r].scratch.resize(plans[r].scratchBytes);
+            ASSERT_EQ(sim::run(plans, memory, args.dtype, args.op, sim::Delivery::kRendezvous), "");
+            ++runs;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(runs, 300u);
+}
+
 }  // namespace
 }  // namespace braid::algo
