@@ -29,6 +29,16 @@ double inputValue(RedOp op, int rank, size_t i) {
 
 void store(DataType t, uint8_t* p, double v) {
   switch (t) {
+    case DataType::kInt8: {
+      int8_t x = static_cast<int8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case DataType::kInt64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
     case DataType::kInt32: {
       int32_t x = static_cast<int32_t>(v);
       std::memcpy(p, &x, 4);
@@ -51,6 +61,16 @@ void store(DataType t, uint8_t* p, double v) {
 
 double load(DataType t, const uint8_t* p) {
   switch (t) {
+    case DataType::kInt8: {
+      int8_t x;
+      std::memcpy(&x, p, 1);
+      return x;
+    }
+    case DataType::kInt64: {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
     case DataType::kInt32: {
       int32_t x;
       std::memcpy(&x, p, 4);
@@ -92,7 +112,8 @@ double combine(RedOp op, double a, double b) {
 double reduceOverRanks(DataType t, RedOp op, int P, size_t i) {
   double acc = inputValue(op, 0, i);
   for (int r = 1; r < P; ++r) acc = combine(op, acc, inputValue(op, r, i));
-  if (op == RedOp::kAvg) acc = t == DataType::kInt32 ? std::trunc(acc / P) : acc / P;
+  const bool integer = t == DataType::kInt8 || t == DataType::kInt32 || t == DataType::kInt64;
+  if (op == RedOp::kAvg) acc = integer ? std::trunc(acc / P) : acc / P;
   return acc;
 }
 
@@ -256,7 +277,7 @@ bool selected(const algo::Algorithm& a) {
 }
 
 // Every algorithm x counts x chunking x in place x ops x roots, in float64,
-// plus the other datatypes for the reducing collectives.
+// plus other datatypes, in place and not.
 void runMatrix(int P, std::vector<size_t> counts, bool allOps, bool allRoots) {
   for (const algo::Algorithm& a : algo::allAlgorithms()) {
     if (!selected(a)) continue;
@@ -274,13 +295,23 @@ void runMatrix(int P, std::vector<size_t> counts, bool allOps, bool allRoots) {
               runCase(a, {a.kind, P, count, DataType::kFloat64, op, root, inPlace, chunk});
               if (::testing::Test::HasFatalFailure()) return;
             }
-          if (reduces(a.kind) && chunk == 64 && !inPlace) {
-            for (auto [t, op] :
-                 std::vector<std::pair<DataType, RedOp>>{{DataType::kInt32, RedOp::kAvg},
-                                                         {DataType::kInt32, RedOp::kProd},
-                                                         {DataType::kFloat16, RedOp::kSum},
-                                                         {DataType::kBfloat16, RedOp::kMax}}) {
-              runCase(a, {a.kind, P, count, t, op, roots.back(), false, chunk});
+          if (chunk == 64) {
+            // Other element sizes (1, 2 and 8 bytes, at odd offsets), in
+            // place too: where a rank's block starts at rank * count. int8
+            // sums of up to 16 ranks stay exact.
+            std::vector<std::pair<DataType, RedOp>> types = {{DataType::kFloat16, RedOp::kSum}};
+            if (P <= 16) types.push_back({DataType::kInt8, RedOp::kSum});
+            if (reduces(a.kind)) {
+              types.push_back({DataType::kInt64, RedOp::kAvg});
+              if (!inPlace)
+                types.insert(types.end(), {{DataType::kInt32, RedOp::kAvg},
+                                           {DataType::kInt32, RedOp::kProd},
+                                           {DataType::kBfloat16, RedOp::kMax}});
+              else
+                types.push_back({DataType::kBfloat16, RedOp::kMax});
+            }
+            for (auto [t, op] : types) {
+              runCase(a, {a.kind, P, count, t, op, roots.back(), inPlace, chunk});
               if (::testing::Test::HasFatalFailure()) return;
             }
           }
