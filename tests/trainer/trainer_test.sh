@@ -19,9 +19,12 @@
 #   trainer_test.sh BRAIDRUN TRAINER bad-data
 #       Missing, truncated and corrupt data files: exit 66 and a message naming
 #       the file and the fix, never a crash.
+#   trainer_test.sh BRAIDRUN TRAINER bad-flags
+#       Out-of-range optimizer settings and unwritable output paths: exit 2,
+#       naming the flag, before any training.
 #
 # Exits 77 (meson's "skipped") when the data set is not installed, except
-# bad-data, which needs none. BRAID_TRAIN_DATA overrides the data directory.
+# bad-data and bad-flags, which need none. BRAID_TRAIN_DATA overrides the data directory.
 set -eu
 
 braidrun=$1
@@ -148,6 +151,34 @@ bad-data)
   echo "== not IDX"
   echo "hello" | gzip >"$work/data/train-images-idx3-ubyte.gz"
   expect_data_error train-images-idx3-ubyte.gz
+  ;;
+
+bad-flags)
+  # Out-of-range optimizer settings, and output paths that cannot be written:
+  # exit 2 with the flag named, before any training (no data needed). They
+  # trained before: NaN weights and exit 0, or a failure after the first
+  # epoch.
+  expect_usage_error() {
+    # $1: what the message must name; the rest: braid-train's flags
+    name=$1
+    shift
+    status=0
+    "$trainer" --data "$work/none" --epochs 1 --progress none "$@" >"$work/out.txt" 2>&1 ||
+      status=$?
+    cat "$work/out.txt"
+    [ "$status" -eq 2 ] || fail "$*: exit status $status, expected 2"
+    grep -q -- "$name" "$work/out.txt" || fail "$*: the message does not name $name"
+    if grep -q "epoch 1" "$work/out.txt"; then fail "$*: it trained"; fi
+  }
+  expect_usage_error --beta1 --optimizer adam --beta1 1
+  expect_usage_error --beta2 --optimizer adam --beta2 1.5
+  expect_usage_error --eps --eps -1
+  expect_usage_error --momentum --momentum -0.5
+  expect_usage_error --weight-decay --weight-decay -1
+  expect_usage_error --log --log "$work/no/such/dir/log.csv"
+  expect_usage_error --plot --plot "$work/no/such/dir/plot.svg"
+  expect_usage_error --checkpoint --checkpoint "$work/no/such/dir/ck"
+  expect_usage_error --save-weights --save-weights "$work/no/such/dir/w.bin"
   ;;
 
 *)

@@ -4,7 +4,11 @@
 // (see options.h).
 #include "options.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 
 #include "dataset.h"
 
@@ -125,6 +129,27 @@ std::string helpText(cxxopts::Options& options) {
                        "Comparing weight files (no training)"});
 }
 
+namespace {
+
+// The path of flag `name`, whose file the run writes later (after an epoch,
+// or at its end): a directory that does not exist or cannot be written is
+// refused now, before any training, not found after the first epoch.
+std::string writablePath(const cxxopts::ParseResult& args, const char* name) {
+  const std::string path = args[name].as<std::string>();
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string directory = parent.empty() ? "." : parent.string();
+  std::error_code error;
+  if (!std::filesystem::is_directory(directory, error))
+    throw UsageError(std::string("--") + name + ": the directory '" + directory +
+                     "' does not exist");
+  if (::access(directory.c_str(), W_OK) != 0)
+    throw UsageError(std::string("--") + name + ": the directory '" + directory +
+                     "' cannot be written");
+  return path;
+}
+
+}  // namespace
+
 Config parseConfig(const cxxopts::ParseResult& args) {
   Config c;
   c.dataDir = args["data"].as<std::string>();
@@ -155,6 +180,15 @@ Config parseConfig(const cxxopts::ParseResult& args) {
   c.optimizer.epsilon = args["eps"].as<float>();
   c.optimizer.weightDecay = args["weight-decay"].as<float>();
   if (!(c.optimizer.learningRate > 0)) throw UsageError("--lr must be positive");
+  // torch.optim's ranges: past them the first step makes every weight NaN
+  // (Adam divides by 1 - beta), which a run would train on and report.
+  if (!(c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1))
+    throw UsageError("--beta1 must be in [0, 1)");
+  if (!(c.optimizer.beta2 >= 0 && c.optimizer.beta2 < 1))
+    throw UsageError("--beta2 must be in [0, 1)");
+  if (!(c.optimizer.epsilon >= 0)) throw UsageError("--eps must not be negative");
+  if (!(c.optimizer.momentum >= 0)) throw UsageError("--momentum must not be negative");
+  if (!(c.optimizer.weightDecay >= 0)) throw UsageError("--weight-decay must not be negative");
   const std::string schedule = args["schedule"].as<std::string>();
   if (schedule != "cosine" && schedule != "constant")
     throw UsageError("--schedule: '" + schedule + "' is not cosine or constant");
@@ -182,12 +216,12 @@ Config parseConfig(const cxxopts::ParseResult& args) {
   c.bucketBytes = args["bucket-kb"].as<size_t>() * 1024;
   c.overlap = args.count("no-overlap") == 0;
 
-  if (args.count("log")) c.logPath = args["log"].as<std::string>();
-  if (args.count("plot")) c.plotPath = args["plot"].as<std::string>();
-  if (args.count("checkpoint")) c.checkpointPath = args["checkpoint"].as<std::string>();
+  if (args.count("log")) c.logPath = writablePath(args, "log");
+  if (args.count("plot")) c.plotPath = writablePath(args, "plot");
+  if (args.count("checkpoint")) c.checkpointPath = writablePath(args, "checkpoint");
   c.resume = args.count("resume") != 0;
   if (c.resume && c.checkpointPath.empty()) throw UsageError("--resume needs --checkpoint FILE");
-  if (args.count("save-weights")) c.saveWeightsPath = args["save-weights"].as<std::string>();
+  if (args.count("save-weights")) c.saveWeightsPath = writablePath(args, "save-weights");
   c.progress = args["progress"].as<std::string>();
   if (c.progress != "auto" && c.progress != "bar" && c.progress != "lines" && c.progress != "none")
     throw UsageError("--progress: '" + c.progress + "' is not auto, bar, lines or none");
