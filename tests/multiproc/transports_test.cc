@@ -355,6 +355,19 @@ Resources countResources() {
           linesWith("/proc/self/maps", "/dev/shm/braid-"), namedSegmentsOf(::getpid()).size()};
 }
 
+// countResources once `settled` holds of it, or after a second: the threads
+// and descriptors of a communicator just destroyed (rank 0's rendezvous
+// thread among them) go a moment later.
+template <typename Settled>
+Resources resourcesOnce(Settled settled) {
+  Resources now = countResources();
+  for (int i = 0; i < 50 && !settled(now); ++i) {
+    ::usleep(20000);
+    now = countResources();
+  }
+  return now;
+}
+
 // A new communicator of ctx's ranks, from a fresh unique id made by rank 0
 // and handed round on the harness's communicator.
 braidComm_t newCommunicatorOf(RankContext& ctx) {
@@ -398,11 +411,7 @@ TEST(Resources, AbortAndDestroyLeaveNothingBehind) {
         }
         // Rank 0's rendezvous thread of the last cycle ends once everyone
         // joined; give it a moment.
-        Resources after = countResources();
-        for (int i = 0; i < 50 && !(after == before); ++i) {
-          ::usleep(20000);
-          after = countResources();
-        }
+        const Resources after = resourcesOnce([&](const Resources& r) { return r == before; });
         RANK_EXPECT_EQ(after.fds, before.fds);
         RANK_EXPECT_EQ(after.threads, before.threads);
         RANK_EXPECT_EQ(after.segmentMappings, before.segmentMappings);
@@ -433,11 +442,8 @@ TEST(Resources, DestroyFreesTheCommunicatorOfAStreamStillHeld) {
           RANK_ASSERT_OK(braidCommDestroy(comm));
           RANK_EXPECT_EQ(x[0], 2.f);
           // The stream's thread stays; everything of the communicator went.
-          Resources held = countResources();
-          for (int i = 0; i < 50 && cycle > 0 && held.fds != before.fds; ++i) {
-            ::usleep(20000);
-            held = countResources();
-          }
+          const Resources held =
+              resourcesOnce([&](const Resources& r) { return cycle == 0 || r.fds == before.fds; });
           if (cycle > 0) {
             RANK_EXPECT_EQ(held.fds, before.fds);
             RANK_EXPECT_EQ(held.threads, before.threads + 1);
@@ -455,11 +461,7 @@ TEST(Resources, DestroyFreesTheCommunicatorOfAStreamStillHeld) {
           RANK_EXPECT_EQ(told.load(), static_cast<int>(braidInvalidUsage));
           RANK_ASSERT_OK(braidStreamDestroy(stream));
         }
-        Resources after = countResources();
-        for (int i = 0; i < 50 && !(after == before); ++i) {
-          ::usleep(20000);
-          after = countResources();
-        }
+        const Resources after = resourcesOnce([&](const Resources& r) { return r == before; });
         RANK_EXPECT_EQ(after.fds, before.fds);
         RANK_EXPECT_EQ(after.threads, before.threads);
         RANK_EXPECT_EQ(after.segmentMappings, before.segmentMappings);

@@ -7,6 +7,7 @@
 // size, in place or not, whole and cut into pieces.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -28,6 +29,22 @@ std::vector<sim::RankMemory> memoryFor(const CollectiveArgs& base,
     memory[r].recv.assign(recvBufferBytes(args), 0);
   }
   return memory;
+}
+
+// Every rank's schedule of `a` for `args` (fused as the engine fuses it, cut
+// into pieces of `piece` bytes where that is above 0), run by the simulator
+// with sends that end only at their receive; what it found, or "".
+std::string runWithRendezvous(const Algorithm& a, CollectiveArgs args, size_t piece) {
+  std::vector<Schedule> plans;
+  for (int r = 0; r < args.nranks; ++r) {
+    args.rank = r;
+    plans.push_back(a.plan(args));
+    fuseReceiveReductions(plans.back());
+    if (piece > 0) plans.back() = splitTransfers(plans.back(), piece, 4);
+  }
+  auto memory = memoryFor(args, plans);
+  for (int r = 0; r < args.nranks; ++r) memory[r].scratch.resize(plans[r].scratchBytes);
+  return sim::run(plans, memory, args.dtype, args.op, sim::Delivery::kRendezvous);
 }
 
 // A schedule with the pattern rendezvous cannot run: each of two ranks
@@ -64,16 +81,7 @@ TEST(Rendezvous, EveryAlgorithmCompletesWhenSendsWaitForTheirReceives) {
           args.nranks = P;
           args.inPlace = inPlace;
           args.chunkBytes = 1024;
-          std::vector<Schedule> plans;
-          for (int r = 0; r < P; ++r) {
-            args.rank = r;
-            plans.push_back(a.plan(args));
-            fuseReceiveReductions(plans.back());
-            if (piece > 0) plans.back() = splitTransfers(plans.back(), piece, 4);
-          }
-          auto memory = memoryFor(args, plans);
-          for (int r = 0; r < P; ++r) memory[r].scratch.resize(plans[r].scratchBytes);
-          ASSERT_EQ(sim::run(plans, memory, args.dtype, args.op, sim::Delivery::kRendezvous), "");
+          ASSERT_EQ(runWithRendezvous(a, args, piece), "");
           ++runs;
         }
       }
@@ -102,15 +110,7 @@ TEST(Rendezvous, SmallCountsAndEdgeRootsCompleteToo) {
             args.nranks = P;
             args.inPlace = inPlace;
             args.chunkBytes = 8;
-            std::vector<Schedule> plans;
-            for (int r = 0; r < P; ++r) {
-              args.rank = r;
-              plans.push_back(a.plan(args));
-              fuseReceiveReductions(plans.back());
-            }
-            auto memory = memoryFor(args, plans);
-            for (int r = 0; r < P; ++r) memory[r].scratch.resize(plans[r].scratchBytes);
-            ASSERT_EQ(sim::run(plans, memory, args.dtype, args.op, sim::Delivery::kRendezvous), "");
+            ASSERT_EQ(runWithRendezvous(a, args, 0), "");
             ++runs;
           }
         }
