@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -235,17 +236,6 @@ std::string makeSecret() {
   return hex;
 }
 
-// The signal handler only records the signal in this pipe; the main loop
-// wakes up in poll() and does the work.
-int signalPipeWriteEnd = -1;
-
-void onSignal(int signo) {
-  int savedErrno = errno;
-  unsigned char byte = static_cast<unsigned char>(signo);
-  [[maybe_unused]] ssize_t ignored = ::write(signalPipeWriteEnd, &byte, 1);
-  errno = savedErrno;
-}
-
 // Forwarded to the ranks (all but SIGCHLD): those that end a job (an ssh
 // session that drops sends SIGHUP) and Slurm's warnings before its time
 // limit (`--signal=USR1@N`), which would otherwise end braidrun alone.
@@ -257,10 +247,15 @@ bool endsTheJob(int signo) {
   return signo == SIGINT || signo == SIGTERM || signo == SIGHUP || signo == SIGQUIT;
 }
 
-void setSignalMask(int how) {
+sigset_t handledSignals() {
   sigset_t set;
   sigemptyset(&set);
   for (int signo : kHandledSignals) sigaddset(&set, signo);
+  return set;
+}
+
+void setSignalMask(int how) {
+  sigset_t set = handledSignals();
   ::sigprocmask(how, &set, nullptr);
 }
 
@@ -367,7 +362,6 @@ std::vector<cpu_set_t> rankCpuSets(int numRanks, bool bind) {
   // ranks must not linger, those that ignore SIGTERM included.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcherPid) ::_exit(kExecFailedExitCode);  // it died before prctl
-  for (int signo : kHandledSignals) ::signal(signo, SIG_DFL);
   ::signal(SIGPIPE, SIG_DFL);  // ignored by braidrun, and an ignored signal stays so past exec
   if (startingFileLimit.rlim_max != 0) (void)::setrlimit(RLIMIT_NOFILE, &startingFileLimit);
   setSignalMask(SIG_UNBLOCK);
@@ -424,13 +418,21 @@ int main(int argc, char** argv) {
   for (std::string& word : options.command) commandArgv.push_back(word.data());
   commandArgv.push_back(nullptr);
 
-  Pipe signalPipe = makePipe(O_NONBLOCK);
-  ::fcntl(signalPipe.writeEnd.get(), F_SETFL, O_NONBLOCK);
-  signalPipeWriteEnd = signalPipe.writeEnd.get();
-  struct sigaction action {};
-  action.sa_handler = onSignal;
-  sigemptyset(&action.sa_mask);
-  for (int signo : kHandledSignals) ::sigaction(signo, &action, nullptr);
+  // Signals are blocked for good and read from a signalfd, with no handler:
+  // a handler runs only when the process's runtime lets it, and one that a
+  // sanitizer runtime deferred was sometimes never run, leaving braidrun in
+  // poll() for ranks long gone. Blocked, a signal waits in the kernel.
+  // Their default actions too, for the ranks to inherit, and since SIGCHLD
+  // ignored by whatever started braidrun would have the kernel reap the
+  // ranks itself, their exits unseen.
+  for (int signo : kHandledSignals) ::signal(signo, SIG_DFL);
+  setSignalMask(SIG_BLOCK);
+  const sigset_t signalsToRead = handledSignals();
+  Fd signalReader(::signalfd(-1, &signalsToRead, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!signalReader.isOpen()) {
+    std::perror("braidrun: signalfd");
+    return 1;
+  }
   // A reader of braidrun's output that goes (`braidrun ... | head`) must not
   // end braidrun, and with it the ranks' teardown: writeAll gives up instead.
   ::signal(SIGPIPE, SIG_IGN);
@@ -447,13 +449,10 @@ int main(int argc, char** argv) {
     Pipe out = makePipe(O_NONBLOCK);
     Pipe err = makePipe(O_NONBLOCK);
 
-    // Blocked while forking, so that the child cannot run our handlers.
-    setSignalMask(SIG_BLOCK);
     pid_t pid = ::fork();
     if (pid == 0)
       execRank(index, launcherPid, *executable, commandArgv.data(), envp.data(),
                cpuSets.empty() ? nullptr : &cpuSets[static_cast<size_t>(index)], out, err);
-    setSignalMask(SIG_UNBLOCK);
     if (pid < 0) {
       std::perror("braidrun: fork");
       signalRunningRanks(ranks, SIGKILL);
@@ -490,7 +489,7 @@ int main(int argc, char** argv) {
   };
 
   while (runningRanks > 0) {
-    std::vector<pollfd> pollFds{{signalPipe.readEnd.get(), POLLIN, 0}};
+    std::vector<pollfd> pollFds{{signalReader.get(), POLLIN, 0}};
     std::vector<OutputRelay*> pollRelays{nullptr};  // parallel to pollFds
     for (Rank& rank : ranks) {
       for (OutputRelay& relay : rank.relays) {
@@ -519,19 +518,21 @@ int main(int argc, char** argv) {
     }
     if (ready <= 0 || pollFds[0].revents == 0) continue;
 
-    unsigned char signals[64];
-    ssize_t numSignals = ::read(signalPipe.readEnd.get(), signals, sizeof(signals));
-    for (ssize_t s = 0; s < numSignals; ++s) {
-      if (signals[s] == SIGCHLD) continue;
-      std::fprintf(stderr, "braidrun: forwarding signal %d (%s) to the ranks\n", signals[s],
-                   strsignal(signals[s]));
-      signalRunningRanks(ranks, signals[s]);
+    std::vector<int> signals;
+    for (signalfd_siginfo info{};
+         ::read(signalReader.get(), &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info));)
+      signals.push_back(static_cast<int>(info.ssi_signo));
+    for (int signo : signals) {
+      if (signo == SIGCHLD) continue;
+      std::fprintf(stderr, "braidrun: forwarding signal %d (%s) to the ranks\n", signo,
+                   strsignal(signo));
+      signalRunningRanks(ranks, signo);
       // A rank that ignores it, or is stuck in a driver call, must not
       // outlive the launcher: a run stopped at its time limit would leave
       // it holding the GPU.
-      if (endsTheJob(signals[s]) && !forwardedDeadline) {
+      if (endsTheJob(signo) && !forwardedDeadline) {
         forwardedDeadline = Clock::now() + kTerminateGrace;
-        endedBySignal = signals[s];
+        endedBySignal = signo;
       }
     }
     // Reap every exited rank, whatever signal woke us: SIGCHLDs may merge.

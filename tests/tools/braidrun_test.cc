@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -62,11 +63,15 @@ struct Outcome {
 // directory; files (not pipes) so that nothing blocks if the test is slow.
 class Launcher {
  public:
-  explicit Launcher(const std::vector<std::string>& args) {
+  // `wrapper`, when given, is a command that execs braidrun with its own
+  // changes to what braidrun inherits (its first word a full path).
+  explicit Launcher(const std::vector<std::string>& args,
+                    const std::vector<std::string>& wrapper = {}) {
     dir_ = fs::temp_directory_path() /
            ("braidrun_test." + std::to_string(::getpid()) + "." + std::to_string(counter_++));
     fs::create_directories(dir_);
-    std::vector<std::string> argv{launcherPath()};
+    std::vector<std::string> argv = wrapper;
+    argv.push_back(launcherPath());
     argv.insert(argv.end(), args.begin(), args.end());
     // The ranks must see exactly the BRAID_* variables braidrun sets, plus
     // one planted here to check that braidrun overrides it.
@@ -382,6 +387,47 @@ TEST(Braidrun, ForwardsSighupToRanks) {
   EXPECT_EQ(run.exitCode, 128 + SIGHUP) << run.err;
   EXPECT_NE(run.err.find("forwarding signal 1"), std::string::npos) << run.err;
   EXPECT_TRUE(allStopWithin(rankPids, std::chrono::seconds(2))) << "ranks survived";
+}
+
+// The signal mask (SigBlk) or caught set (SigCgt) of a process, as a bit
+// set: bit s-1 stands for signal s.
+uint64_t signalSet(pid_t pid, const std::string& field) {
+  for (const std::string& line : splitLines(readFile("/proc/" + std::to_string(pid) + "/status"))) {
+    if (line.starts_with(field + ":"))
+      return std::stoull(line.substr(field.size() + 1), nullptr, 16);
+  }
+  return 0;
+}
+
+// braidrun takes its signals from a signalfd, with no handler: a handler
+// depends on the process's runtime to be run at all, and under
+// ThreadSanitizer, which defers handlers to its own safe points, a child's
+// SIGCHLD was sometimes never handled and braidrun waited forever for ranks
+// that had long exited. The ranks must not inherit the mask.
+TEST(Braidrun, TakesSignalsWithoutHandlersAndRanksInheritNoMask) {
+  Launcher launcher({"-n", "2", "sh", "-c", "echo pid $$; exec sleep 30"});
+  const std::vector<pid_t> rankPids = printedRankPids(launcher, 2);
+  ASSERT_EQ(rankPids.size(), 2u) << launcher.currentOut();
+  uint64_t forwarded = 0;
+  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD})
+    forwarded |= uint64_t{1} << (signo - 1);
+  EXPECT_EQ(signalSet(launcher.pid(), "SigCgt") & forwarded, 0u);
+  EXPECT_EQ(signalSet(launcher.pid(), "SigBlk") & forwarded, forwarded);
+  for (pid_t pid : rankPids) EXPECT_EQ(signalSet(pid, "SigBlk") & forwarded, 0u) << pid;
+  ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
+  Outcome run = launcher.wait(std::chrono::seconds(10));
+  EXPECT_EQ(run.exitCode, 128 + SIGTERM) << run.err;
+}
+
+// SIGCHLD ignored by whatever started braidrun (it stays so across exec)
+// would have the kernel reap the ranks itself, and braidrun wait for ever
+// for exits it could no longer see.
+TEST(Braidrun, ReapsRanksWhenStartedWithSigchldIgnored) {
+  Launcher launcher({"-n", "2", "sh", "-c", "exit $BRAID_RANK"},
+                    {"/usr/bin/perl", "-e", "$SIG{CHLD} = 'IGNORE'; exec @ARGV"});
+  Outcome run = launcher.wait(std::chrono::seconds(10));
+  EXPECT_EQ(run.exitCode, 1) << run.err;
+  EXPECT_NE(run.err.find("rank 1 (pid"), std::string::npos) << run.err;
 }
 
 // A braidrun killed outright (the OOM killer, kill -9) takes its ranks with
