@@ -15,7 +15,8 @@
 #       One epoch on 2 ranks: exit 0, an accuracy reported, log and checkpoint written.
 #   trainer_test.sh BRAIDRUN TRAINER resume
 #       Two epochs in one run end with the same weights as a run stopped after
-#       the first epoch and resumed from its checkpoint.
+#       the first epoch and resumed from its checkpoint; a resume with other
+#       settings is refused, naming them.
 #   trainer_test.sh BRAIDRUN TRAINER bad-data
 #       Missing, truncated and corrupt data files: exit 66 and a message naming
 #       the file and the fix, never a crash.
@@ -118,6 +119,37 @@ resume)
   grep -q 'resumed from' "$work/out.txt" || fail "the run did not resume"
   "$trainer" --compare "$work/resumed.weights" --reference "$work/straight.weights" \
     --tolerance 0
+  # Settings that shape the run, changed at the resume: refused, naming the
+  # option with both values, and the checkpoint left as it was.
+  expect_refused() {
+    # $1: what the message must say; the rest: the changed options
+    said=$1
+    shift
+    before=$(cksum <"$work/state.ckpt")
+    status=0
+    "$braidrun" -n 2 "$trainer" --data "$data" --train-samples 3000 --test-samples 500 \
+      --batch 30 --progress none --epochs 2 --checkpoint "$work/state.ckpt" --resume "$@" \
+      >"$work/out.txt" 2>&1 || status=$?
+    cat "$work/out.txt"
+    [ "$status" -ne 0 ] || fail "a resume with $* was not refused"
+    grep -qe "$said" "$work/out.txt" || fail "the refusal does not say '$said'"
+    [ "$(cksum <"$work/state.ckpt")" = "$before" ] || fail "a refused resume changed the checkpoint"
+  }
+  echo "== a changed learning rate"
+  expect_refused "--lr 0.002 (the checkpoint's: --lr 0.001)" --lr 0.002
+  echo "== a forgotten --train-samples, a changed seed and batch"
+  expect_refused "--train-samples 60000 (the checkpoint's: --train-samples 3000)" \
+    --train-samples 0
+  expect_refused "--seed 7 (the checkpoint's: --seed 1)" --seed 7
+  expect_refused "--batch 60 (the checkpoint's: --batch 30)" --batch 60
+  echo "== a longer run under the cosine schedule, which would change its steps' rates"
+  expect_refused "--epochs 3 (the checkpoint's: --epochs 2)" --epochs 3
+  # Under a constant rate, a longer run is the same run, continued.
+  echo "== a longer run under a constant rate"
+  set -- "$@" --schedule constant --checkpoint "$work/constant.ckpt"
+  "$braidrun" -n 2 "$trainer" "$@" --epochs 1
+  "$braidrun" -n 2 "$trainer" "$@" --epochs 2 --resume | tee "$work/out.txt"
+  grep -q 'resumed from .* after epoch 1' "$work/out.txt" || fail "the longer run did not resume"
   ;;
 
 bad-data)

@@ -15,7 +15,9 @@ namespace {
 
 constexpr char kCheckpointMagic[8] = {'B', 'R', 'D', 'T', 'C', 'K', 'P', 'T'};
 constexpr char kWeightsMagic[8] = {'B', 'R', 'D', 'T', 'W', 'G', 'H', 'T'};
-constexpr uint32_t kFormatVersion = 1;
+// Version 2 of checkpoints holds the run's settings.
+constexpr uint32_t kCheckpointVersion = 2;
+constexpr uint32_t kWeightsVersion = 1;
 
 std::string systemError(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + std::strerror(errno);
@@ -34,9 +36,13 @@ class Writer {
     put(uint64_t(values.size()));
     bytes_.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
   }
-  void putMagic(const char (&magic)[8]) {
+  void putMagic(const char (&magic)[8], uint32_t version) {
     bytes_.append(magic, sizeof(magic));
-    put(kFormatVersion);
+    put(version);
+  }
+  void putString(const std::string& text) {
+    put(uint64_t(text.size()));
+    bytes_.append(text);
   }
   std::string finish() {
     uint32_t crc =
@@ -51,7 +57,8 @@ class Writer {
 
 class Reader {
  public:
-  Reader(std::string path, const char (&magic)[8], const char* kind) : path_(std::move(path)) {
+  Reader(std::string path, const char (&magic)[8], uint32_t expectedVersion, const char* kind)
+      : path_(std::move(path)) {
     std::ifstream in(path_, std::ios::binary);
     if (!in) throw FileError(systemError("cannot open", path_));
     bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -64,9 +71,9 @@ class Reader {
     if (stored != actual) throw FileError(path_ + " is truncated or corrupt (checksum mismatch)");
     end_ = bytes_.size() - 4;
     pos_ = sizeof(magic);
-    if (uint32_t version = get<uint32_t>(); version != kFormatVersion)
+    if (uint32_t version = get<uint32_t>(); version != expectedVersion)
       throw FileError(path_ + " has format version " + std::to_string(version) +
-                      ", this braid-train reads version " + std::to_string(kFormatVersion));
+                      ", this braid-train reads version " + std::to_string(expectedVersion));
   }
 
   template <typename T>
@@ -85,6 +92,13 @@ class Reader {
     std::memcpy(values.data(), bytes_.data() + pos_, n * sizeof(T));
     pos_ += n * sizeof(T);
     return values;
+  }
+  std::string getString() {
+    uint64_t n = get<uint64_t>();
+    need(n);
+    std::string text = bytes_.substr(pos_, n);
+    pos_ += n;
+    return text;
   }
   void expectEnd() {
     if (pos_ != end_) throw FileError(path_ + " is malformed (trailing bytes)");
@@ -141,11 +155,14 @@ void writeFileAtomically(const std::string& path, const std::string& bytes) {
 
 void writeCheckpoint(const std::string& path, const Checkpoint& c) {
   Writer w;
-  w.putMagic(kCheckpointMagic);
+  w.putMagic(kCheckpointMagic, kCheckpointVersion);
   w.putVector(c.sizes);
   w.put(uint32_t(c.optimizer));
-  w.put(c.seed);
-  w.put(c.batch);
+  w.put(uint64_t(c.settings.size()));
+  for (const auto& [name, value] : c.settings) {
+    w.putString(name);
+    w.putString(value);
+  }
   w.put(c.epochsDone);
   w.put(c.steps);
   w.put(c.optimizerSteps);
@@ -158,15 +175,18 @@ void writeCheckpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint readCheckpoint(const std::string& path) {
-  Reader r(path, kCheckpointMagic, "checkpoint");
+  Reader r(path, kCheckpointMagic, kCheckpointVersion, "checkpoint");
   Checkpoint c;
   c.sizes = r.getVector<int>();
   uint32_t optimizer = r.get<uint32_t>();
   if (optimizer > uint32_t(OptimizerKind::kAdam))
     throw FileError(path + " is malformed (unknown optimizer)");
   c.optimizer = OptimizerKind(optimizer);
-  c.seed = r.get<uint64_t>();
-  c.batch = r.get<int64_t>();
+  const uint64_t settings = r.get<uint64_t>();
+  for (uint64_t i = 0; i < settings; ++i) {
+    std::string name = r.getString();
+    c.settings.emplace_back(std::move(name), r.getString());
+  }
   c.epochsDone = r.get<int64_t>();
   c.steps = r.get<int64_t>();
   c.optimizerSteps = r.get<int64_t>();
@@ -181,14 +201,14 @@ Checkpoint readCheckpoint(const std::string& path) {
 
 void writeWeights(const std::string& path, const Weights& weights) {
   Writer w;
-  w.putMagic(kWeightsMagic);
+  w.putMagic(kWeightsMagic, kWeightsVersion);
   w.putVector(weights.sizes);
   w.putVector(weights.params);
   writeFileAtomically(path, w.finish());
 }
 
 Weights readWeights(const std::string& path) {
-  Reader r(path, kWeightsMagic, "weights");
+  Reader r(path, kWeightsMagic, kWeightsVersion, "weights");
   Weights weights;
   weights.sizes = r.getVector<int>();
   weights.params = r.getVector<float>();

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "optimizer.h"
@@ -32,11 +33,14 @@ struct EpochRecord {
   double samplesPerSecond = 0;
 };
 
+// The options that shape a run's steps, as ("--name", "value") in a fixed
+// order: a resumed run must have the same, or it would go on as another run.
+using RunSettings = std::vector<std::pair<std::string, std::string>>;
+
 struct Checkpoint {
   std::vector<int> sizes;
   OptimizerKind optimizer = OptimizerKind::kAdam;
-  uint64_t seed = 0;
-  int64_t batch = 0;
+  RunSettings settings;
   int64_t epochsDone = 0;
   int64_t steps = 0;  // global steps taken
   int64_t optimizerSteps = 0;

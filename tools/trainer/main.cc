@@ -332,8 +332,7 @@ class Trainer {
     Checkpoint c;
     c.sizes = model_->sizes();
     c.optimizer = config_.optimizer.kind;
-    c.seed = config_.seed;
-    c.batch = config_.batch;
+    c.settings = runSettings(config_, data_.train.count);
     c.epochsDone = epochsDone_;
     c.steps = steps_;
     c.optimizerSteps = optimizer_->steps();
@@ -420,12 +419,20 @@ class Trainer {
     if (c.params.size() != params_.size() || c.first.size() != optimizer_->first().size() ||
         c.second.size() != optimizer_->second().size())
       return "its parameter or optimizer state sizes do not match this run";
-    if (c.seed != config_.seed || c.batch != config_.batch)
-      std::fprintf(stderr,
-                   "braid-train: warning: the checkpoint was made with --seed %llu --batch %lld; "
-                   "this run continues with --seed %llu --batch %lld\n",
-                   (unsigned long long)c.seed, (long long)c.batch, (unsigned long long)config_.seed,
-                   (long long)config_.batch);
+    const RunSettings mine = runSettings(config_, data_.train.count);
+    std::string changed;
+    for (const auto& [name, value] : mine) {
+      auto saved = std::find_if(c.settings.begin(), c.settings.end(),
+                                [&](const auto& setting) { return setting.first == name; });
+      if (saved != c.settings.end() && saved->second == value) continue;
+      changed += (changed.empty() ? "" : ", ") + name + " " + value + " (the checkpoint's: " +
+                 (saved == c.settings.end() ? std::string("none") : name + " " + saved->second) +
+                 ")";
+    }
+    if (!changed.empty())
+      return "this run has " + changed +
+             ", and would go on as another run; resume with the checkpoint's settings, or give "
+             "--checkpoint a new file";
     return "";
   }
 

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
@@ -226,6 +227,45 @@ Config parseConfig(const cxxopts::ParseResult& args) {
   if (c.progress != "auto" && c.progress != "bar" && c.progress != "lines" && c.progress != "none")
     throw UsageError("--progress: '" + c.progress + "' is not auto, bar, lines or none");
   return c;
+}
+
+namespace {
+
+// The shortest text that reads back as the same float: "0.001", as typed.
+std::string floatText(float value) {
+  char text[32];
+  auto [end, error] = std::to_chars(text, text + sizeof(text), value);
+  return error == std::errc() ? std::string(text, end) : std::to_string(value);
+}
+
+}  // namespace
+
+RunSettings runSettings(const Config& c, size_t trainSamples) {
+  RunSettings settings{
+      {"--train-samples", std::to_string(trainSamples)},
+      {"--batch", std::to_string(c.batch)},
+      {"--seed", std::to_string(c.seed)},
+      {"--optimizer", optimizerName(c.optimizer.kind)},
+      {"--lr", floatText(c.optimizer.learningRate)},
+  };
+  if (c.optimizer.kind == OptimizerKind::kSgd) {
+    settings.emplace_back("--momentum", floatText(c.optimizer.momentum));
+  } else {
+    settings.emplace_back("--beta1", floatText(c.optimizer.beta1));
+    settings.emplace_back("--beta2", floatText(c.optimizer.beta2));
+    settings.emplace_back("--eps", floatText(c.optimizer.epsilon));
+  }
+  settings.emplace_back("--weight-decay", floatText(c.optimizer.weightDecay));
+  settings.emplace_back("--schedule", c.cosine ? "cosine" : "constant");
+  // The cosine rate of a step depends on the run's length; a constant one
+  // does not, and a longer run is then the same run, continued.
+  if (c.cosine) settings.emplace_back("--epochs", std::to_string(c.epochs));
+  settings.emplace_back("--sync", c.sync == SyncMode::kAllReduce ? "allreduce" : "ps");
+  const char* compression = c.compression == Compression::kNone   ? "none"
+                            : c.compression == Compression::kFp32 ? "fp32"
+                                                                  : "bf16";
+  settings.emplace_back("--compress", compression);
+  return settings;
 }
 
 }  // namespace trainer

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint.h"
 #include "data_parallel.h"
 #include "optimizer.h"
 
@@ -57,6 +58,11 @@ std::string helpText(cxxopts::Options& options);
 // The training options of a parsed command line (not --help or --compare's),
 // checked. Throws UsageError.
 Config parseConfig(const cxxopts::ParseResult& args);
+
+// What a checkpoint records of `config` and a resumed run must match:
+// every option that changes the run's steps, with the training samples
+// the data set had (`--train-samples 0` means all of them).
+RunSettings runSettings(const Config& config, size_t trainSamples);
 
 }  // namespace trainer
 
