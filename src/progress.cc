@@ -215,12 +215,14 @@ Status runJobs(std::span<Job> jobs) {
     fds.clear();
     watched.clear();
     polled.clear();
-    // Not one whose peer failed (a job goes on past a peer that failed a
-    // later call): its socket, closed by the peer, would wake every poll.
+    // Not one that ended (a job goes on past a peer that failed a later
+    // call, closed its communicator or vanished, where it needs nothing
+    // more from it): its socket, at end of file, would wake every poll.
     for (auto& r : runners)
       if (!r->finished())
         for (transport::Connection* c : r->job().connections)
-          if (c->pollFd() >= 0 && c->peerFailure().isOk() && watched.insert(c).second) {
+          if (c->pollFd() >= 0 && c->peerFailure().isOk() && !c->ended() &&
+              watched.insert(c).second) {
             fds.push_back(
                 {c->pollFd(), static_cast<short>(POLLIN | (c->wantsWrite() ? POLLOUT : 0)), 0});
             polled.push_back(c);

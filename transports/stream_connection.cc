@@ -536,6 +536,11 @@ bool StreamConnection::prepareToSleep() {
   return true;
 }
 
+bool StreamConnection::ended() const {
+  std::lock_guard lock(mutex_);
+  return !dead_.isOk();
+}
+
 Status StreamConnection::peerFailure() const {
   return peerFailed_.load(std::memory_order_acquire) ? peerFailure_ : Status::ok();
 }

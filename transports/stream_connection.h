@@ -82,6 +82,7 @@ class StreamConnection final : public Connection {
   void abortInCall(const Status& reason, uint64_t callMark) override;
   int peer() const override { return peer_; }
   Status peerFailure() const override;
+  bool ended() const override;
   uint64_t peerFailedCall() const override;
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override;
   bool mayHaveUnclaimed() const override {

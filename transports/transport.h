@@ -120,6 +120,12 @@ class Connection {
     abort(reason);
   }
 
+  // True once the connection is dead: the peer left (with or without a
+  // goodbye) or it failed here. Nothing more comes on it, and its fd, at
+  // end of file, is always readable: a caller that sleeps must not wait on
+  // it, or it would spin. Any thread.
+  virtual bool ended() const = 0;
+
   // Non-ok once the peer reported that a call of its failed (its
   // communicator is broken, so is ours).
   virtual Status peerFailure() const = 0;

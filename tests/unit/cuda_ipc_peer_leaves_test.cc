@@ -47,6 +47,7 @@ class ControlThatEnds final : public Connection {
   bool wantsWrite() const override { return inner_->wantsWrite(); }
   void abort(const Status& reason) override { inner_->abort(reason); }
   Status peerFailure() const override { return inner_->peerFailure(); }
+  bool ended() const override { return inner_->ended(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
     return inner_->unclaimed(channel, below);
   }

@@ -49,6 +49,7 @@ class WatchingConnection final : public Connection {
   void abort(const Status&) override {}
   int peer() const override { return 1; }
   Status peerFailure() const override { return Status::ok(); }
+  bool ended() const override { return false; }
   std::optional<Tag> unclaimed(uint8_t, uint64_t) override { return std::nullopt; }
   bool mayHaveUnclaimed() const override { return false; }
 

@@ -58,12 +58,20 @@ double cpuSeconds() {
          1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 }
 
+// How ranks 0 and 1 end once they sent their part.
+enum class Leaving {
+  kFailedInCall,  // a failure goodbye naming a call
+  kPlainAbort,    // a failure goodbye naming none
+  kOrderlyClose,  // a goodbye that is no failure (a destroyed communicator)
+  kVanished,      // no goodbye at all (a killed process)
+};
+
 // What rank 2 sees of call #3 on stream 0 when ranks 0 and 1 sent their
-// part and then failed, naming `failedCall` (0: no call named) in their
-// goodbye, and rank 3 sends its part after `liveDelay`.
+// part and then left as `leaving` says, a failure naming `failedCall` (0:
+// no call named), and rank 3 sends its part after `liveDelay`.
 class PeerFailedInCall : public ::testing::Test {
  protected:
-  Status runRank2(uint64_t failedCall, bool plainAbort = false,
+  Status runRank2(uint64_t failedCall, Leaving leaving = Leaving::kFailedInCall,
                   std::chrono::milliseconds liveDelay = std::chrono::milliseconds(0)) {
     std::vector<std::unique_ptr<Connection>> own(kRanks);
     std::array<std::unique_ptr<StreamConnection>, kRanks> peerEnds;
@@ -78,10 +86,20 @@ class PeerFailedInCall : public ::testing::Test {
     for (int peer = 0; peer < 2; ++peer) {
       EXPECT_TRUE(sendPart(*peerEnds[peer], peer));
       const Status why = invalidUsage(strCat("rank ", peer, " found a mismatch"));
-      if (plainAbort)
-        peerEnds[peer]->abort(why);
-      else
-        peerEnds[peer]->abortInCall(why, failedCall);
+      switch (leaving) {
+        case Leaving::kFailedInCall:
+          peerEnds[peer]->abortInCall(why, failedCall);
+          break;
+        case Leaving::kPlainAbort:
+          peerEnds[peer]->abort(why);
+          break;
+        case Leaving::kOrderlyClose:
+          peerEnds[peer]->abort(Status::ok());
+          break;
+        case Leaving::kVanished:
+          peerEnds[peer].reset();
+          break;
+      }
     }
     std::thread live([&] {
       std::this_thread::sleep_for(liveDelay);
@@ -130,11 +148,15 @@ TEST_F(PeerFailedInCall, APeerThatFailedInALaterCallDoesNotFailThisOne) {
 
 // The call still waits for rank 3, asleep: the closed sockets of ranks 0
 // and 1 (always readable) are left out of the wait, which would otherwise
-// spin on them until rank 3's part came.
-TEST_F(PeerFailedInCall, WaitingPastAFailedPeerSleeps) {
+// spin on them until rank 3's part came; so too where they closed with no
+// failure, or vanished with no goodbye.
+class WaitingPastPeersThatLeft : public PeerFailedInCall,
+                                 public ::testing::WithParamInterface<Leaving> {};
+
+TEST_P(WaitingPastPeersThatLeft, Sleeps) {
   const double cpuBefore = cpuSeconds();
   const auto start = std::chrono::steady_clock::now();
-  const Status s = runRank2(collectiveTagBound(0, 4), false, std::chrono::milliseconds(500));
+  const Status s = runRank2(collectiveTagBound(0, 4), GetParam(), std::chrono::milliseconds(500));
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double cpu = cpuSeconds() - cpuBefore;
@@ -143,6 +165,10 @@ TEST_F(PeerFailedInCall, WaitingPastAFailedPeerSleeps) {
   EXPECT_GE(wall, 0.5);
   EXPECT_LT(cpu, 0.5 * wall) << "the call spent " << cpu << " s of CPU in " << wall << " s";
 }
+
+INSTANTIATE_TEST_SUITE_P(Leaving, WaitingPastPeersThatLeft,
+                         ::testing::Values(Leaving::kFailedInCall, Leaving::kOrderlyClose,
+                                           Leaving::kVanished));
 
 TEST_F(PeerFailedInCall, APeerThatFailedInThisCallFailsIt) {
   const Status s = runRank2(collectiveTagBound(0, 3));
@@ -164,7 +190,7 @@ TEST_F(PeerFailedInCall, AFailureInALaterCallOfAnotherStreamFailsThisOne) {
 // call: every call that is still running fails.
 TEST_F(PeerFailedInCall, AFailureThatNamesNoCallFailsThisOne) {
   EXPECT_FALSE(runRank2(0).isOk());
-  EXPECT_FALSE(runRank2(0, /*plainAbort=*/true).isOk());
+  EXPECT_FALSE(runRank2(0, Leaving::kPlainAbort).isOk());
 }
 
 }  // namespace

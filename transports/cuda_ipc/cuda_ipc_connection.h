@@ -135,6 +135,7 @@ class CudaIpcConnection final : public Connection {
   void abort(const Status& reason) override { abortInCall(reason, 0); }
   void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return control_->peerFailure(); }
+  bool ended() const override { return control_->ended(); }
   uint64_t peerFailedCall() const override { return control_->peerFailedCall(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override;
   bool mayHaveUnclaimed() const override;

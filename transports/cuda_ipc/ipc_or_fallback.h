@@ -37,6 +37,7 @@ class IpcOrFallback final : public Connection {
   void abort(const Status& reason) override;
   void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return current().peerFailure(); }
+  bool ended() const override { return current().ended(); }
   uint64_t peerFailedCall() const override { return current().peerFailedCall(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
     return current().unclaimed(channel, below);

@@ -239,6 +239,11 @@ int FaultyConnection::pollFd() const {
   return held_.empty() ? inner_->pollFd() : timer_.get();
 }
 
+bool FaultyConnection::ended() const {
+  std::lock_guard lock(mutex_);
+  return held_.empty() && inner_->ended();
+}
+
 bool FaultyConnection::wantsWrite() const {
   std::lock_guard lock(mutex_);
   return held_.empty() && inner_->wantsWrite();

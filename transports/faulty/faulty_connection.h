@@ -125,6 +125,8 @@ class FaultyConnection final : public Connection {
   void abort(const Status& reason) override;
   void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return inner_->peerFailure(); }
+  // Not while messages are held: their timer is what the caller waits on.
+  bool ended() const override;
   uint64_t peerFailedCall() const override { return inner_->peerFailedCall(); }
   bool mayHaveUnclaimed() const override { return inner_->mayHaveUnclaimed(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {

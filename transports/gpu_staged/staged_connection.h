@@ -76,6 +76,7 @@ class StagedConnection final : public Connection {
   void abort(const Status& reason) override { abortInCall(reason, 0); }
   void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return host_.peerFailure(); }
+  bool ended() const override { return host_.ended(); }
   uint64_t peerFailedCall() const override { return host_.peerFailedCall(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
     return host_.unclaimed(channel, below);

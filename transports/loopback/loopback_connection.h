@@ -24,6 +24,7 @@ class LoopbackConnection final : public Connection {
   void abort(const Status& reason) override;
   int peer() const override { return rank_; }
   Status peerFailure() const override { return Status::ok(); }
+  bool ended() const override { return false; }
   std::optional<Tag> unclaimed(uint8_t, uint64_t) override { return std::nullopt; }
   bool mayHaveUnclaimed() const override { return false; }
 
