@@ -79,7 +79,8 @@ typedef enum {
 } braidDataType_t;
 
 /* Integer Sum and Prod wrap in the type's width. Avg is the sum divided by
- * nranks, truncated toward zero for integers. */
+ * nranks, truncated toward zero for integers. Max and Min of floating types
+ * give NaN wherever any rank's element is NaN, whatever the algorithm. */
 typedef enum { braidSum, braidProd, braidMax, braidMin, braidAvg, braidNumOps } braidRedOp_t;
 
 /* ---------------------------------------------------------------------------

@@ -125,22 +125,22 @@ BRAID_TARGET_AVX2 BRAID_INLINE __m128i canonicalHalfNanAvx2(__m128i h) {
 }
 
 // maxps/minps return their second operand when either is NaN or both are
-// zero; with the operands swapped that is exactly combine's a < b ? b : a and
-// b < a ? b : a. Sums and products need no such care except when both
-// operands are NaN: x86 then returns the first source, and GCC treats + and *
-// as commutative and places the operands as register allocation likes, in
-// the portable loops as much as here, so which NaN's sign survives is the
-// compiler's choice on every path (IEEE 754 leaves it open too).
+// zero; with the operands swapped that is combine's select, and a blend
+// keeps y where it is NaN, as combine's `|| b != b` does. Sums and products
+// need no such care except when both operands are NaN: x86 then returns the
+// first source, and GCC treats + and * as commutative and places the
+// operands as register allocation likes, in the portable loops as much as
+// here, so which NaN's sign survives is the compiler's choice on every path
+// (IEEE 754 leaves it open too).
 template <RedOp kOp>
 BRAID_TARGET_AVX2 BRAID_INLINE __m256 combineAvx2(__m256 x, __m256 y) {
   if constexpr (kOp == RedOp::kSum) {
     return _mm256_add_ps(x, y);
   } else if constexpr (kOp == RedOp::kProd) {
     return _mm256_mul_ps(x, y);
-  } else if constexpr (kOp == RedOp::kMax) {
-    return _mm256_max_ps(y, x);
   } else {
-    return _mm256_min_ps(y, x);
+    const __m256 selected = kOp == RedOp::kMax ? _mm256_max_ps(y, x) : _mm256_min_ps(y, x);
+    return _mm256_blendv_ps(selected, y, _mm256_cmp_ps(y, y, _CMP_UNORD_Q));
   }
 }
 
@@ -197,10 +197,9 @@ BRAID_TARGET_AVX512 BRAID_INLINE __m512 combineAvx512(__m512 x, __m512 y) {
     return _mm512_add_ps(x, y);
   } else if constexpr (kOp == RedOp::kProd) {
     return _mm512_mul_ps(x, y);
-  } else if constexpr (kOp == RedOp::kMax) {
-    return _mm512_max_ps(y, x);
   } else {
-    return _mm512_min_ps(y, x);
+    const __m512 selected = kOp == RedOp::kMax ? _mm512_max_ps(y, x) : _mm512_min_ps(y, x);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), selected, y);
   }
 }
 

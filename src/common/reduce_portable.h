@@ -122,13 +122,14 @@ BRAID_INLINE T combine(T a, T b) {
     } else {
       return kOp == RedOp::kSum ? a + b : a * b;
     }
-  } else if constexpr (kOp == RedOp::kMax) {
-    // GCC emits SSE maxps/minps for these two forms (whose NaN and signed
-    // zero behaviour they share), so floats vectorize without -ffast-math.
-    return a < b ? b : a;
-  } else {
-    static_assert(kOp == RedOp::kMin);
-    return b < a ? b : a;
+  } else if constexpr (kOp == RedOp::kMax || kOp == RedOp::kMin) {
+    // A NaN on either side is kept, as torch.maximum keeps it: which side is
+    // which is the algorithm's choice, and a NaN kept on one side only would
+    // come and go with the host layout. Otherwise maxps/minps's selects (b
+    // where both are zeros), which GCC vectorizes without -ffast-math.
+    const bool takeB = kOp == RedOp::kMax ? a < b : b < a;
+    if constexpr (std::is_floating_point_v<T>) return takeB || b != b ? b : a;
+    return takeB ? b : a;
   }
 }
 

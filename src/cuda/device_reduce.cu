@@ -167,11 +167,12 @@ struct NativeCombine {
   HostNans nans;
 
   __device__ __forceinline__ T operator()(T a, T b) const {
-    if constexpr (kOp == RedOp::kMax) {
-      // Selects, not fmaxf/fminf, whose NaN and signed-zero rules differ.
-      return a < b ? b : a;
-    } else if constexpr (kOp == RedOp::kMin) {
-      return b < a ? b : a;
+    if constexpr (kOp == RedOp::kMax || kOp == RedOp::kMin) {
+      // Selects as the host's combine does (reduce_portable.h), NaN on
+      // either side kept: not fmaxf/fminf, which drop a NaN.
+      const bool takeB = kOp == RedOp::kMax ? a < b : b < a;
+      if constexpr (std::is_floating_point_v<T>) return takeB || b != b ? b : a;
+      return takeB ? b : a;
     } else if constexpr (std::is_integral_v<T>) {
       // Wraps: unsigned arithmetic of at least int width, as on the host.
       using Wide = std::common_type_t<std::make_unsigned_t<T>, unsigned>;
@@ -402,17 +403,18 @@ Status loadKernelsOf(DataType type, int& loaded) {
       loadCombineKernel<T>(typename Element::template Combine<RedOp::kMin>{}),
       loadTransformKernel<T>(typename Element::Divide{}),
   };
-  Status status = Status::ok();
+  cudaError_t firstError = cudaSuccess;
   for (const cudaError_t error : errors) {
     if (error == cudaSuccess) {
       ++loaded;
-    } else if (status.isOk()) {
+    } else if (firstError == cudaSuccess) {
+      firstError = error;
       (void)cudaGetLastError();  // not left for the next launch to report
-      status =
-          cudaFailure("loading the reduction kernels of " + std::string(dataTypeName(type)), error);
     }
   }
-  return status;
+  if (firstError == cudaSuccess) return Status::ok();
+  return cudaFailure("loading the reduction kernels of " + std::string(dataTypeName(type)),
+                     firstError);
 }
 
 }  // namespace

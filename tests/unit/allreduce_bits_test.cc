@@ -5,7 +5,9 @@
 // not, with and without the receive fusion the engine applies.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -59,6 +61,41 @@ TEST(AllReduce, EveryAlgorithmsRanksAgreeToTheBit) {
             }
   }
   EXPECT_GE(algorithms, 4u);  // ring, butterfly, halving, dbtree at least
+}
+
+// Max and min give every rank a NaN where any one rank had it, whichever
+// rank that is and wherever the algorithm puts its element.
+TEST(AllReduce, MaxAndMinKeepANaNThatOneRankHas) {
+  for (const algo::Algorithm& a : algo::allAlgorithms()) {
+    if (a.kind != CollectiveKind::kAllReduce) continue;
+    for (size_t count : {size_t{8}, size_t{37}})
+      for (int P : {2, 3, 5, 8})
+        for (int holder = 0; holder < P; ++holder)
+          for (RedOp op : {RedOp::kMax, RedOp::kMin}) {
+            std::vector<algo::Schedule> plans;
+            std::vector<sim::RankMemory> memory(P);
+            for (int r = 0; r < P; ++r) {
+              plans.push_back(a.plan(
+                  {CollectiveKind::kAllReduce, count, DataType::kFloat32, op, 0, r, P, false, 8}));
+              std::vector<float> values(count, static_cast<float>(r + 1));
+              if (r == holder) values.assign(count, std::numeric_limits<float>::quiet_NaN());
+              sim::RankMemory& m = memory[r];
+              m.send.resize(count * 4);
+              std::memcpy(m.send.data(), values.data(), count * 4);
+              m.recv.assign(count * 4, 0xEE);
+            }
+            ASSERT_EQ(sim::run(plans, memory, DataType::kFloat32, op), "") << a.name;
+            for (int r = 0; r < P; ++r) {
+              std::vector<float> got(count);
+              std::memcpy(got.data(), memory[r].recv.data(), count * 4);
+              for (size_t i = 0; i < count; ++i)
+                ASSERT_TRUE(std::isnan(got[i]))
+                    << a.name << ", P=" << P << ", count " << count << ", op "
+                    << static_cast<int>(op) << ", NaN on rank " << holder << ": rank " << r
+                    << " has " << got[i] << " at " << i;
+            }
+          }
+  }
 }
 
 }  // namespace

@@ -460,6 +460,45 @@ TEST(ReduceIsa, SelectedPathIsAvailableAndNamed) {
   std::cout << "reduce path: " << reduceIsaName(reduceIsaSelected()) << "\n";
 }
 
+// Max and min keep a NaN on whichever side it is, on every path and for
+// every floating type, as torch.maximum does: which operand is which is the
+// algorithm's choice (a ring combines incoming with local, a tree local with
+// incoming), and a NaN that only some orders kept would show on one host
+// layout and vanish on another.
+TEST(ReduceIsa, MaxAndMinKeepANaNOnEitherSide) {
+  using namespace reduce_internal;
+  constexpr size_t kCount = 40;  // whole vectors and a tail on every path
+  for (ReduceIsa isa : {ReduceIsa::kPortable, ReduceIsa::kAvx2, ReduceIsa::kAvx512}) {
+    if (!reduceIsaAvailable(isa)) continue;
+    for (DataType type :
+         {DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64})
+      for (RedOp op : {RedOp::kMax, RedOp::kMin}) {
+        SCOPED_TRACE(std::string(reduceIsaName(isa)) + " " + describe(type, op, kCount));
+        const size_t size = dataTypeSize(type);
+        // Elements alternate: NaN in a and one in b, then one in a and NaN in b.
+        Bytes a(kCount * size), b(kCount * size);
+        for (size_t i = 0; i < kCount; ++i) {
+          const uint64_t nan = type == DataType::kFloat16    ? 0x7E00
+                               : type == DataType::kBfloat16 ? 0x7FC0
+                               : type == DataType::kFloat32  ? 0x7FC00000
+                                                             : 0x7FF8000000000000;
+          const uint64_t one = type == DataType::kFloat16    ? 0x3C00
+                               : type == DataType::kBfloat16 ? 0x3F80
+                               : type == DataType::kFloat32  ? 0x3F800000
+                                                             : 0x3FF0000000000000;
+          std::memcpy(a.data() + i * size, i % 2 ? &one : &nan, size);
+          std::memcpy(b.data() + i * size, i % 2 ? &nan : &one, size);
+        }
+        Bytes out(kCount * size);
+        reduceElementsWithIsa(isa, out.data(), a.data(), b.data(), kCount, type, op);
+        for (size_t i = 0; i < kCount; ++i)
+          EXPECT_TRUE(isNanElement(type, out.data() + i * size))
+              << "element " << i << " (NaN in " << (i % 2 ? "b" : "a")
+              << "): " << hex(out.data() + i * size, size);
+      }
+  }
+}
+
 TEST(ReduceIsa, EveryPathMatchesPortableBitForBit) {
   using namespace reduce_internal;
   std::vector<ReduceIsa> paths;
