@@ -273,7 +273,9 @@ void destroyWhileAnotherThreadCalls(RankContext& ctx, bool abortFirst) {
   });
   ::usleep(300000);
   const auto start = std::chrono::steady_clock::now();
-  if (abortFirst) RANK_EXPECT_OK(braidCommAbort(ctx.comm));
+  if (abortFirst) {
+    RANK_EXPECT_OK(braidCommAbort(ctx.comm));
+  }
   RANK_EXPECT_OK(braidCommDestroy(ctx.comm));
   const double s = secondsSince(start);
   ctx.comm = nullptr;

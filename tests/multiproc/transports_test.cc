@@ -453,8 +453,8 @@ TEST(Resources, DestroyFreesTheCommunicatorOfAStreamStillHeld) {
           std::atomic<int> told{-1};
           RANK_EXPECT_OK(braidStreamAddCallback(
               stream,
-              [](braidStream_t, braidResult_t result, void* told) {
-                static_cast<std::atomic<int>*>(told)->store(result);
+              [](braidStream_t, braidResult_t result, void* resultOut) {
+                static_cast<std::atomic<int>*>(resultOut)->store(result);
               },
               &told));
           RANK_EXPECT_EQ(braidStreamSynchronize(stream), braidSuccess);

@@ -94,9 +94,10 @@ TEST(PerfData, NoBlockOfAReductionEqualsTheNext) {
             differing += type.isFloat ? x.real != y.real : x.integer != y.integer;
           }
           // Tiny blocks may match by chance; larger ones differ somewhere.
-          if (count >= 8)
+          if (count >= 8) {
             EXPECT_GE(differing, 1u)
                 << type.name << ", op " << op << ", " << nranks << " ranks, blocks of " << count;
+          }
         }
 }
 
