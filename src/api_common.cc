@@ -277,8 +277,15 @@ Status groupEnd() {
   }
   inOrder.clear();
   if (now.empty()) return Status::ok();
-  std::vector<std::pair<Communicator*, std::vector<Operation>>> batches(now.begin(), now.end());
-  BRAID_RETURN_IF_ERROR(Communicator::runTogether(batches));
+  if (now.size() == 1 && now.begin()->second.size() == 1) {
+    // A group of one call is that call, run as it would be alone (on the
+    // board, or timed by the tuner): a peer that made it outside a group,
+    // as NCCL allows, takes that path and would wait there for this rank.
+    BRAID_RETURN_IF_ERROR(now.begin()->first->run(now.begin()->second, 0));
+  } else {
+    std::vector<std::pair<Communicator*, std::vector<Operation>>> batches(now.begin(), now.end());
+    BRAID_RETURN_IF_ERROR(Communicator::runTogether(batches));
+  }
   for (StagedBuffers& s : staged) BRAID_RETURN_IF_ERROR(s.finish());
   return Status::ok();
 }

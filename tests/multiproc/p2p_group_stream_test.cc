@@ -243,6 +243,54 @@ TEST_P(PointToPointInPieces, RingInGroups) {
 }
 INSTANTIATE_TEST_SUITE_P(WorldSize, PointToPointInPieces, ::testing::Values(2, 3, 5), sizeName);
 
+// A group of one call is that call, whether or not the other ranks group
+// it (as NCCL's groups only batch): ranks alternate between the two, over
+// sizes that the one-host board serves and sizes it leaves to the
+// algorithms, and with algorithms measured (BRAID_TUNE=measure), where a
+// rank whose group skipped the trials reduced other blocks than its peers.
+void groupOfOneBody(RankContext& ctx) {
+  const int n = ctx.nranks, me = ctx.rank;
+  const bool grouped = me % 2 == 0;
+  auto call = [&](const std::string& what, auto&& submit) {
+    ctx.step(what + (grouped ? " in a group" : " alone"));
+    if (grouped) RANK_ASSERT_OK(braidGroupStart());
+    RANK_ASSERT_OK(submit()) << what;
+    if (grouped) RANK_ASSERT_OK(braidGroupEnd()) << what;
+  };
+  for (int round = 0; round < 12; ++round)
+    for (size_t count : {size_t{16}, size_t{4096}, size_t{262144}}) {
+      std::vector<int32_t> send(count), recv(count, -1);
+      for (size_t i = 0; i < count; ++i) send[i] = static_cast<int32_t>(me + 1 + i);
+      const std::string what = "AllReduce of " + std::to_string(count);
+      call(what, [&] {
+        return braidAllReduce(send.data(), recv.data(), count, braidInt32, braidSum, ctx.comm,
+                              nullptr);
+      });
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i)
+        wrong += recv[i] != static_cast<int32_t>(n * (n + 1) / 2 + n * i);
+      RANK_ASSERT_EQ(wrong, 0u) << what << ", round " << round;
+      std::vector<int32_t> root(count, me == 1 % n ? 7 : 0);
+      call("Broadcast of " + std::to_string(count), [&] {
+        return braidBroadcast(root.data(), root.data(), count, braidInt32, 1 % n, ctx.comm,
+                              nullptr);
+      });
+      RANK_ASSERT_TRUE(std::all_of(root.begin(), root.end(), [](int32_t v) { return v == 7; }));
+      call("Barrier", [&] { return braidBarrier(ctx.comm, nullptr); });
+    }
+}
+
+class GroupOfOne : public ::testing::TestWithParam<int> {};
+TEST_P(GroupOfOne, MeetsTheSameCallMadeAlone) {
+  runRanks(GetParam(), groupOfOneBody, kTimeout);
+}
+TEST_P(GroupOfOne, MeetsTheSameCallMadeAloneWhileAlgorithmsAreMeasured) {
+  RunOptions options;
+  options.env = {{"BRAID_TUNE", "measure"}};
+  runRanks(GetParam(), groupOfOneBody, kTimeout, options);
+}
+INSTANTIATE_TEST_SUITE_P(WorldSize, GroupOfOne, ::testing::Values(2, 3), sizeName);
+
 class Streams : public ::testing::TestWithParam<int> {};
 TEST_P(Streams, OrderedAndConcurrent) {
   runRanks(GetParam(), streamBody, kTimeout);
