@@ -379,6 +379,8 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
  * of the group that was refused (its own error, say braidInvalidArgument)
  * makes braidGroupEnd return that error and run none of the group's calls,
  * as NCCL does: the rest alone would post half of an exchange.
+ * A group of one call is that call: peers may make it inside a group or
+ * not. Collectives grouped with others must be grouped alike on every rank.
  * Errors: braidInvalidUsage (braidGroupEnd without braidGroupStart).
  * ------------------------------------------------------------------------- */
 
