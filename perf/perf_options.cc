@@ -1,10 +1,15 @@
 #include "perf_options.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cxxopts.hpp>
+#include <filesystem>
 #include <stdexcept>
 
 namespace braid::perf {
@@ -97,10 +102,27 @@ Options parseOptions(int argc, char** argv, const Collective& collective) {
   options.aggIters = args["agg_iters"].as<int>();
   options.checkIters = args["check"].as<int>();
   options.average = args["average"].as<int>();
-  options.blocking = args["blocking"].as<int>() != 0 ? 1 : 0;
-  options.showAlgorithm = args["algorithm"].as<int>() != 0;
-  options.localRegister = args["local_register"].as<int>() != 0;
+  // 0 or 1 each: nccl-tests' -z 2/3 and -R 2 (symmetric registration) are
+  // modes braid does not have, refused rather than run as 1 under their name.
+  auto zeroOrOne = [&](const char* name, const char* others) {
+    const int value = args[name].as<int>();
+    if (value != 0 && value != 1)
+      throw std::invalid_argument(std::string(name) + " is 0 or 1, not " + std::to_string(value) +
+                                  others);
+    return value == 1;
+  };
+  options.blocking = zeroOrOne("blocking", "") ? 1 : 0;
+  options.showAlgorithm = zeroOrOne("algorithm", "");
+  options.localRegister =
+      zeroOrOne("local_register", " (braid has no symmetric registration, nccl-tests' 2)");
   options.jsonPath = args["json"].as<std::string>();
+  if (!options.jsonPath.empty()) {
+    // Found out now, not when the sweep is done and its results have nowhere to go.
+    const std::filesystem::path parent = std::filesystem::absolute(options.jsonPath).parent_path();
+    if (::access(parent.c_str(), W_OK) != 0)
+      throw std::invalid_argument("json: cannot write in " + parent.string() + ": " +
+                                  std::strerror(errno));
+  }
   const std::string mem = args["mem"].as<std::string>();
   if (mem != "host" && mem != "cuda")
     throw std::invalid_argument("mem is host or cuda, not '" + mem + "'");

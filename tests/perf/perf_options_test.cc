@@ -53,5 +53,26 @@ TEST(PerfOptions, TimedCallsBeyondAnIntAreRefused) {
   EXPECT_NO_THROW(parse({"-n", "1000", "-m", "1000"}));
 }
 
+// nccl-tests' -z 2/3 and -R 2 (symmetric registration) name modes braid
+// does not have: refused, not run as -z 1 or -R 1 under the other name.
+TEST(PerfOptions, ModesOfNcclTestsBraidLacksAreRefused) {
+  for (std::vector<std::string> bad : {std::vector<std::string>{"-z", "2"},
+                                       {"-z", "3"},
+                                       {"-z", "-1"},
+                                       {"-R", "2"},
+                                       {"-R", "-1"},
+                                       {"-A", "2"}})
+    EXPECT_THROW(parse(bad), std::invalid_argument) << bad[0] << " " << bad[1];
+  EXPECT_EQ(parse({"-z", "0"}).blocking, 0);
+  EXPECT_TRUE(parse({"-R", "1"}).localRegister);
+}
+
+// A results file that cannot be written is refused before the sweep, not
+// found out after hours of it.
+TEST(PerfOptions, AJsonPathInADirectoryThatIsNotThereIsRefused) {
+  EXPECT_THROW(parse({"-J", "/nonexistent-directory/results.json"}), std::invalid_argument);
+  EXPECT_EQ(parse({"-J", "results.json"}).jsonPath, "results.json");
+}
+
 }  // namespace
 }  // namespace braid::perf
