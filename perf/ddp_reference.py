@@ -89,7 +89,11 @@ def worker(rank, args, port, queue):
         optimizer = torch.optim.Adam(model.parameters(), lr=base_lr)
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=base_lr, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
+    # Summed here and scaled by ranks / batch: DDP averages the ranks'
+    # gradients, so each step's is the sum over the global batch divided by
+    # it, as braid-train's, also where the batch does not divide evenly (a
+    # mean per rank would weigh a rank's samples by its share's size).
+    loss_fn = nn.CrossEntropyLoss(reduction="sum")
 
     batch = args.batch
     begin = batch * rank // args.ranks
@@ -107,10 +111,10 @@ def worker(rank, args, port, queue):
                 group["lr"] = rate
         taken += 1
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), yb)
-        loss.backward()
+        summed = loss_fn(model(xb), yb)
+        (summed * (args.ranks / batch)).backward()
         optimizer.step()
-        return loss
+        return summed / len(yb)
 
     epochs = []
     for epoch in range(args.epochs):
