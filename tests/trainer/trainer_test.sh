@@ -183,6 +183,12 @@ bad-data)
   echo "== not IDX"
   echo "hello" | gzip >"$work/data/train-images-idx3-ubyte.gz"
   expect_data_error train-images-idx3-ubyte.gz
+  echo "== a header that claims more than any memory holds (2^31 images of 1024x1024)"
+  { printf '\000\000\010\003\200\000\000\000\000\000\004\000\000\000\004\000'
+    cat "$work/raw"; } | gzip >"$work/data/train-images-idx3-ubyte.gz"
+  printf '\000\000\010\001\200\000\000\000' | gzip >"$work/data/train-labels-idx1-ubyte.gz"
+  expect_data_error train-images-idx3-ubyte.gz
+  grep -q truncated "$work/out.txt" || fail "the message does not say the file is truncated"
   ;;
 
 bad-flags)

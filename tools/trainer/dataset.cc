@@ -46,8 +46,9 @@ class IdxReader {
   IdxReader& operator=(const IdxReader&) = delete;
   ~IdxReader() { gzclose(file_); }
 
-  // Reads exactly `size` bytes; `what` names them in the error.
-  void read(void* out, size_t size, const char* what) {
+  // Reads exactly `size` bytes; `what` names them in the error, which
+  // counts `before` bytes of them read already.
+  void read(void* out, size_t size, const char* what, size_t before = 0, size_t whole = 0) {
     auto* dst = static_cast<unsigned char*>(out);
     size_t done = 0;
     while (done < size) {
@@ -56,9 +57,9 @@ class IdxReader {
       if (n < 0) corrupt();
       if (n == 0) {
         checkStream();
-        throw DataError(path_ + ": truncated: the file ends " + std::to_string(done) +
-                        " bytes into " + what + " (" + std::to_string(size) + " bytes expected); " +
-                        kReinstallHint);
+        throw DataError(path_ + ": truncated: the file ends " + std::to_string(before + done) +
+                        " bytes into " + what + " (" + std::to_string(whole != 0 ? whole : size) +
+                        " bytes expected); " + kReinstallHint);
       }
       done += static_cast<size_t>(n);
     }
@@ -80,6 +81,19 @@ class IdxReader {
       throw DataError(path_ + ": more data than its header announces; " +
                       std::string(kReinstallHint));
     checkStream();
+  }
+
+  // Reads `size` bytes into `out`, which grows as they arrive (in pieces
+  // that double): a header that claims more than the file holds fails as
+  // truncated, having taken memory for what the file had, not for the claim.
+  void readGrowing(std::vector<uint8_t>& out, size_t size, const char* what) {
+    out.clear();
+    while (out.size() < size) {
+      const size_t done = out.size();
+      const size_t piece = std::min(size - done, std::max<size_t>(size_t{64} << 20, done));
+      out.resize(done + piece);
+      read(out.data() + done, piece, what, done, size);
+    }
   }
 
   const std::string& path() const { return path_; }
@@ -142,10 +156,8 @@ LabeledImages loadIdx(const std::string& imagesPath, const std::string& labelsPa
                     " images: the two files do not belong together; " + kReinstallHint);
 
   data.count = limit != 0 && limit < count ? limit : count;
-  data.pixels.resize(data.count * data.features());
-  images.read(data.pixels.data(), data.pixels.size(), "the pixels");
-  data.labels.resize(data.count);
-  labels.read(data.labels.data(), data.labels.size(), "the labels");
+  images.readGrowing(data.pixels, data.count * data.features(), "the pixels");
+  labels.readGrowing(data.labels, data.count, "the labels");
   for (size_t i = 0; i < data.count; ++i)
     if (data.labels[i] >= kClasses)
       throw DataError(labelsPath + ": label " + std::to_string(data.labels[i]) + " of sample " +
