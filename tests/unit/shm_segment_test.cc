@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -46,6 +48,68 @@ TEST(ShmSegment, MovedOverALiveOneReleasesItOnceAndTakesTheOther) {
   EXPECT_EQ(first->base(), nullptr);
   third.unlink();
   EXPECT_FALSE(nameExists(secondName));
+}
+
+// The name of a segment made by a child that then dies without unlinking
+// it, as a rank killed during init (its destructors never run).
+std::string segmentOfADeadCreator() {
+  int names[2];
+  if (pipe(names) != 0) return "";
+  const pid_t child = fork();
+  if (child == 0) {
+    auto segment = Segment::create(4096);
+    const std::string name = segment.isOk() ? segment->name() : "";
+    (void)!write(names[1], name.data(), name.size());
+    _exit(0);
+  }
+  close(names[1]);
+  char text[64] = {};
+  const ssize_t got = read(names[0], text, sizeof(text) - 1);
+  close(names[0]);
+  waitpid(child, nullptr, 0);
+  return got > 0 ? std::string(text, static_cast<size_t>(got)) : "";
+}
+
+// Sets the segment's modification time an hour back.
+void age(const std::string& name) {
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0) << name;
+  timespec times[2];
+  clock_gettime(CLOCK_REALTIME, &times[0]);
+  times[0].tv_sec -= 3600;
+  times[1] = times[0];
+  EXPECT_EQ(futimens(fd, times), 0);
+  close(fd);
+}
+
+// What a rank killed during init left in /dev/shm is removed by the next
+// process that makes a segment: no live creator holds its lock.
+TEST(ShmSegment, AnOldSegmentOfADeadCreatorIsRemoved) {
+  const std::string name = segmentOfADeadCreator();
+  ASSERT_FALSE(name.empty());
+  ASSERT_TRUE(nameExists(name));
+  age(name);
+  EXPECT_GE(Segment::removeStale(), 1);
+  EXPECT_FALSE(nameExists(name));
+}
+
+// A live creator's segment stays, however old: its peer may map it yet.
+TEST(ShmSegment, ALiveCreatorsSegmentIsKept) {
+  auto segment = Segment::create(4096);
+  ASSERT_TRUE(segment.isOk()) << segment.status().message();
+  age(segment->name());
+  Segment::removeStale();
+  EXPECT_TRUE(nameExists(segment->name()));
+}
+
+// One made moments ago is kept even unlocked: its creator may not have
+// taken the lock yet.
+TEST(ShmSegment, AYoungSegmentIsKept) {
+  const std::string name = segmentOfADeadCreator();
+  ASSERT_FALSE(name.empty());
+  Segment::removeStale();
+  EXPECT_TRUE(nameExists(name));
+  shm_unlink(name.c_str());
 }
 
 }  // namespace

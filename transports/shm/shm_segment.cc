@@ -1,6 +1,8 @@
 #include "transports/shm/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -8,6 +10,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
+#include <mutex>
+#include <utility>
 
 #include "src/common/secret.h"
 #include "src/common/strcat.h"
@@ -25,6 +30,7 @@ class ScopedFd {
   ScopedFd(const ScopedFd&) = delete;
   ScopedFd& operator=(const ScopedFd&) = delete;
   int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_;
@@ -42,7 +48,8 @@ Segment::Segment(Segment&& other) noexcept
     : base_(std::exchange(other.base_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
       name_(std::move(other.name_)),
-      linked_(std::exchange(other.linked_, false)) {}
+      linked_(std::exchange(other.linked_, false)),
+      lockFd_(std::exchange(other.lockFd_, -1)) {}
 
 Segment& Segment::operator=(Segment&& other) noexcept {
   if (this != &other) {
@@ -51,6 +58,7 @@ Segment& Segment::operator=(Segment&& other) noexcept {
     bytes_ = std::exchange(other.bytes_, 0);
     name_ = std::move(other.name_);
     linked_ = std::exchange(other.linked_, false);
+    lockFd_ = std::exchange(other.lockFd_, -1);
   }
   return *this;
 }
@@ -69,9 +77,33 @@ void Segment::release() {
 void Segment::unlink() {
   if (linked_) ::shm_unlink(name_.c_str());
   linked_ = false;
+  if (lockFd_ >= 0) ::close(lockFd_);  // after the unlink: never an unlocked name of ours
+  lockFd_ = -1;
+}
+
+int Segment::removeStale() {
+  constexpr time_t kYoungSeconds = 60;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = std::string("/") + entry->d_name;
+    if (!name.starts_with("/braid-")) continue;
+    ScopedFd fd(::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0));
+    struct stat st {};
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || st.st_uid != ::geteuid()) continue;
+    if (::time(nullptr) - st.st_mtime < kYoungSeconds) continue;
+    // Locked by a live creator, or the lock is ours to hold while unlinking.
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    if (::shm_unlink(name.c_str()) == 0) ++removed;
+  }
+  ::closedir(dir);
+  return removed;
 }
 
 Result<Segment> Segment::create(size_t bytes) {
+  static std::once_flag swept;
+  std::call_once(swept, [] { (void)removeStale(); });
   uint8_t random[8];
   BRAID_RETURN_IF_ERROR(randomBytes(random));
   std::string name = "/braid-" + std::to_string(::getpid()) + "-";
@@ -81,6 +113,10 @@ Result<Segment> Segment::create(size_t bytes) {
   Segment segment;
   segment.name_ = name;
   segment.linked_ = true;
+  // Shared, so that a fork of this process (which shares the lock) keeps it
+  // too; removeStale's exclusive lock fails while any holds it.
+  if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0)
+    segment.lockFd_ = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0);
   // posix_fallocate reserves the pages now; ftruncate alone would succeed
   // and the first write past the free space would kill the process.
   if (int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes)); err != 0) {

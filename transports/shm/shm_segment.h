@@ -2,6 +2,9 @@
 // host. The creator makes it with a random name and hands the name to its
 // peer over an authenticated socket; once the peer has mapped it, both
 // unlink it, so that nothing is left behind even if a rank is killed later.
+// Until then the creator holds a lock on it (flock): one that nobody holds
+// is a killed creator's, and the next process that makes a segment removes
+// it (removeStale), so that killed runs do not fill /dev/shm.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +32,11 @@ class Segment {
   // Bytes free in /dev/shm for this process now.
   static Result<size_t> freeBytes();
 
+  // Removes this user's segments whose creator is gone (no lock held) and
+  // that are older than a minute (a younger one's creator may not have
+  // locked it yet); returns how many. create() runs it once a process.
+  static int removeStale();
+
   // Removes the name; the mapping stays valid. Idempotent.
   void unlink();
 
@@ -44,6 +52,7 @@ class Segment {
   size_t bytes_ = 0;
   std::string name_;
   bool linked_ = false;
+  int lockFd_ = -1;  // the creator's, holding the lock while the name is linked
 };
 
 }  // namespace braid::shm
