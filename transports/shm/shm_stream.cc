@@ -1,5 +1,6 @@
 #include "transports/shm/shm_stream.h"
 
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -7,11 +8,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <new>
 #include <optional>
 
+#include "src/common/log.h"
 #include "src/common/secret.h"
 #include "src/common/strcat.h"
 #include "transports/tcp/socket.h"
@@ -116,6 +119,7 @@ void ShmStream::initialize(Segment& segment, size_t ringBytes) {
     control->consumerSleeping.store(0);
     control->producerSleeping.store(0);
     control->closed.store(0);
+    control->writingIntoConsumer.store(0);
   }
   (void)ringBytes;
 }
@@ -274,6 +278,15 @@ Status ShmStream::readPeer(void* into, uint64_t address, uint64_t key, size_t by
 
 Status ShmStream::writePeer(uint64_t address, uint64_t key, const void* from, size_t bytes) {
   if (peerPid_ <= 0) return notSupported("this stream cannot write the peer's memory");
+  // Announced, then the peer's close checked, both sequentially consistent
+  // as the peer's close and its read of this flag are (close()): either
+  // this write sees the close and writes nothing, or the close waits for it.
+  out_.control->writingIntoConsumer.store(1, std::memory_order_seq_cst);
+  struct Lowered {
+    RingControl* control;
+    ~Lowered() { control->writingIntoConsumer.store(0, std::memory_order_release); }
+  } lowered{out_.control};
+  if (in_.control->closed.load(std::memory_order_seq_cst) != 0) return closedByPeer();
   if (isSharedKey(key)) {
     BRAID_ASSIGN_OR_RETURN(std::byte * to, peerAllocations_.findWritable(address, key, bytes));
     std::memcpy(to, from, bytes);
@@ -294,6 +307,24 @@ void ShmStream::close() {
   out_.control->closed.store(1, std::memory_order_seq_cst);
   // Wakes a sleeping peer for certain, sleeping flag or not.
   ::shutdown(doorbell_.get(), SHUT_RDWR);
+  // A write into this process that the peer began before it could see the
+  // close ends before the caller, told the connection failed, takes its
+  // receive buffers back: one copy of at most a message, or the peer is
+  // gone. A peer stopped in the middle of one (SIGSTOP) is not waited for
+  // past the grace.
+  constexpr auto kGrace = std::chrono::seconds(2);
+  const auto start = std::chrono::steady_clock::now();
+  while (in_.control->writingIntoConsumer.load(std::memory_order_seq_cst) != 0) {
+    if (peerPid_ > 0 && ::kill(peerPid_, 0) != 0 && errno == ESRCH) return;
+    if (std::chrono::steady_clock::now() - start > kGrace) {
+      BRAID_WARN("rank ", peer_, " is still writing into this rank's memory ",
+                 std::chrono::duration_cast<std::chrono::seconds>(kGrace).count(),
+                 " s after the connection closed; a receive buffer of the failed call may "
+                 "still change");
+      return;
+    }
+    ::usleep(20);
+  }
 }
 
 Result<ReadPeerVerdict> negotiateReadPeer(int fd, bool willing, Deadline deadline) {

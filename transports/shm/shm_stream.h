@@ -39,6 +39,10 @@ struct alignas(64) RingControl {
   alignas(64) std::atomic<uint32_t> consumerSleeping;
   alignas(64) std::atomic<uint32_t> producerSleeping;
   alignas(64) std::atomic<uint32_t> closed;  // the producer wrote its last byte
+  // The producer is writing into the consumer's memory (writePeer): raised
+  // before it reads whether the consumer closed, lowered after the write.
+  // The consumer's close() waits for it to fall.
+  alignas(64) std::atomic<uint32_t> writingIntoConsumer;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "rings shared between processes need lock-free atomics");
