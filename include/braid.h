@@ -379,8 +379,9 @@ braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, 
  * of the group that was refused (its own error, say braidInvalidArgument)
  * makes braidGroupEnd return that error and run none of the group's calls,
  * as NCCL does: the rest alone would post half of an exchange.
- * A group of one call is that call: peers may make it inside a group or
- * not. Collectives grouped with others must be grouped alike on every rank.
+ * A group's one collective (beside any Send and Recv) runs as it would
+ * alone, first: peers may make it in a group or not. Several collectives in
+ * a group must be grouped alike on every rank.
  * Errors: braidInvalidUsage (braidGroupEnd without braidGroupStart).
  * ------------------------------------------------------------------------- */
 

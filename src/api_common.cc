@@ -277,12 +277,28 @@ Status groupEnd() {
   }
   inOrder.clear();
   if (now.empty()) return Status::ok();
-  if (now.size() == 1 && now.begin()->second.size() == 1) {
-    // A group of one call is that call, run as it would be alone (on the
-    // board, or timed by the tuner): a peer that made it outside a group,
-    // as NCCL allows, takes that path and would wait there for this rank.
-    BRAID_RETURN_IF_ERROR(now.begin()->first->run(now.begin()->second, 0));
-  } else {
+  // A group's one collective (beside any Send and Recv) runs first, as it
+  // would alone (on the board, or timed by the tuner): a peer that made it
+  // outside a group, as NCCL allows, or in a group with no Send or Recv,
+  // takes that path and would wait there for this rank. Every rank's
+  // collective comes before its point-to-point calls, so neither waits on
+  // the other. Several collectives run together, as the group asked.
+  size_t collectives = 0;
+  for (const auto& [comm, batch] : now)
+    for (const Operation& op : batch)
+      collectives += op.args.kind != algo::CollectiveKind::kSendRecv;
+  if (collectives == 1) {
+    for (auto& [comm, batch] : now) {
+      auto alone = std::find_if(batch.begin(), batch.end(), [](const Operation& op) {
+        return op.args.kind != algo::CollectiveKind::kSendRecv;
+      });
+      if (alone == batch.end()) continue;
+      BRAID_RETURN_IF_ERROR(comm->run({&*alone, 1}, 0));
+      batch.erase(alone);
+    }
+    std::erase_if(now, [](const auto& entry) { return entry.second.empty(); });
+  }
+  if (!now.empty()) {
     std::vector<std::pair<Communicator*, std::vector<Operation>>> batches(now.begin(), now.end());
     BRAID_RETURN_IF_ERROR(Communicator::runTogether(batches));
   }

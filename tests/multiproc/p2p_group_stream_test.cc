@@ -280,7 +280,38 @@ void groupOfOneBody(RankContext& ctx) {
     }
 }
 
+// One collective grouped with point-to-point calls on some ranks and
+// alone on others (a rank with nothing to send): the collective meets
+// itself, and the point-to-point calls complete.
+void collectiveWithPointToPointBody(RankContext& ctx) {
+  const int n = ctx.nranks, me = ctx.rank;
+  const bool pairs = n >= 2 && me < 2;  // ranks 0 and 1 also exchange
+  for (size_t count : {size_t{16}, size_t{262144}}) {
+    std::vector<int32_t> send(count), recv(count, -1), mine(count, me), theirs(count, -1);
+    for (size_t i = 0; i < count; ++i) send[i] = static_cast<int32_t>(me + 1 + i);
+    ctx.step("AllReduce of " + std::to_string(count) + (pairs ? " with a Send and a Recv" : ""));
+    RANK_ASSERT_OK(braidGroupStart());
+    RANK_ASSERT_OK(
+        braidAllReduce(send.data(), recv.data(), count, braidInt32, braidSum, ctx.comm, nullptr));
+    if (pairs) {
+      RANK_ASSERT_OK(braidSend(mine.data(), count, braidInt32, 1 - me, ctx.comm, nullptr));
+      RANK_ASSERT_OK(braidRecv(theirs.data(), count, braidInt32, 1 - me, ctx.comm, nullptr));
+    }
+    RANK_ASSERT_OK(braidGroupEnd());
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i)
+      wrong += recv[i] != static_cast<int32_t>(n * (n + 1) / 2 + n * i);
+    RANK_ASSERT_EQ(wrong, 0u) << "AllReduce of " << count;
+    if (pairs)
+      RANK_ASSERT_TRUE(std::all_of(theirs.begin(), theirs.end(),
+                                   [&](int32_t v) { return v == 1 - me; }));
+  }
+}
+
 class GroupOfOne : public ::testing::TestWithParam<int> {};
+TEST_P(GroupOfOne, MeetsTheSameCollectiveGroupedWithPointToPoint) {
+  runRanks(GetParam(), collectiveWithPointToPointBody, kTimeout);
+}
 TEST_P(GroupOfOne, MeetsTheSameCallMadeAlone) {
   runRanks(GetParam(), groupOfOneBody, kTimeout);
 }
