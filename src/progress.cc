@@ -148,6 +148,8 @@ Status runJobs(std::span<Job> jobs) {
       if (job.aborted && job.aborted->load(std::memory_order_relaxed))
         r->failWith(invalidUsage(strCat(job.callName, ": communicator aborted")));
       moved |= r->advance();
+      // Ended on a local step: the reap below passes it by.
+      if (r->finished()) r->checkUnclaimed();
     }
     connections.clear();
     for (auto& r : runners)

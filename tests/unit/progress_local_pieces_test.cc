@@ -7,6 +7,8 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "algorithms/schedule.h"
@@ -50,10 +52,11 @@ class WatchingConnection final : public Connection {
   int peer() const override { return 1; }
   Status peerFailure() const override { return Status::ok(); }
   bool ended() const override { return false; }
-  std::optional<Tag> unclaimed(uint8_t, uint64_t) override { return std::nullopt; }
-  bool mayHaveUnclaimed() const override { return false; }
+  std::optional<Tag> unclaimed(uint8_t, uint64_t) override { return stray; }
+  bool mayHaveUnclaimed() const override { return stray.has_value(); }
 
   std::vector<size_t> seen;  // bytes of the local step's output done, per progress()
+  std::optional<Tag> stray;  // a message of the peer's that no receive took
 
  private:
   static RequestPtr done() {
@@ -130,6 +133,35 @@ TEST(LocalSteps, ALargeReductionRunsInPiecesToTheSameResult) {
   const auto partial = std::count_if(run.seen.begin(), run.seen.end(),
                                      [&](size_t there) { return there > 0 && there < bytes; });
   EXPECT_GE(partial, 4);
+}
+
+// A call whose steps are all local (or whose last one is) ends inside
+// the engine's first pass; a message the peer sent it that no receive took
+// still shows the two ranks made different calls.
+TEST(LocalSteps, ACallThatEndsOnALocalStepStillFindsAStrayMessage) {
+  std::vector<uint8_t> send(64, 3), recv(64, 0);
+  algo::Schedule schedule;
+  schedule.copy({algo::BufferId::kRecv, 0, 64}, {algo::BufferId::kSend, 0, 64});
+  transport::LoopbackConnection self(0);
+  WatchingConnection peer(recv.data(), recv.data(), 0);
+  peer.stray = Tag{5, 0x77};
+  std::vector<Connection*> connections = {&self, &peer};
+  Job job;
+  job.schedule = &schedule;
+  job.send = send.data();
+  job.recv = recv.data();
+  job.nranks = 2;
+  job.rank = 0;
+  job.dtype = DataType::kUint8;
+  job.op = RedOp::kSum;
+  job.connections = connections;
+  job.tagFor = [](bool, int, uint32_t k) { return Tag{k, 1}; };
+  job.tagsBelow = 1 << 20;
+  job.callName = "local call";
+  job.timeoutSeconds = 5;
+  const Status s = runJobs({&job, 1});
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidUsage) << s.message();
+  EXPECT_NE(s.message().find("mismatched calls"), std::string::npos) << s.message();
 }
 
 TEST(LocalSteps, ASmallCopyRunsWhole) {
