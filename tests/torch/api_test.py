@@ -7,6 +7,8 @@ then(), many calls in flight at once, and the process group's name.
 --case errors: what a user sees when a call is refused (a dtype or op braid
 lacks, recv from any source) and when braid itself fails (ranks calling
 different counts): a RuntimeError that carries braid's message.
+--case teardown: a group destroyed right after a wait(), while the work's
+future callback still runs, is no abort: the peers' call completes.
 
     python3 tests/torch/api_test.py --ranks 2 --init file --case work
 """
@@ -140,9 +142,22 @@ def errors_case(rank, world, args):
     expect_error(lambda: dist.recv(torch.zeros(3)), "recvAnysource")
     expect_error(lambda: dist.broadcast(torch.ones(3), src=world + 5), "braid", "root")
 
+    # Even splits cut whole rows of the first dimension, as gloo's: 2 rows
+    # per rank and one more divide as elements, not as rows.
+    rows = torch.arange(float(2 * world + 1) * world).reshape(2 * world + 1, world)
+    expect_error(lambda: dist.all_to_all_single(torch.empty_like(rows), rows), "braid",
+                 "first dimension")
+
     # Refused calls leave the process group usable.
     x = torch.ones(8)
     dist.all_reduce(x)
+    assert torch.all(x == world)
+
+    # A timeout longer than braid's longest (1e7 s) is that longest, as an
+    # "effectively infinite" timeout; it made the group's creation fail.
+    patient = dist.new_group(backend="braid", timeout=datetime.timedelta(days=200))
+    x = torch.ones(4)
+    dist.all_reduce(x, group=patient)
     assert torch.all(x == world)
 
     # A failure inside braid: the ranks disagree on the count.
@@ -160,12 +175,31 @@ def errors_case(rank, world, args):
     dist.destroy_process_group()
 
 
+def teardown_case(rank, world, args):
+    init(rank, world, args)
+    # Rank 0's part of a broadcast is done, and wait() returned, while the
+    # future's callback still runs on braid's stream; the other ranks are
+    # still in the call (the last joins late). Destroying the group then is
+    # no abort, which would fail their call.
+    t = torch.arange(float(1 << 21)) if rank == 0 else torch.zeros(1 << 21)
+    if rank == world - 1:
+        time.sleep(0.5)
+    work = dist.broadcast(t, 0, async_op=True)
+    if rank == 0:
+        work.get_future().then(lambda _: time.sleep(1.0))
+    work.wait()
+    assert torch.equal(t, torch.arange(float(1 << 21))), "broadcast data"
+    dist.destroy_process_group()
+    print(f"rank {rank}: destroyed after a finished work, its callback running", flush=True)
+
+
 def body(rank, world, args):
-    {"work": work_case, "errors": errors_case}[args.case](rank, world, args)
+    {"work": work_case, "errors": errors_case, "teardown": teardown_case}[args.case](rank, world,
+                                                                                    args)
 
 
 def extra(parser):
-    parser.add_argument("--case", choices=["work", "errors"], default="work")
+    parser.add_argument("--case", choices=["work", "errors", "teardown"], default="work")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -31,6 +32,8 @@ namespace braid_torch {
 namespace {
 
 constexpr const char* kBackendName = "braid";
+// braidCommSetTimeout's largest, in seconds.
+constexpr double kLongestTimeout = 1e7;
 
 // braidStore_t over a c10d::Store. Store failures are exceptions; they
 // become error codes here, and their text is kept for the init error.
@@ -91,8 +94,11 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
                        r, message.c_str());
     }
     try {
+      // Longer than braid's longest is that longest: an "effectively
+      // infinite" timedelta(days=200) is not a mistake to refuse.
       if (timeout.count() > 0)
-        check(braidCommSetTimeout(comm_, timeout.count()), "setting the timeout");
+        check(braidCommSetTimeout(comm_, std::min<double>(timeout.count(), kLongestTimeout)),
+              "setting the timeout");
       // Collectives keep the order of the calls on one stream; send and
       // recv get their own, so a pending recv does not hold up collectives.
       // Every rank creates them in this order, as braid requires.
@@ -290,6 +296,12 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
         fail("alltoall_base: even splits need input and output of equal size divisible by " +
              std::string("the world size (") + std::to_string(n) + "), got " +
              std::to_string(in.numel()) + " and " + std::to_string(out.numel()) + " elements");
+      // Whole rows, as gloo's: elements alone would cut a row in two.
+      for (const at::Tensor* t : {&in, &out})
+        if (t->dim() == 0 || t->size(0) % n != 0)
+          fail("alltoall_base: even splits cut the first dimension into the world size (" +
+               std::to_string(n) + ") parts, and it has " +
+               std::to_string(t->dim() == 0 ? 0 : t->size(0)) + " rows");
       return submit(work, collectives_, "alltoall_base", [&](braidStream_t s) {
         return braidAllToAll(in.data_ptr(), out.data_ptr(), bytesOf(in) / n, braidUint8, comm_, s);
       });
@@ -394,7 +406,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   c10::intrusive_ptr<BraidWork> newWork(c10d::OpType type, const char* title,
                                         std::vector<at::Tensor> outputs) {
     if (!comm_) fail("the process group was shut down");
-    return c10::make_intrusive<BraidWork>(getRank(), type, title, std::move(outputs));
+    return c10::make_intrusive<BraidWork>(getRank(), type, title, std::move(outputs), unfinished_);
   }
 
   // Queues the calls, then the callback that completes `work`.
@@ -521,11 +533,11 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   void teardown() {
     // Calls still queued when the group goes (an irecv nobody matches)
     // would hold the destroy up to BRAID_TIMEOUT: as NCCL's destructor
-    // aborts its communicators, they fail at once instead.
-    bool pending = false;
-    for (braidStream_t s : {collectives_, p2p_})
-      pending = pending || (s != nullptr && braidStreamQuery(s) == braidInProgress);
-    if (pending && comm_) braidCommAbort(comm_);
+    // aborts its communicators, they fail at once instead. Pending means a
+    // work not finished: the streams are also busy while a finished work's
+    // callback ends (its future's callbacks), right after a wait(), and an
+    // abort then would fail the peers' last call.
+    if (*unfinished_ > 0 && comm_) braidCommAbort(comm_);
     // Destroying a stream waits for its calls and callbacks.
     if (collectives_) braidStreamDestroy(collectives_);
     if (p2p_) braidStreamDestroy(p2p_);
@@ -535,6 +547,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   }
 
   braidComm_t comm_ = nullptr;
+  std::shared_ptr<std::atomic<int>> unfinished_ = std::make_shared<std::atomic<int>>(0);
   braidStream_t collectives_ = nullptr;
   braidStream_t p2p_ = nullptr;
   bool coalescing_ = false;

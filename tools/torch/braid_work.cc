@@ -13,13 +13,13 @@
 namespace braid_torch {
 
 BraidWork::BraidWork(int rank, c10d::OpType type, const char* title,
-                     std::vector<at::Tensor> outputs)
+                     std::vector<at::Tensor> outputs, std::shared_ptr<std::atomic<int>> unfinished)
     : Work(rank, type, title),
       name_(title + std::strlen("braid:")),
       outputs_(std::move(outputs)),
       future_(
-          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
-}
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      unfinished_(std::move(unfinished)) {}
 
 bool BraidWork::wait(std::chrono::milliseconds timeout) {
   bool done = Work::wait(timeout);  // throws the work's error
@@ -89,6 +89,9 @@ void BraidWork::complete(braidResult_t status, const char* message) {
   }
   finishers_.clear();
   held_.clear();
+  // Before wait() can return: a group destroyed right after it must not
+  // count this work as pending while its callback is still on the stream.
+  unfinished_.release();
   finish(error);
   if (error)
     future_->setError(error);

@@ -4,14 +4,36 @@
 
 #include <braid.h>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
 namespace braid_torch {
+
+// Counts a process group's works not yet finished (the calls may be done,
+// but the work has not said so): one, from construction until the work
+// finishes or, never submitted, is destroyed.
+class UnfinishedMark {
+ public:
+  explicit UnfinishedMark(std::shared_ptr<std::atomic<int>> count) : count_(std::move(count)) {
+    if (count_) ++*count_;
+  }
+  UnfinishedMark(const UnfinishedMark&) = delete;
+  UnfinishedMark& operator=(const UnfinishedMark&) = delete;
+  ~UnfinishedMark() { release(); }
+  void release() {
+    if (count_) --*count_;
+    count_.reset();
+  }
+
+ private:
+  std::shared_ptr<std::atomic<int>> count_;
+};
 
 // A Work that a stream callback completes. It holds every tensor the queued
 // calls touch until then, and runs `finishers` (copies out of staging
@@ -19,7 +41,9 @@ namespace braid_torch {
 class BraidWork : public c10d::Work {
  public:
   // `title` is "braid:<name>", as profiles show it.
-  BraidWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs);
+  // `unfinished` counts it until it finishes (UnfinishedMark).
+  BraidWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+            std::shared_ptr<std::atomic<int>> unfinished);
 
   std::vector<at::Tensor> result() override { return outputs_; }
 
@@ -62,6 +86,7 @@ class BraidWork : public c10d::Work {
   std::exception_ptr startError_;  // a starter's, reported at completion
   std::vector<std::function<void()>> finishers_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  UnfinishedMark unfinished_;
 };
 
 }  // namespace braid_torch
