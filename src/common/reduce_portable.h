@@ -127,9 +127,9 @@ BRAID_INLINE T combine(T a, T b) {
     // which is the algorithm's choice, and a NaN kept on one side only would
     // come and go with the host layout. Otherwise maxps/minps's selects (b
     // where both are zeros), which GCC vectorizes without -ffast-math.
-    const bool takeB = kOp == RedOp::kMax ? a < b : b < a;
-    if constexpr (std::is_floating_point_v<T>) return takeB || b != b ? b : a;
-    return takeB ? b : a;
+    const T selected = (kOp == RedOp::kMax ? a < b : b < a) ? b : a;
+    if constexpr (std::is_floating_point_v<T>) return b != b ? b : selected;
+    return selected;
   }
 }
 

@@ -170,9 +170,9 @@ struct NativeCombine {
     if constexpr (kOp == RedOp::kMax || kOp == RedOp::kMin) {
       // Selects as the host's combine does (reduce_portable.h), NaN on
       // either side kept: not fmaxf/fminf, which drop a NaN.
-      const bool takeB = kOp == RedOp::kMax ? a < b : b < a;
-      if constexpr (std::is_floating_point_v<T>) return takeB || b != b ? b : a;
-      return takeB ? b : a;
+      const T selected = (kOp == RedOp::kMax ? a < b : b < a) ? b : a;
+      if constexpr (std::is_floating_point_v<T>) return b != b ? b : selected;
+      return selected;
     } else if constexpr (std::is_integral_v<T>) {
       // Wraps: unsigned arithmetic of at least int width, as on the host.
       using Wide = std::common_type_t<std::make_unsigned_t<T>, unsigned>;
