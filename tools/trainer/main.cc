@@ -421,9 +421,12 @@ class Trainer {
       return "its parameter or optimizer state sizes do not match this run";
     const RunSettings mine = runSettings(config_, data_.train.count);
     std::string changed;
-    for (const auto& [name, value] : mine) {
+    for (const auto& setting : mine) {
+      // Not a structured binding: clang before 16 cannot capture one.
+      const std::string& name = setting.first;
+      const std::string& value = setting.second;
       auto saved = std::find_if(c.settings.begin(), c.settings.end(),
-                                [&](const auto& setting) { return setting.first == name; });
+                                [&](const auto& other) { return other.first == name; });
       if (saved != c.settings.end() && saved->second == value) continue;
       changed += (changed.empty() ? "" : ", ") + name + " " + value + " (the checkpoint's: " +
                  (saved == c.settings.end() ? std::string("none") : name + " " + saved->second) +
