@@ -76,6 +76,24 @@ struct LocalStepRun {
   Status status;
 };
 
+// Rank 0's job of two ranks, bytes summed as uint8, 5 s to run.
+Job rankZeroOfTwo(const algo::Schedule& schedule, uint8_t* send, uint8_t* recv,
+                  const std::vector<Connection*>& connections, const char* callName) {
+  Job job;
+  job.schedule = &schedule;
+  job.send = send;
+  job.recv = recv;
+  job.nranks = 2;
+  job.rank = 0;
+  job.dtype = DataType::kUint8;
+  job.op = RedOp::kSum;
+  job.connections = connections;
+  job.tagFor = [](bool, int, uint32_t k) { return Tag{k, 1}; };
+  job.callName = callName;
+  job.timeoutSeconds = 5;
+  return job;
+}
+
 // Rank 0 of 2 receives 64 bytes from rank 1 and, independently, copies or
 // reduces `bytes` locally.
 LocalStepRun runLocalStep(algo::StepKind kind, size_t bytes) {
@@ -98,18 +116,7 @@ LocalStepRun runLocalStep(algo::StepKind kind, size_t bytes) {
   transport::LoopbackConnection self(0);
   WatchingConnection peer(run.recv.data(), run.expected.data(), bytes);
   std::vector<Connection*> connections = {&self, &peer};
-  Job job;
-  job.schedule = &schedule;
-  job.send = run.send.data();
-  job.recv = run.recv.data();
-  job.nranks = 2;
-  job.rank = 0;
-  job.dtype = DataType::kUint8;
-  job.op = RedOp::kSum;
-  job.connections = connections;
-  job.tagFor = [](bool, int, uint32_t k) { return Tag{k, 1}; };
-  job.callName = "local step";
-  job.timeoutSeconds = 5;
+  Job job = rankZeroOfTwo(schedule, run.send.data(), run.recv.data(), connections, "local step");
   run.status = runJobs({&job, 1});
   run.seen = peer.seen;
   return run;
@@ -146,19 +153,8 @@ TEST(LocalSteps, ACallThatEndsOnALocalStepStillFindsAStrayMessage) {
   WatchingConnection peer(recv.data(), recv.data(), 0);
   peer.stray = Tag{5, 0x77};
   std::vector<Connection*> connections = {&self, &peer};
-  Job job;
-  job.schedule = &schedule;
-  job.send = send.data();
-  job.recv = recv.data();
-  job.nranks = 2;
-  job.rank = 0;
-  job.dtype = DataType::kUint8;
-  job.op = RedOp::kSum;
-  job.connections = connections;
-  job.tagFor = [](bool, int, uint32_t k) { return Tag{k, 1}; };
+  Job job = rankZeroOfTwo(schedule, send.data(), recv.data(), connections, "local call");
   job.tagsBelow = 1 << 20;
-  job.callName = "local call";
-  job.timeoutSeconds = 5;
   const Status s = runJobs({&job, 1});
   EXPECT_EQ(s.code(), ErrorCode::kInvalidUsage) << s.message();
   EXPECT_NE(s.message().find("mismatched calls"), std::string::npos) << s.message();
