@@ -64,6 +64,20 @@ def work_case(rank, world, args):
     assert torch.equal(fut.wait()[0], t)
     assert torch.all(doubled.wait() == 2 * sum(range(world)))
 
+    # A callback chained on a future may wait for another call of the group,
+    # itself chained two deep (PyTorch's powerSGD hook does so): futures
+    # complete off the thread that runs the group's calls.
+    t = torch.full((4,), float(rank))
+    u = torch.full((4,), 1.0)
+    v = torch.full((4,), 2.0)
+
+    first = dist.all_reduce(t, async_op=True).get_future()
+    second = first.then(
+        lambda f: f.value()[0] + dist.all_reduce(u, async_op=True).get_future().wait()[0])
+    third = second.then(
+        lambda f: f.value() + dist.all_reduce(v, async_op=True).get_future().wait()[0])
+    assert torch.all(third.wait() == sum(range(world)) + 3 * world), third.wait()
+
     # Many calls in flight, completed in order.
     tensors = [torch.full((5000,), float(i + rank)) for i in range(16)]
     works = [dist.all_reduce(x, async_op=True) for x in tensors]
@@ -140,6 +154,8 @@ def errors_case(rank, world, args):
     expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), dist.ReduceOp.BAND),
                  "braid", "not supported")
     expect_error(lambda: dist.recv(torch.zeros(3)), "recvAnysource")
+    expect_error(lambda: dist.recv(torch.zeros(3), src=world + 5), "recv", "not a rank")
+    expect_error(lambda: dist.send(torch.zeros(3), dst=world + 5), "braid", "peer")
     expect_error(lambda: dist.broadcast(torch.ones(3), src=world + 5), "braid", "root")
 
     # Even splits cut whole rows of the first dimension, as gloo's: 2 rows
@@ -177,6 +193,16 @@ def errors_case(rank, world, args):
 
 def teardown_case(rank, world, args):
     init(rank, world, args)
+    # A group whose last reference a future's callback drops: it is
+    # destroyed on the thread that completes its futures, which the destroy
+    # must not wait for.
+    holder = [dist.new_group(backend="braid")]
+    x = torch.ones(3)
+    fut = dist.all_reduce(x, group=holder[0], async_op=True).get_future()
+    done = fut.then(lambda _: (dist.destroy_process_group(holder[0]), holder.clear()))
+    done.wait()
+    assert not holder and torch.all(x == world), x
+
     # Rank 0's part of a broadcast is done, and wait() returned, while the
     # future's callback still runs on braid's stream; the other ranks are
     # still in the call (the last joins late). Destroying the group then is

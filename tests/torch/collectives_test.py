@@ -252,6 +252,39 @@ class Checker:
             for req in dist.batch_isend_irecv(ops):
                 req.wait()
             self.expect_equal(got, want, f"batch_isend_irecv count={count}")
+        # Without a group: a receive from one rank still pending holds up no
+        # send to another, whatever the size (8 MB is far beyond braid's
+        # buffers), as with gloo. Every rank posts irecv, then isend; then
+        # the ring of PyTorch's tutorial: isend, then a blocking recv.
+        for count in (100, 2000000):
+            x = self.inputs(torch.float32, (count,), 83)
+            want = self.inputs(torch.float32, (count,), 83, prev)
+            got = torch.zeros(count)
+            r = dist.irecv(got, prev, group=self.braid)
+            s = dist.isend(x, nxt, group=self.braid)
+            r.wait()
+            s.wait()
+            self.expect_equal(got, want, f"irecv then isend ring count={count}")
+            got = torch.zeros(count)
+            s = dist.isend(x, nxt, group=self.braid)
+            dist.recv(got, prev, group=self.braid)
+            s.wait()
+            self.expect_equal(got, want, f"isend then recv ring count={count}")
+            # Both ways at once: each rank receives from both neighbours,
+            # then sends to both; between two ranks, in the order sent.
+            from_prev, from_next = torch.zeros(count), torch.zeros(count)
+            y = self.inputs(torch.float32, (count,), 84)
+            works = [dist.irecv(from_prev, prev, group=self.braid),
+                     dist.irecv(from_next, nxt, group=self.braid),
+                     dist.isend(x, nxt, group=self.braid),
+                     dist.isend(y, prev, group=self.braid)]
+            for w in works:
+                w.wait()
+            self.expect_equal(from_prev, want, f"two-way ring from the previous rank count={count}")
+            # (Of two ranks, the neighbours are one rank, whose two messages
+            # arrive in the order sent: x, then y.)
+            self.expect_equal(from_next, self.inputs(torch.float32, (count,), 84, nxt),
+                              f"two-way ring from the next rank count={count}")
 
     def subgroups(self):
         # Groups of some ranks, numbered within the group, next to the whole.

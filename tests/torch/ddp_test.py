@@ -9,6 +9,9 @@ wrapped in DDP over a braid process group and one over a gloo group, on the
 same batches; afterwards every weight must agree to fp32 rounding: the two
 backends may sum the gradients in different orders.
 
+With --hook powersgd both replicas compress their gradients with PyTorch's
+powerSGD hook, whose future callbacks wait for further all_reduce calls.
+
     python3 tests/torch/ddp_test.py --ranks 2
 """
 
@@ -19,6 +22,7 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
 from torch.nn.parallel import DistributedDataParallel
 
 import braid_torch  # noqa: F401  (registers the backend)
@@ -48,6 +52,12 @@ def body(rank, world, args):
     replicas = {}
     for name, group in (("braid", braid), ("gloo", gloo)):
         model = DistributedDataParallel(copy.deepcopy(base), process_group=group)
+        if args.hook == "powersgd":
+            # Plain all_reduce for the first 2 steps, then rank-1 compression
+            # of the weight matrices.
+            state = powerSGD.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+                                           start_powerSGD_iter=2, min_compression_rate=1)
+            model.register_comm_hook(state, powerSGD.powerSGD_hook)
         replicas[name] = (model, torch.optim.Adam(model.parameters(), lr=1e-3))
     loss_fn = nn.CrossEntropyLoss()
     begin, end = BATCH * rank // world, BATCH * (rank + 1) // world
@@ -77,9 +87,10 @@ def body(rank, world, args):
     assert torch.equal(flat, first), f"rank {rank}'s braid replica differs from rank 0's"
     dist.barrier()
     dist.destroy_process_group()
-    print(f"rank {rank}: {STEPS} DDP steps, braid vs gloo: max relative weight difference "
+    print(f"rank {rank}: {STEPS} DDP steps ({args.hook} hook), braid vs gloo: max relative weight difference "
           f"{worst:.3g}", flush=True)
 
 
 if __name__ == "__main__":
-    ranks.main(body)
+    ranks.main(body, lambda p: p.add_argument("--hook", choices=["none", "powersgd"],
+                                              default="none"))

@@ -3,9 +3,9 @@
 // torch.distributed.init_process_group("braid", ...) bootstraps a braid
 // communicator through the c10d Store it is handed
 // (braidCommInitRankWithStore) and runs every collective on braid host
-// streams. A Work completes from a stream callback (braidStreamAddCallback),
-// which also completes the Work's future: DDP chains its gradient division
-// on it.
+// streams. A Work completes from a stream callback (braidStreamAddCallback);
+// its future, on which DDP chains its gradient division, there or on a
+// completion thread (completion_threads.h).
 //
 // Only braid.h is used of braid. The Work is in braid_work.cc; errors,
 // dtype/op mapping and tensor checks in tensor_checks.cc.
@@ -34,6 +34,8 @@ namespace {
 constexpr const char* kBackendName = "braid";
 // braidCommSetTimeout's largest, in seconds.
 constexpr double kLongestTimeout = 1e7;
+// Streams for send and recv: one per sending rank, up to this many.
+constexpr int kMostPointToPointStreams = 8;
 
 // braidStore_t over a c10d::Store. Store failures are exceptions; they
 // become error codes here, and their text is kept for the init error.
@@ -99,11 +101,19 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
       if (timeout.count() > 0)
         check(braidCommSetTimeout(comm_, std::min<double>(timeout.count(), kLongestTimeout)),
               "setting the timeout");
-      // Collectives keep the order of the calls on one stream; send and
-      // recv get their own, so a pending recv does not hold up collectives.
-      // Every rank creates them in this order, as braid requires.
+      // Collectives keep the order of the calls on one stream. Sends and
+      // receives go on streams of their own, one per sending rank (rank s
+      // sends on stream s, a receive from s waits on stream s), so that
+      // messages between two ranks keep their order, a pending recv holds
+      // up no collective, and a recv from one rank no send to another
+      // (irecv from the left, then isend to the right, on every rank of a
+      // ring). Past kMostPointToPointStreams ranks, senders share them by
+      // rank modulo their number. Every rank creates them in this order,
+      // as braid requires.
       check(braidStreamCreate(comm_, &collectives_), "creating a stream");
-      check(braidStreamCreate(comm_, &p2p_), "creating a stream");
+      p2p_.resize(std::min(size, kMostPointToPointStreams), nullptr);
+      for (braidStream_t& stream : p2p_)
+        check(braidStreamCreate(comm_, &stream), "creating a stream");
     } catch (...) {
       teardown();
       throw;
@@ -363,7 +373,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     checkCpu(t, "send's tensor");
     auto work = newWork(c10d::OpType::SEND, "braid:send", {});
     at::Tensor d = work->dense(t, false);
-    return submit(work, p2p_, "send", [&](braidStream_t s) {
+    return submit(work, pointToPointStream(getRank()), "send", [&](braidStream_t s) {
       return braidSend(d.data_ptr(), bytesOf(d), braidUint8, dstRank, comm_, s);
     });
   }
@@ -373,9 +383,10 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     checkCpu(t, "recv's tensor");
     auto work = newWork(c10d::OpType::RECV, "braid:recv", {t});
     at::Tensor d = work->dense(t, true);
-    return submit(work, p2p_, "recv", [&](braidStream_t s) {
-      return braidRecv(d.data_ptr(), bytesOf(d), braidUint8, srcRank, comm_, s);
-    });
+    return submit(work, pointToPointStream(checkPeer(srcRank, "recv")), "recv",
+                  [&](braidStream_t s) {
+                    return braidRecv(d.data_ptr(), bytesOf(d), braidUint8, srcRank, comm_, s);
+                  });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
@@ -406,7 +417,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
   c10::intrusive_ptr<BraidWork> newWork(c10d::OpType type, const char* title,
                                         std::vector<at::Tensor> outputs) {
     if (!comm_) fail("the process group was shut down");
-    return c10::make_intrusive<BraidWork>(getRank(), type, title, std::move(outputs), unfinished_);
+    return c10::make_intrusive<BraidWork>(getRank(), type, title, std::move(outputs), unfinished_,
+                                          completions_.get());
   }
 
   // Queues the calls, then the callback that completes `work`.
@@ -453,6 +465,18 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     braidResult_t inside = body();
     braidResult_t end = braidGroupEnd();
     return inside != braidSuccess ? inside : end;
+  }
+
+  // The stream that carries the messages `sender` sends.
+  braidStream_t pointToPointStream(int sender) const {
+    return p2p_[static_cast<size_t>(sender) % p2p_.size()];
+  }
+
+  int checkPeer(int64_t peer, const char* what) {
+    if (peer < 0 || peer >= getSize())
+      fail(std::string(what) + ": rank " + std::to_string(peer) + " is not a rank of a group of " +
+           std::to_string(getSize()));
+    return static_cast<int>(peer);
   }
 
   int checkRoot(int64_t root, const char* what) {
@@ -540,16 +564,21 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     if (*unfinished_ > 0 && comm_) braidCommAbort(comm_);
     // Destroying a stream waits for its calls and callbacks.
     if (collectives_) braidStreamDestroy(collectives_);
-    if (p2p_) braidStreamDestroy(p2p_);
+    for (braidStream_t stream : p2p_)
+      if (stream) braidStreamDestroy(stream);
     if (comm_) braidCommDestroy(comm_);
-    collectives_ = p2p_ = nullptr;
+    collectives_ = nullptr;
+    p2p_.clear();
     comm_ = nullptr;
+    // Last: the streams' callbacks, run by now, posted their completions.
+    completions_.reset();
   }
 
   braidComm_t comm_ = nullptr;
   std::shared_ptr<std::atomic<int>> unfinished_ = std::make_shared<std::atomic<int>>(0);
   braidStream_t collectives_ = nullptr;
-  braidStream_t p2p_ = nullptr;
+  std::vector<braidStream_t> p2p_;  // pointToPointStream
+  std::unique_ptr<CompletionThreads> completions_ = std::make_unique<CompletionThreads>();
   bool coalescing_ = false;
   std::vector<std::pair<braidStream_t, c10::intrusive_ptr<BraidWork>>> coalesced_;
 };

@@ -13,13 +13,15 @@
 namespace braid_torch {
 
 BraidWork::BraidWork(int rank, c10d::OpType type, const char* title,
-                     std::vector<at::Tensor> outputs, std::shared_ptr<std::atomic<int>> unfinished)
+                     std::vector<at::Tensor> outputs, std::shared_ptr<std::atomic<int>> unfinished,
+                     CompletionThreads* completions)
     : Work(rank, type, title),
       name_(title + std::strlen("braid:")),
       outputs_(std::move(outputs)),
       future_(
           c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
-      unfinished_(std::move(unfinished)) {}
+      unfinished_(std::move(unfinished)),
+      completions_(completions) {}
 
 bool BraidWork::wait(std::chrono::milliseconds timeout) {
   bool done = Work::wait(timeout);  // throws the work's error
@@ -93,10 +95,33 @@ void BraidWork::complete(braidResult_t status, const char* message) {
   // count this work as pending while its callback is still on the stream.
   unfinished_.release();
   finish(error);
+  {
+    // Completing a future nobody was handed runs no callback: here, at once
+    // (a blocking call's caller wakes without another thread's hand-off).
+    // A getFuture() waits, then gets a completed future.
+    std::lock_guard<std::mutex> lock(futureMutex_);
+    if (!futureHandedOut_) {
+      completeFuture(error);
+      return;
+    }
+  }
+  // Its callbacks may wait for later calls of this stream.
+  completions_->post([self = c10::intrusive_ptr<BraidWork>::reclaim_copy(this), error] {
+    self->completeFuture(error);
+  });
+}
+
+void BraidWork::completeFuture(const std::exception_ptr& error) {
   if (error)
     future_->setError(error);
   else
     future_->markCompleted(c10::IValue(outputs_));
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
+  std::lock_guard<std::mutex> lock(futureMutex_);
+  futureHandedOut_ = true;
+  return future_;
 }
 
 }  // namespace braid_torch

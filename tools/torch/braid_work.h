@@ -9,9 +9,12 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
+
+#include "completion_threads.h"
 
 namespace braid_torch {
 
@@ -41,16 +44,20 @@ class UnfinishedMark {
 class BraidWork : public c10d::Work {
  public:
   // `title` is "braid:<name>", as profiles show it.
-  // `unfinished` counts it until it finishes (UnfinishedMark).
+  // `unfinished` counts it until it finishes (UnfinishedMark). Its future
+  // completes on `completions`, which must outlive the stream callback.
   BraidWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
-            std::shared_ptr<std::atomic<int>> unfinished);
+            std::shared_ptr<std::atomic<int>> unfinished, CompletionThreads* completions);
 
   std::vector<at::Tensor> result() override { return outputs_; }
 
   // Completion is the work's and its future's: whoever sees one sees both.
+  // The work finishes on braid's stream thread, in the order of the calls.
+  // Its future completes there too while nobody has it (no callback can be
+  // chained on it: a blocking call's), else on a completion thread.
   bool isCompleted() override { return Work::isCompleted() && future_->completed(); }
   bool wait(std::chrono::milliseconds timeout) override;
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
   // Keeps `t` alive until the work completes.
   void hold(const at::Tensor& t) { held_.push_back(t); }
@@ -78,6 +85,7 @@ class BraidWork : public c10d::Work {
 
  private:
   void complete(braidResult_t status, const char* message);
+  void completeFuture(const std::exception_ptr& error);
 
   std::string name_;
   std::vector<at::Tensor> outputs_;
@@ -86,7 +94,10 @@ class BraidWork : public c10d::Work {
   std::exception_ptr startError_;  // a starter's, reported at completion
   std::vector<std::function<void()>> finishers_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::mutex futureMutex_;        // orders getFuture against the completion
+  bool futureHandedOut_ = false;  // guarded by futureMutex_
   UnfinishedMark unfinished_;
+  CompletionThreads* completions_;
 };
 
 }  // namespace braid_torch
