@@ -14,6 +14,7 @@ future callback still runs, is no abort: the peers' call completes.
 """
 
 import datetime
+import threading
 import time
 
 import torch
@@ -67,16 +68,25 @@ def work_case(rank, world, args):
     # A callback chained on a future may wait for another call of the group,
     # itself chained two deep (PyTorch's powerSGD hook does so): futures
     # complete off the thread that runs the group's calls.
+    # The last rank joins late, so that the others chain their callbacks
+    # before the call ends and see them run off the main thread.
     t = torch.full((4,), float(rank))
     u = torch.full((4,), 1.0)
     v = torch.full((4,), 2.0)
+    threads = []
 
+    def all_reduce_in_callback(tensor):
+        threads.append(threading.current_thread())
+        return dist.all_reduce(tensor, async_op=True).get_future().wait()[0]
+
+    if rank == world - 1:
+        time.sleep(0.5)
     first = dist.all_reduce(t, async_op=True).get_future()
-    second = first.then(
-        lambda f: f.value()[0] + dist.all_reduce(u, async_op=True).get_future().wait()[0])
-    third = second.then(
-        lambda f: f.value() + dist.all_reduce(v, async_op=True).get_future().wait()[0])
+    second = first.then(lambda f: f.value()[0] + all_reduce_in_callback(u))
+    third = second.then(lambda f: f.value() + all_reduce_in_callback(v))
     assert torch.all(third.wait() == sum(range(world)) + 3 * world), third.wait()
+    if rank == 0 and world > 1:
+        assert threading.main_thread() not in threads, threads
 
     # Many calls in flight, completed in order.
     tensors = [torch.full((5000,), float(i + rank)) for i in range(16)]
@@ -198,15 +208,21 @@ def teardown_case(rank, world, args):
     # must not wait for.
     holder = [dist.new_group(backend="braid")]
     x = torch.ones(3)
+    if rank == world - 1:
+        time.sleep(0.5)  # the others chain the callback before the call ends
     fut = dist.all_reduce(x, group=holder[0], async_op=True).get_future()
-    done = fut.then(lambda _: (dist.destroy_process_group(holder[0]), holder.clear()))
+    threads = []
+    done = fut.then(lambda _: (threads.append(threading.current_thread()),
+                               dist.destroy_process_group(holder[0]), holder.clear()))
     done.wait()
     assert not holder and torch.all(x == world), x
+    if rank == 0:
+        assert threads != [threading.main_thread()], threads
 
     # Rank 0's part of a broadcast is done, and wait() returned, while the
-    # future's callback still runs on braid's stream; the other ranks are
-    # still in the call (the last joins late). Destroying the group then is
-    # no abort, which would fail their call.
+    # future's callback still runs (on the group's completion thread); the
+    # other ranks are still in the call (the last joins late). Destroying
+    # the group then is no abort, which would fail their call.
     t = torch.arange(float(1 << 21)) if rank == 0 else torch.zeros(1 << 21)
     if rank == world - 1:
         time.sleep(0.5)

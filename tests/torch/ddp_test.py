@@ -51,7 +51,11 @@ def body(rank, world, args):
     base = make_model([784, 256, 256, 10])
     replicas = {}
     for name, group in (("braid", braid), ("gloo", gloo)):
-        model = DistributedDataParallel(copy.deepcopy(base), process_group=group)
+        # Under powerSGD, buckets of 0.25 MB (DDP's first is larger), so
+        # several: the callbacks of each make calls, which every rank must
+        # queue in the same order.
+        model = DistributedDataParallel(copy.deepcopy(base), process_group=group,
+                                        bucket_cap_mb=0.25 if args.hook == "powersgd" else 25)
         if args.hook == "powersgd":
             # Plain all_reduce for the first 2 steps, then rank-1 compression
             # of the weight matrices.

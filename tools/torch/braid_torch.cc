@@ -4,8 +4,8 @@
 // communicator through the c10d Store it is handed
 // (braidCommInitRankWithStore) and runs every collective on braid host
 // streams. A Work completes from a stream callback (braidStreamAddCallback);
-// its future, on which DDP chains its gradient division, there or on a
-// completion thread (completion_threads.h).
+// its future, on which DDP chains its gradient division, completes there or
+// on the group's completion thread (completion_thread.h).
 //
 // Only braid.h is used of braid. The Work is in braid_work.cc; errors,
 // dtype/op mapping and tensor checks in tensor_checks.cc.
@@ -558,27 +558,32 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     // Calls still queued when the group goes (an irecv nobody matches)
     // would hold the destroy up to BRAID_TIMEOUT: as NCCL's destructor
     // aborts its communicators, they fail at once instead. Pending means a
-    // work not finished: the streams are also busy while a finished work's
-    // callback ends (its future's callbacks), right after a wait(), and an
-    // abort then would fail the peers' last call.
+    // work not finished: right after a wait() the finished work's future
+    // may still run callbacks, and an abort then would fail the peers'
+    // last call.
     if (*unfinished_ > 0 && comm_) braidCommAbort(comm_);
     // Destroying a stream waits for its calls and callbacks.
-    if (collectives_) braidStreamDestroy(collectives_);
+    bool streamsGone = !collectives_ || braidStreamDestroy(collectives_) == braidSuccess;
     for (braidStream_t stream : p2p_)
-      if (stream) braidStreamDestroy(stream);
+      streamsGone = (!stream || braidStreamDestroy(stream) == braidSuccess) && streamsGone;
     if (comm_) braidCommDestroy(comm_);
     collectives_ = nullptr;
     p2p_.clear();
     comm_ = nullptr;
     // Last: the streams' callbacks, run by now, posted their completions.
-    completions_.reset();
+    // A stream that could not be destroyed (from its own thread) may still
+    // post: its completion thread is left to it.
+    if (streamsGone)
+      completions_.reset();
+    else
+      (void)completions_.release();
   }
 
   braidComm_t comm_ = nullptr;
   std::shared_ptr<std::atomic<int>> unfinished_ = std::make_shared<std::atomic<int>>(0);
   braidStream_t collectives_ = nullptr;
   std::vector<braidStream_t> p2p_;  // pointToPointStream
-  std::unique_ptr<CompletionThreads> completions_ = std::make_unique<CompletionThreads>();
+  std::unique_ptr<CompletionThread> completions_ = std::make_unique<CompletionThread>();
   bool coalescing_ = false;
   std::vector<std::pair<braidStream_t, c10::intrusive_ptr<BraidWork>>> coalesced_;
 };

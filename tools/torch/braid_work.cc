@@ -14,7 +14,7 @@ namespace braid_torch {
 
 BraidWork::BraidWork(int rank, c10d::OpType type, const char* title,
                      std::vector<at::Tensor> outputs, std::shared_ptr<std::atomic<int>> unfinished,
-                     CompletionThreads* completions)
+                     CompletionThread* completions)
     : Work(rank, type, title),
       name_(title + std::strlen("braid:")),
       outputs_(std::move(outputs)),
@@ -105,7 +105,7 @@ void BraidWork::complete(braidResult_t status, const char* message) {
       return;
     }
   }
-  // Its callbacks may wait for later calls of this stream.
+  // Its callbacks may make calls of this group and wait for them.
   completions_->post([self = c10::intrusive_ptr<BraidWork>::reclaim_copy(this), error] {
     self->completeFuture(error);
   });
@@ -120,7 +120,9 @@ void BraidWork::completeFuture(const std::exception_ptr& error) {
 
 c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
   std::lock_guard<std::mutex> lock(futureMutex_);
-  futureHandedOut_ = true;
+  // A callback's own call: the completion thread runs the callback and may
+  // wait for this future, so the completion thread must not complete it.
+  if (!completions_->isCurrent()) futureHandedOut_ = true;
   return future_;
 }
 

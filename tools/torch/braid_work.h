@@ -14,7 +14,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
-#include "completion_threads.h"
+#include "completion_thread.h"
 
 namespace braid_torch {
 
@@ -47,14 +47,16 @@ class BraidWork : public c10d::Work {
   // `unfinished` counts it until it finishes (UnfinishedMark). Its future
   // completes on `completions`, which must outlive the stream callback.
   BraidWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
-            std::shared_ptr<std::atomic<int>> unfinished, CompletionThreads* completions);
+            std::shared_ptr<std::atomic<int>> unfinished, CompletionThread* completions);
 
   std::vector<at::Tensor> result() override { return outputs_; }
 
   // Completion is the work's and its future's: whoever sees one sees both.
   // The work finishes on braid's stream thread, in the order of the calls.
   // Its future completes there too while nobody has it (no callback can be
-  // chained on it: a blocking call's), else on a completion thread.
+  // chained on it: a blocking call's), and where it was handed out on the
+  // completion thread (which may wait for it); else on the completion
+  // thread (completion_thread.h).
   bool isCompleted() override { return Work::isCompleted() && future_->completed(); }
   bool wait(std::chrono::milliseconds timeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
@@ -97,7 +99,7 @@ class BraidWork : public c10d::Work {
   std::mutex futureMutex_;        // orders getFuture against the completion
   bool futureHandedOut_ = false;  // guarded by futureMutex_
   UnfinishedMark unfinished_;
-  CompletionThreads* completions_;
+  CompletionThread* completions_;
 };
 
 }  // namespace braid_torch
