@@ -1,10 +1,15 @@
 // How the communicator numbers its calls' messages in transport tags: the
 // top byte is the channel (2 * stream, +1 for point to point), and the
-// collectives of a stream take one rising range of tags per call. The
-// engine, the shared-memory board and the communicator read them alike.
+// collectives of a stream take one range of tags per call, in the order of
+// the calls. The call number is 32 bits and wraps after 2^32 calls (hours
+// of small calls): tags compare in the channel's circular order
+// (transports/channel_order.h). The engine, the shared-memory board and the
+// communicator read them alike.
 #pragma once
 
 #include <cstdint>
+
+#include "transports/channel_order.h"
 
 namespace braid {
 
@@ -15,16 +20,27 @@ inline uint64_t channelBits(int stream, bool pointToPoint) {
   return static_cast<uint64_t>(2 * stream + (pointToPoint ? 1 : 0)) << 56;
 }
 
-// The first tag of collective call `sequence` on `stream`.
+// The first tag of collective call `sequence` on `stream`. Each call's
+// kMessagesPerCall numbers start 1 past a multiple of kMessagesPerCall, so
+// that no call's bound below is 0 (no call); the 2^32 calls take every
+// number of the channel, and the call after number 2^32 - 1 follows it
+// round the circle.
 inline uint64_t collectiveTagBase(int stream, uint32_t sequence) {
-  return channelBits(stream, false) | (uint64_t{sequence} << 24);
+  return channelBits(stream, false) | ((uint64_t{sequence} << 24) + 1);
 }
 
-// Every tag of the call is below this, every tag of a later call on the
-// stream at or above it. A rank that fails a call tells its peers this
+// Message k of the call whose first tag is `base`: the numbers wrap within
+// the channel.
+inline uint64_t collectiveTag(uint64_t base, uint64_t k) {
+  constexpr uint64_t kNumbers = transport::kChannelTagNumbers - 1;
+  return (base & ~kNumbers) | ((base + k) & kNumbers);
+}
+
+// Every tag of the call comes before this, every tag of a later call on
+// the stream is this or after it. A rank that fails a call tells its peers this
 // bound (Connection::abortInCall).
 inline uint64_t collectiveTagBound(int stream, uint32_t sequence) {
-  return collectiveTagBase(stream, sequence) + kMessagesPerCall;
+  return collectiveTag(collectiveTagBase(stream, sequence), kMessagesPerCall);
 }
 
 // Whether a peer's failure in the call bounded by `failedBound` came after
@@ -32,7 +48,9 @@ inline uint64_t collectiveTagBound(int stream, uint32_t sequence) {
 // had finished this call, so everything it sent for it has arrived and it
 // took what it was sent. 0 is no call.
 inline bool failedInLaterCall(uint64_t failedBound, uint64_t bound) {
-  return bound != 0 && failedBound > bound && (failedBound >> 56) == (bound >> 56);
+  return bound != 0 && failedBound != 0 &&
+         transport::channelOf(failedBound) == transport::channelOf(bound) &&
+         transport::tagBefore(bound, failedBound);
 }
 
 }  // namespace braid

@@ -67,7 +67,10 @@ Communicator::~Communicator() {
 Communicator::StreamState& Communicator::stream(int index) {
   std::lock_guard lock(streamsMutex_);
   auto& slot = streams_[index];
-  if (!slot) slot = std::make_unique<StreamState>();
+  if (!slot) {
+    slot = std::make_unique<StreamState>();
+    slot->sequence = config_.firstCallNumber;
+  }
   return *slot;
 }
 
@@ -341,7 +344,9 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         job.stallCheck = stallCheck;
       }
       const uint64_t base = collectiveTagBase(streamIndex, sequence);
-      job.tagFor = [base, check](bool, int, uint32_t k) { return transport::Tag{base | k, check}; };
+      job.tagFor = [base, check](bool, int, uint32_t k) {
+        return transport::Tag{collectiveTag(base, k), check};
+      };
       // Not strCat: this runs on every call, and an ostringstream costs more
       // than a small message's transfer.
       job.callName = op.name + " #" + std::to_string(sequence);

@@ -61,9 +61,10 @@ struct Job {
   std::span<transport::Connection* const> connections;
   // Tag of the k-th message to or from `peer` in this call.
   std::function<transport::Tag(bool isSend, int peer, uint32_t k)> tagFor;
-  // A collective's messages all have tag values below this (its channel is
-  // the top byte); anything unclaimed below it when the call is done was
-  // sent by a peer that made a different call. 0 = no such check.
+  // A collective's messages all have tags before this in their channel
+  // (its top byte; src/call_tags.h); anything unclaimed before it when the
+  // call is done was sent by a peer that made a different call. 0 = no
+  // such check.
   uint64_t tagsBelow = 0;
   // Jobs with the same non-null key run one after another, in order (the
   // collectives of one group on one communicator: tags on a connection must

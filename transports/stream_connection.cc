@@ -175,13 +175,12 @@ RequestPtr StreamConnection::postRecvReduce(void* dst, const void* local, size_t
     request->fail(dead_);
     return request;
   }
-  const uint8_t channel = tag.channel();
   bool arriving = inPayload_ && !matched_ && header_.tag == tag.value;
-  if (!arriving && highestArrived_[channel] > tag.value + 1) {
+  if (const auto later = latestArrived_.after(tag.value); !arriving && later) {
     // The peer already sent something later in this channel: this message
     // will never come, the two ranks called different things.
     request->fail(invalidUsage(strCat("rank ", peer_, " moved past this message")),
-                  Request::Failure::kOvertaken, Tag{highestArrived_[channel] - 1, 0});
+                  Request::Failure::kOvertaken, Tag{*later, 0});
     return request;
   }
   PostedRecv& entry = posted_[tag.value] = posted;
@@ -285,9 +284,11 @@ Result<bool> StreamConnection::sendSome() {
 }
 
 void StreamConnection::failPostedBefore(uint64_t tag, const Tag& arrived) {
-  auto it = posted_.lower_bound(channelBase(tag));
-  while (it != posted_.end() && it->first < tag) {
-    if (it->second.remote != 0) {  // its message has arrived: it is being copied
+  const uint8_t channel = channelOf(tag);
+  for (auto it = posted_.lower_bound(channelBase(tag));
+       it != posted_.end() && channelOf(it->first) == channel;) {
+    // Not one whose message has arrived (it is being copied), nor one after.
+    if (it->second.remote != 0 || !tagBefore(it->first, tag)) {
       ++it;
       continue;
     }
@@ -327,8 +328,7 @@ void StreamConnection::startFrame() {
     return;
   }
   const Tag arrived{header_.tag, header_.check};
-  uint64_t& highest = highestArrived_[arrived.channel()];
-  highest = std::max(highest, header_.tag + 1);
+  latestArrived_.arrived(header_.tag);
   failPostedBefore(header_.tag, arrived);
   if (auto it = posted_.find(header_.tag); it != posted_.end()) {
     PostedRecv& p = it->second;
@@ -551,9 +551,8 @@ uint64_t StreamConnection::peerFailedCall() const {
 
 std::optional<Tag> StreamConnection::unclaimed(uint8_t channel, uint64_t below) {
   std::lock_guard lock(mutex_);
-  auto it = unexpected_.lower_bound(uint64_t{channel} << 56);
-  if (it == unexpected_.end() || it->first >= below || (it->first >> 56) != channel)
-    return std::nullopt;
+  auto it = firstBefore(unexpected_, channel, below);
+  if (it == unexpected_.end()) return std::nullopt;
   return Tag{it->first, it->second.check};
 }
 

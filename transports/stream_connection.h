@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "transports/byte_stream.h"
+#include "transports/channel_order.h"
 #include "transports/transport.h"
 
 namespace braid::transport {
@@ -223,7 +224,7 @@ class StreamConnection final : public Connection {
   // the peer had not given up (a failed send frees its buffer): unexpected_
   // keys dropped if the connection dies first.
   std::vector<uint64_t> unconfirmed_;
-  std::array<uint64_t, 256> highestArrived_{};  // per channel, +1 (0 = none)
+  LatestArrivals latestArrived_;
 
   // Incoming frame being read.
   FrameHeader header_{};

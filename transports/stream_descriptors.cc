@@ -35,8 +35,7 @@ void StreamConnection::ackArrived() {
 
 void StreamConnection::descriptorArrived() {
   const Tag arrived{header_.tag, header_.check};
-  uint64_t& highest = highestArrived_[arrived.channel()];
-  highest = std::max(highest, header_.tag + 1);
+  latestArrived_.arrived(header_.tag);
   failPostedBefore(header_.tag, arrived);
   Unexpected u{header_.check, header_.bytes, {}, header_.remote, std::chrono::steady_clock::now(),
                header_.key};

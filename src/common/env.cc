@@ -104,6 +104,9 @@ constexpr EnvParam kParams[] = {
     {"BRAID_FAULTS", "",
      "Testing only: faults injected into every connection between ranks, as probabilities per "
      "message, e.g. drop=1e-4,delay=1e-3,close=1e-5,delay_ms=10,seed=7 (docs/ENVIRONMENT.md)."},
+    {"BRAID_FIRST_CALL_NUMBER", "0",
+     "Testing only: the number of every stream's first collective call, the same on every rank "
+     "(0 .. 4294967295); near 4294967295, calls run across the wrap of the 32-bit call numbers."},
     {"BRAID_RANK", "", "Launcher: this process's rank (with BRAID_WORLD_SIZE and BRAID_ADDR)."},
     {"BRAID_WORLD_SIZE", "", "Launcher: number of ranks."},
     {"BRAID_ADDR", "", "Launcher: host:port where rank 0 listens for the rendezvous."},
@@ -284,6 +287,13 @@ Result<Config> loadConfig() {
     *out = static_cast<int>(v);
     return Status::ok();
   };
+  if (std::string v = envString("BRAID_FIRST_CALL_NUMBER"); !v.empty()) {
+    double number = 0;
+    BRAID_RETURN_IF_ERROR(parseDouble("BRAID_FIRST_CALL_NUMBER", v, 0, 4294967295.0, &number));
+    if (number != static_cast<double>(static_cast<uint32_t>(number)))
+      return invalidArgument(strCat("BRAID_FIRST_CALL_NUMBER='", v, "' is not a whole number"));
+    config.firstCallNumber = static_cast<uint32_t>(number);
+  }
   if (std::string v = envString("BRAID_IB_GID_INDEX"); !v.empty() && v != "auto")
     BRAID_RETURN_IF_ERROR(parseSmallInt("BRAID_IB_GID_INDEX", v, 0, 255, &config.ibGidIndex));
   if (std::string v = envString("BRAID_IB_TIMEOUT"); !v.empty())

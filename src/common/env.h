@@ -102,6 +102,7 @@ struct Config {
   double linkGigabytesPerSecond = 0;    // BRAID_LINK_GBPS
   double reduceGigabytesPerSecond = 0;  // BRAID_REDUCE_GBPS
   FaultSpec faults;                     // BRAID_FAULTS (none by default)
+  uint32_t firstCallNumber = 0;         // BRAID_FIRST_CALL_NUMBER (testing only)
 };
 
 // Reads the environment, validates every BRAID_* variable present.

@@ -122,7 +122,9 @@ class PeerFailedInCall : public ::testing::Test {
     job.nranks = kRanks;
     job.rank = kMe;
     job.connections = connections;
-    job.tagFor = [](bool, int, uint32_t k) { return Tag{collectiveTagBase(0, 3) | k, kCheck}; };
+    job.tagFor = [](bool, int, uint32_t k) {
+      return Tag{collectiveTag(collectiveTagBase(0, 3), k), kCheck};
+    };
     job.tagsBelow = collectiveTagBound(0, 3);
     job.callName = "braidAllGather #3";
     job.timeoutSeconds = 5;

@@ -251,10 +251,9 @@ RequestPtr CudaIpcConnection::postRecvReduce(void* dst, const void* local, size_
     if (!done && request->state() == Request::State::kPending) posted_.emplace(tag.value, p);
     return request;
   }
-  const uint8_t channel = tag.channel();
-  if (highestArrived_[channel] > tag.value + 1) {
+  if (const auto later = latestArrived_.after(tag.value)) {
     request->fail(invalidUsage(strCat("rank ", peer(), " moved past this message")),
-                  Request::Failure::kOvertaken, Tag{highestArrived_[channel] - 1, 0});
+                  Request::Failure::kOvertaken, Tag{*later, 0});
     return request;
   }
   posted_.emplace(tag.value, p);
@@ -346,9 +345,11 @@ CudaIpcConnection::Unexpected& CudaIpcConnection::unexpectedOf(const Record& r) 
 }
 
 void CudaIpcConnection::failPostedBefore(uint64_t tag) {
-  auto it = posted_.lower_bound(channelBase(tag));
-  while (it != posted_.end() && it->first < tag) {
-    if (it->second.consumed > 0 || it->second.arriving) {  // its message is arriving
+  const uint8_t channel = channelOf(tag);
+  for (auto it = posted_.lower_bound(channelBase(tag));
+       it != posted_.end() && channelOf(it->first) == channel;) {
+    // Not one whose message is arriving, nor one after.
+    if (it->second.consumed > 0 || it->second.arriving || !tagBefore(it->first, tag)) {
       ++it;
       continue;
     }
@@ -370,9 +371,8 @@ Status CudaIpcConnection::chunkArrived(const Record& r) {
     if ((d->second -= r.length) == 0) dropping_.erase(d);
     return Status::ok();
   }
-  const uint8_t channel = static_cast<uint8_t>(r.tag >> 56);
   if (r.offset == 0) {
-    highestArrived_[channel] = std::max(highestArrived_[channel], r.tag + 1);
+    latestArrived_.arrived(r.tag);
     failPostedBefore(r.tag);
   }
   if (auto it = posted_.find(r.tag); it != posted_.end() && !unexpected_.count(r.tag)) {
@@ -527,11 +527,9 @@ Result<bool> CudaIpcConnection::progress() {
 
 std::optional<Tag> CudaIpcConnection::unclaimed(uint8_t channel, uint64_t below) {
   std::lock_guard lock(mutex_);
-  const uint64_t base = uint64_t{channel} << 56;
-  for (auto it = unexpected_.lower_bound(base);
-       it != unexpected_.end() && it->first < below && (it->first >> 56) == channel; ++it)
-    return Tag{it->first, it->second.check};
-  return std::nullopt;
+  auto it = firstBefore(unexpected_, channel, below);
+  if (it == unexpected_.end()) return std::nullopt;
+  return Tag{it->first, it->second.check};
 }
 
 bool CudaIpcConnection::mayHaveUnclaimed() const {

@@ -82,6 +82,7 @@
 #include <span>
 #include <vector>
 
+#include "transports/channel_order.h"
 #include "transports/cuda_ipc/ipc_device.h"
 #include "transports/transport.h"
 
@@ -355,7 +356,7 @@ class CudaIpcConnection final : public Connection {
   // whole GPU, which a CUDA stream waiting for this call may hold.
   std::vector<std::unique_ptr<DeviceMemory>> spillRounds_;
   std::vector<uint8_t*> freeSpillBlocks_;
-  std::array<uint64_t, 256> highestArrived_{};  // per channel, +1 (0 = none)
+  LatestArrivals latestArrived_;
 
   // Reads in place: this end's events and the peer's, by read index.
   std::vector<std::unique_ptr<DeviceEvent>> sourceReady_, sourceRead_, peerSourceReady_,

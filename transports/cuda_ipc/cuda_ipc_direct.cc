@@ -181,8 +181,7 @@ Status CudaIpcConnection::openPendingAllocations() {
 Status CudaIpcConnection::directArrived(const Record& r) {
   if (r.slot >= kDirectReads || r.total == 0 || r.length != r.total)
     return remoteError(strCat("cuda_ipc: rank ", peer(), " sent a malformed direct record"));
-  const uint8_t channel = static_cast<uint8_t>(r.tag >> 56);
-  highestArrived_[channel] = std::max(highestArrived_[channel], r.tag + 1);
+  latestArrived_.arrived(r.tag);
   failPostedBefore(r.tag);
   auto posted = posted_.find(r.tag);
   if (posted != posted_.end() &&
