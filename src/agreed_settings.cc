@@ -51,6 +51,7 @@ std::string agreedSettings(const Config& config) {
       {"BRAID_LINK_ALPHA_US", numberOrMeasured(config.linkAlphaMicroseconds)},
       {"BRAID_LINK_GBPS", numberOrMeasured(config.linkGigabytesPerSecond)},
       {"BRAID_REDUCE_GBPS", numberOrMeasured(config.reduceGigabytesPerSecond)},
+      {"BRAID_FIRST_CALL_NUMBER", strCat(config.firstCallNumber)},
   };
   std::string line;
   for (const auto& [name, value] : entries) {

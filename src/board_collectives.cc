@@ -203,7 +203,7 @@ Status BoardCollectives::checkAnnouncements(int stream, uint32_t callIndex, uint
   for (int peer = 0; peer < nranks_; ++peer) {
     if (peer == rank_) continue;
     const shm::Announcement seen = board_.announced(peer, stream);
-    if (seen.call != callIndex + 1 || seen.check == check) continue;
+    if (!seen.of(callIndex) || seen.check == check) continue;
     CallSignature theirs = CallSignature::unpack(seen.check);
     CallSignature ours = CallSignature::unpack(check);
     if ((seen.check ^ check) == CallSignature::kGpuMemoryBit) {
@@ -238,7 +238,7 @@ std::vector<bool> BoardCollectives::ranksWaitingForThisRank() const {
   auto waitsFor = [&](int x, int y) {
     for (int stream = 0; stream < streams; ++stream) {
       const shm::Announcement& theirs = seen[static_cast<size_t>(x) * streams + stream];
-      if (theirs.call > seen[static_cast<size_t>(y) * streams + stream].call &&
+      if (theirs.laterThan(seen[static_cast<size_t>(y) * streams + stream]) &&
           (theirs.check & CallSignature::kGpuMemoryBit) == 0)
         return true;
     }
@@ -267,18 +267,19 @@ void BoardCollectives::countPointToPoint(std::span<const Operation> ops, int del
 Status BoardCollectives::checkAnnouncement(int peer, const Waiting& call,
                                            const std::string& name) const {
   const shm::Announcement seen = board_.announced(peer, call.stream);
-  const uint32_t mine = call.callIndex + 1;
-  if (seen.call < mine || (seen.call == mine && seen.check == call.check)) return Status::ok();
+  if (!seen.made || seen.before(call.callIndex) ||
+      (seen.of(call.callIndex) && seen.check == call.check))
+    return Status::ok();
   // The peer announces a call only after it finished the one before, which
   // on the board means after it published: look once more.
   if (board_.published(call.stream, peer, call.sequence)) return Status::ok();
   const std::string ours = strCat(", this rank ", CallSignature::unpack(call.check).describe(),
                                   " (every rank must make the same calls)");
-  if (seen.call == mine)
+  if (seen.of(call.callIndex))
     return invalidUsage(strCat("mismatched calls: ", name, " on rank ", rank_, ": rank ", peer,
                                " called ", CallSignature::unpack(seen.check).describe(), ours));
   return invalidUsage(strCat("mismatched calls: ", name, " on rank ", rank_, ": rank ", peer,
-                             " went past this call without it (its call ", seen.call - 1, " is ",
+                             " went past this call without it (its call ", seen.call, " is ",
                              CallSignature::unpack(seen.check).describe(), ")", ours));
 }
 

@@ -43,6 +43,15 @@ inline uint64_t collectiveTagBound(int stream, uint32_t sequence) {
   return collectiveTag(collectiveTagBase(stream, sequence), kMessagesPerCall);
 }
 
+// Every this many calls of a stream, its connections forget latest
+// arrivals before the call (Connection::forgetArrivalsBefore), so that none
+// is left more than twice this behind: far less than the half circle
+// (2^31 calls) past which it would read as ahead.
+inline constexpr uint32_t kForgetArrivalsEvery = uint32_t{1} << 28;
+inline bool forgetsArrivalsAt(uint32_t sequence) {
+  return (sequence & (kForgetArrivalsEvery - 1)) == 0;
+}
+
 // Whether a peer's failure in the call bounded by `failedBound` came after
 // the call bounded by `bound`: the same stream, a later call. Such a peer
 // had finished this call, so everything it sent for it has arrived and it

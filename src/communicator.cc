@@ -74,6 +74,19 @@ Communicator::StreamState& Communicator::stream(int index) {
   return *slot;
 }
 
+uint32_t Communicator::takeCallNumber(StreamState& st, int streamIndex) {
+  const uint32_t number = st.sequence++;
+  if (forgetsArrivalsAt(number)) {
+    const uint64_t first = collectiveTagBase(streamIndex, number);
+    for (auto& c : owned_) c->forgetArrivalsBefore(first);
+    std::lock_guard lock(gpuPathMutex_);
+    if (gpuPath_)
+      for (transport::Connection* c : gpuPath_->connections())
+        if (c) c->forgetArrivalsBefore(first);
+  }
+  return number;
+}
+
 Result<int> Communicator::newStreamIndex() {
   std::lock_guard lock(streamsMutex_);
   if (nextStream_ > kMaxStreams)
@@ -330,7 +343,7 @@ Status Communicator::prepare(std::span<const Operation> ops, int streamIndex,
         return notSupported(
             strCat(op.name, ": count ", args.count, " needs too many messages; raise ",
                    gpuJobsInSlots(op) ? "BRAID_CUDA_IPC_SLOT_BYTES" : "BRAID_CHUNK_BYTES"));
-      const uint32_t sequence = st.sequence++;
+      const uint32_t sequence = takeCallNumber(st, streamIndex);
       if (board_ && streamIndex <= kMaxStreams) {
         // Over cuda_ipc, a GPU job and a host call of a peer never exchange
         // a message to compare: only the board shows the two side by side.

@@ -175,6 +175,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     std::vector<CachedPlan> plans;  // at most kCachedPlans, most recent last
   };
   StreamState& stream(int index);
+  // The number of the stream's next collective call; every
+  // kForgetArrivalsEvery calls, the connections forget latest arrivals
+  // before it (src/call_tags.h).
+  uint32_t takeCallNumber(StreamState& st, int streamIndex);
   // The algorithm and fused schedule for `args`, from the stream's cache or
   // new: `requested`, or the selector's choice when it is null; with its
   // messages split into pieces of `pieceBytes` unless 0.

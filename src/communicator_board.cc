@@ -107,7 +107,7 @@ Status Communicator::runOnBoard(const Operation& op, int streamIndex) {
                                                           std::memory_order_relaxed);
   BRAID_TRACE("rank ", rank_, ": ", op.name, " count ", op.args.count, " ",
               dataTypeName(op.args.dtype), " on the shared-memory board");
-  const uint32_t sequence = st.sequence++;
+  const uint32_t sequence = takeCallNumber(st, streamIndex);
   Status s = board_->run(op, streamIndex, sequence, wait);
   if (s.isOk()) return s;
   if (aborted_) return invalidUsage(strCat(op.name, ": communicator aborted"));

@@ -24,9 +24,15 @@ inline bool tagBefore(uint64_t a, uint64_t b) {
   return ahead != 0 && ahead < kChannelTagNumbers / 2;
 }
 
-// The latest tag that arrived in each channel of a connection.
+// The latest tag that arrived in each channel of a connection. One left
+// more than half the circle behind would read as ahead: its owner forgets
+// it in time (forgetBefore, from Connection::forgetArrivalsBefore).
 class LatestArrivals {
  public:
+  void forgetBefore(uint64_t tag) {
+    Latest& l = latest_[channelOf(tag)];
+    if (l.any && tagBefore(l.tag, tag)) l = {};
+  }
   void arrived(uint64_t tag) {
     Latest& l = latest_[channelOf(tag)];
     if (!l.any || tagBefore(l.tag, tag)) l = {true, tag};
@@ -47,15 +53,32 @@ class LatestArrivals {
   std::array<Latest, 256> latest_{};
 };
 
-// The first entry of `byTag` (a map keyed by tag value) in `channel` whose
-// tag comes before `bound`, or byTag.end().
+// Calls visit(first, last) for the one or two ranges of tag values, each
+// inclusive and in key order, that hold the tags of tag's channel coming
+// before `tag`: a map keyed by tag finds them with lower_bound.
+template <typename Visit>
+void rangesBefore(uint64_t tag, Visit visit) {
+  constexpr uint64_t kNumbers = kChannelTagNumbers - 1, kHalf = kChannelTagNumbers / 2;
+  const uint64_t base = tag & ~kNumbers, number = tag & kNumbers;
+  if (number >= kHalf) {
+    visit(base + (number - kHalf) + 1, tag - 1);
+    return;
+  }
+  if (number > 0) visit(base, tag - 1);
+  if (number + kHalf + 1 <= kNumbers) visit(base + number + kHalf + 1, base + kNumbers);
+}
+
+// The first entry of `byTag` (a map keyed by tag value) whose tag comes
+// before `bound` in bound's channel, or byTag.end().
 template <typename Map>
-auto firstBefore(Map& byTag, uint8_t channel, uint64_t bound) {
-  const uint64_t base = uint64_t{channel} << 56;
-  for (auto it = byTag.lower_bound(base); it != byTag.end() && channelOf(it->first) == channel;
-       ++it)
-    if (tagBefore(it->first, bound)) return it;
-  return byTag.end();
+auto firstBefore(Map& byTag, uint64_t bound) {
+  auto found = byTag.end();
+  rangesBefore(bound, [&](uint64_t first, uint64_t last) {
+    if (found != byTag.end()) return;
+    auto it = byTag.lower_bound(first);
+    if (it != byTag.end() && it->first <= last) found = it;
+  });
+  return found;
 }
 
 }  // namespace braid::transport

@@ -284,18 +284,17 @@ Result<bool> StreamConnection::sendSome() {
 }
 
 void StreamConnection::failPostedBefore(uint64_t tag, const Tag& arrived) {
-  const uint8_t channel = channelOf(tag);
-  for (auto it = posted_.lower_bound(channelBase(tag));
-       it != posted_.end() && channelOf(it->first) == channel;) {
-    // Not one whose message has arrived (it is being copied), nor one after.
-    if (it->second.remote != 0 || !tagBefore(it->first, tag)) {
-      ++it;
-      continue;
+  rangesBefore(tag, [&](uint64_t first, uint64_t last) {
+    for (auto it = posted_.lower_bound(first); it != posted_.end() && it->first <= last;) {
+      if (it->second.remote != 0) {  // its message has arrived: it is being copied
+        ++it;
+        continue;
+      }
+      it->second.request->fail(invalidUsage(strCat("rank ", peer_, " moved past this message")),
+                               Request::Failure::kOvertaken, arrived);
+      it = posted_.erase(it);
     }
-    it->second.request->fail(invalidUsage(strCat("rank ", peer_, " moved past this message")),
-                             Request::Failure::kOvertaken, arrived);
-    it = posted_.erase(it);
-  }
+  });
 }
 
 void StreamConnection::headerArrived() {
@@ -549,9 +548,16 @@ uint64_t StreamConnection::peerFailedCall() const {
   return peerFailed_.load(std::memory_order_acquire) ? peerFailedCall_ : 0;
 }
 
+void StreamConnection::forgetArrivalsBefore(uint64_t tag) {
+  std::lock_guard lock(mutex_);
+  latestArrived_.forgetBefore(tag);
+}
+
 std::optional<Tag> StreamConnection::unclaimed(uint8_t channel, uint64_t below) {
   std::lock_guard lock(mutex_);
-  auto it = firstBefore(unexpected_, channel, below);
+  // A bound of another channel than `channel` would be the caller's mistake.
+  if (channelOf(below) != channel) return std::nullopt;
+  auto it = firstBefore(unexpected_, below);
   if (it == unexpected_.end()) return std::nullopt;
   return Tag{it->first, it->second.check};
 }

@@ -86,6 +86,7 @@ class StreamConnection final : public Connection {
   bool ended() const override;
   uint64_t peerFailedCall() const override;
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override;
+  void forgetArrivalsBefore(uint64_t tag) override;
   bool mayHaveUnclaimed() const override {
     return unexpectedCount_.load(std::memory_order_relaxed) > 0 || stream_->mayHaveInput();
   }

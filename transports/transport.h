@@ -21,9 +21,10 @@ namespace braid::transport {
 
 // value identifies the message; check describes the call that sent it and
 // must equal the receiver's (a different check means the ranks called
-// different things). Tag values are increasing per channel (value >> 56) on
-// every connection, so a receive posted for a value below the highest value
-// already arrived in its channel can never be matched.
+// different things). Tag values follow one another per channel (value >>
+// 56) on every connection, round a circle (channel_order.h), so a receive
+// posted for a value before the latest already arrived in its channel can
+// never be matched.
 struct Tag {
   uint64_t value = 0;
   uint64_t check = 0;
@@ -119,6 +120,13 @@ class Connection {
     (void)callMark;
     abort(reason);
   }
+
+  // Forgets, of tag's channel, the latest message that arrived when it
+  // comes before `tag`. A channel's tags go round a circle (channel_order.h)
+  // and a latest arrival more than half of it behind would read as ahead,
+  // failing receives as overtaken: the caller, which numbers the calls,
+  // asks every so often. Any thread.
+  virtual void forgetArrivalsBefore(uint64_t tag) { (void)tag; }
 
   // True once the connection is dead: the peer left (with or without a
   // goodbye) or it failed here. Nothing more comes on it, and its fd, at

@@ -106,7 +106,7 @@ constexpr EnvParam kParams[] = {
      "message, e.g. drop=1e-4,delay=1e-3,close=1e-5,delay_ms=10,seed=7 (docs/ENVIRONMENT.md)."},
     {"BRAID_FIRST_CALL_NUMBER", "0",
      "Testing only: the number of every stream's first collective call, the same on every rank "
-     "(0 .. 4294967295); near 4294967295, calls run across the wrap of the 32-bit call numbers."},
+     "(0 .. 4294967295); near 4294967295, the calls cross the wrap of the 32-bit call numbers."},
     {"BRAID_RANK", "", "Launcher: this process's rank (with BRAID_WORLD_SIZE and BRAID_ADDR)."},
     {"BRAID_WORLD_SIZE", "", "Launcher: number of ranks."},
     {"BRAID_ADDR", "", "Launcher: host:port where rank 0 listens for the rendezvous."},

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "cuda_ipc_pair.h"
@@ -57,6 +58,56 @@ TEST(CallTags, TheCallAfterTheWrapIsLaterThanTheLastOne) {
     EXPECT_TRUE(transport::tagBefore(collectiveTagBase(stream, kLastNumber) + 5, lastBound));
     EXPECT_FALSE(transport::tagBefore(collectiveTagBase(stream, 0), lastBound));
   }
+}
+
+// The ranges rangesBefore gives hold exactly the tags of the channel that
+// come before the tag, and stay inside the channel (channel 255 too).
+TEST(ChannelOrder, TheTagsBeforeATagAreOneOrTwoRangesOfItsChannel) {
+  constexpr uint64_t kHalf = transport::kChannelTagNumbers / 2;
+  constexpr uint64_t kLastNumber56 = transport::kChannelTagNumbers - 1;
+  for (uint64_t channel : {0u, 6u, 255u})
+    for (uint64_t number : {uint64_t{0}, uint64_t{1}, uint64_t{5}, kHalf - 1, kHalf, kHalf + 1,
+                            kLastNumber56 - 1, kLastNumber56}) {
+      const uint64_t tag = channel << 56 | number;
+      std::vector<std::pair<uint64_t, uint64_t>> ranges;
+      transport::rangesBefore(
+          tag, [&](uint64_t first, uint64_t last) { ranges.emplace_back(first, last); });
+      ASSERT_FALSE(ranges.empty());
+      for (auto [first, last] : ranges) {
+        EXPECT_LE(first, last);
+        EXPECT_EQ(transport::channelOf(first), channel);
+        EXPECT_EQ(transport::channelOf(last), channel);
+      }
+      for (uint64_t offset :
+           {uint64_t{0}, uint64_t{1}, uint64_t{2}, kHalf - 1, kHalf, kHalf + 1, kLastNumber56}) {
+        for (uint64_t other :
+             {(number + offset) & kLastNumber56, (number - offset) & kLastNumber56}) {
+          const uint64_t value = channel << 56 | other;
+          bool inRange = false;
+          for (auto [first, last] : ranges) inRange = inRange || (value >= first && value <= last);
+          EXPECT_EQ(inRange, transport::tagBefore(value, tag))
+              << "channel " << channel << " number " << number << " other " << other;
+        }
+      }
+    }
+}
+
+// A latest arrival left behind for most of the circle reads as ahead (a
+// receive then fails as overtaken); forgotten in time, it does not.
+TEST(ChannelOrder, ALatestArrivalFarBehindIsForgottenBeforeItReadsAsAhead) {
+  const uint32_t threeQuarters = 3u << 30;
+  transport::LatestArrivals latest;
+  latest.arrived(collectiveTagBase(kStream, 5));
+  const uint64_t farLater = collectiveTagBase(kStream, 5 + threeQuarters);
+  EXPECT_TRUE(latest.after(farLater).has_value());
+  latest.forgetBefore(collectiveTagBase(kStream, 5 + kForgetArrivalsEvery));
+  EXPECT_FALSE(latest.after(farLater).has_value());
+  // One that is not before the tag stays.
+  latest.arrived(collectiveTagBase(kStream, 7));
+  latest.forgetBefore(collectiveTagBase(kStream, 6));
+  EXPECT_TRUE(latest.after(collectiveTagBase(kStream, 6)).has_value());
+  EXPECT_TRUE(forgetsArrivalsAt(0) && forgetsArrivalsAt(kForgetArrivalsEvery));
+  EXPECT_FALSE(forgetsArrivalsAt(kForgetArrivalsEvery - 1));
 }
 
 // The two ends of a socket-stream connection, driven by hand.
@@ -137,6 +188,22 @@ TEST_F(StreamPair, TheNextCallsMessageAfterTheWrapIsNoStrayOfTheLastCall) {
   EXPECT_FALSE(receiver_->unclaimed(channel(), collectiveTagBound(kStream, kLastNumber)));
 }
 
+TEST_F(StreamPair, AChannelIdleForMostOfTheCircleReceivesOnceItsArrivalsAreForgotten) {
+  const uint64_t early = collectiveTagBase(kStream, 10);
+  const uint64_t late = collectiveTagBase(kStream, 10 + (3u << 30));
+  auto gotEarly = receiver_->postRecv(last_.data(), 100, Tag{early, kCheck});
+  auto s1 = send(early, 1);
+  drive({gotEarly, s1});
+  ASSERT_EQ(gotEarly->state(), State::kDone);
+  receiver_->forgetArrivalsBefore(collectiveTagBase(kStream, 10 + kForgetArrivalsEvery));
+  auto gotLate = receiver_->postRecv(wrapped_.data(), 100, Tag{late, kCheck});
+  EXPECT_EQ(gotLate->state(), State::kPending);
+  auto s2 = send(late, 2);
+  drive({gotLate, s2});
+  ASSERT_EQ(gotLate->state(), State::kDone) << gotLate->error().message();
+  EXPECT_EQ(wrapped_, std::vector<uint8_t>(100, 2));
+}
+
 }  // namespace
 
 namespace transport::cuda_ipc {
@@ -170,6 +237,25 @@ TEST_F(CudaIpcPair, AReceiveAfterTheWrapIsNotTakenAsOvertakenByTheLastCall) {
   auto sent2 = A->postSend(s2.data(), 64, Tag{wrappedCallTag(), kCheck});
   drive({gotWrapped, sent2});
   ASSERT_EQ(gotWrapped->state(), State::kDone) << gotWrapped->error().message();
+  synchronize();
+  EXPECT_TRUE(r2.holds(2));
+}
+
+TEST_F(CudaIpcPair, AChannelIdleForMostOfTheCircleReceivesOnceItsArrivalsAreForgotten) {
+  DeviceBuffer s1(*devA, 64), s2(*devA, 64), r1(*devB, 64), r2(*devB, 64);
+  s2.fill(2);
+  const uint64_t early = collectiveTagBase(kStream, 10);
+  const uint64_t late = collectiveTagBase(kStream, 10 + (3u << 30));
+  auto gotEarly = B->postRecv(r1.data(), 64, Tag{early, kCheck});
+  auto sent1 = A->postSend(s1.data(), 64, Tag{early, kCheck});
+  drive({gotEarly, sent1});
+  ASSERT_EQ(gotEarly->state(), State::kDone);
+  B->forgetArrivalsBefore(collectiveTagBase(kStream, 10 + kForgetArrivalsEvery));
+  auto gotLate = B->postRecv(r2.data(), 64, Tag{late, kCheck});
+  EXPECT_EQ(gotLate->state(), State::kPending);
+  auto sent2 = A->postSend(s2.data(), 64, Tag{late, kCheck});
+  drive({gotLate, sent2});
+  ASSERT_EQ(gotLate->state(), State::kDone) << gotLate->error().message();
   synchronize();
   EXPECT_TRUE(r2.holds(2));
 }

@@ -54,6 +54,9 @@ TEST(AgreedSettings, ADifferenceNamesTheSettingTheRankAndBothValues) {
            // The pipelining unit of GPU jobs: their plans must match.
            {"BRAID_CUDA_IPC_SLOT_BYTES is 4194304 on rank 2 but 33554432 on rank 0",
             [](Config& c) { c.cudaIpcSlotBytes = size_t{4} << 20; }},
+           // Where every stream's calls start: their messages' tags.
+           {"BRAID_FIRST_CALL_NUMBER is 4294967290 on rank 2 but 0 on rank 0",
+            [](Config& c) { c.firstCallNumber = 4294967290u; }},
            {"BRAID_LINK_GBPS is 12.5 on rank 2 but measured on rank 0",
             [](Config& c) { c.linkGigabytesPerSecond = 12.5; }},
        }) {

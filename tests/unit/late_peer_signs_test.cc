@@ -116,6 +116,30 @@ TEST_F(LatePeerSigns, AHostCollectiveWaitsForARankThatWaits) {
   EXPECT_EQ(seenByRankZero(), (std::vector<bool>{false, true, true}));
 }
 
+// Past the wrap of the 32-bit call index: ranks at its last call (index
+// 2^32 - 1) wait for a rank one call behind, and a rank that announced
+// nothing yet is no mismatch of that call.
+TEST_F(LatePeerSigns, CallsAcrossTheWrapOfTheCallIndexKeepTheirOrder) {
+  CallSignature host;
+  host.count = 8;
+  rank(0).announce(0, 0xfffffffe, host.pack());
+  rank(1).announce(0, 0xffffffff, host.pack());
+  rank(2).announce(0, 0xffffffff, host.pack());
+  EXPECT_EQ(seenByRankZero(), (std::vector<bool>{false, true, true}));
+  rank(0).announce(0, 0xffffffff, host.pack());
+  rank(2).announce(0, 0, host.pack());  // past the wrap
+  EXPECT_EQ(rank(0).ranksWaitingForThisRank(), (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(rank(2).ranksWaitingForThisRank(), kNone);
+  // Stream 1: nothing announced by ranks 1 and 2.
+  rank(0).announce(1, 0xffffffff, host.pack());
+  EXPECT_TRUE(rank(0).checkAnnouncements(1, 0xffffffff, host.pack(), "test").isOk());
+  // A different call announced for the same index is a mismatch.
+  CallSignature other = host;
+  other.count = 9;
+  rank(1).announce(1, 0xffffffff, other.pack());
+  EXPECT_FALSE(rank(0).checkAnnouncements(1, 0xffffffff, host.pack(), "test").isOk());
+}
+
 TEST(SteadilyWaiting, OnlyARankSeenWaitingOnEveryLookForTheWhile) {
   SteadilyWaiting waiting(0.05);
   EXPECT_FALSE(waiting.steadily(1, 0));  // nothing looked at yet

@@ -69,13 +69,32 @@ TEST(ShmBoard, CallsAlternateBetweenTwoSlotsPerRank) {
 
 TEST(ShmBoard, AnnouncementsCarryTheLatestCall) {
   TwoMappings m = mapTwice(2);
-  EXPECT_EQ(m.opener.announced(1, 0).call, 0u);  // nothing called yet
+  EXPECT_FALSE(m.opener.announced(1, 0).made);  // nothing called yet
   m.creator.announce(1, 0, 0, 77);
+  EXPECT_TRUE(m.opener.announced(1, 0).of(0));
   m.creator.announce(1, 0, 5, 99);
   const Announcement seen = m.opener.announced(1, 0);
-  EXPECT_EQ(seen.call, 6u);
+  EXPECT_TRUE(seen.of(5));
   EXPECT_EQ(seen.check, 99u);
-  EXPECT_EQ(m.opener.announced(0, 0).call, 0u);
+  EXPECT_FALSE(m.opener.announced(0, 0).made);
+}
+
+// Call indices wrap after 2^32 calls: index 2^32 - 1 is a call like any
+// other, and the call after it is later.
+TEST(ShmBoard, AnnouncementsOrderCallsAcrossTheWrap) {
+  TwoMappings m = mapTwice(2);
+  m.creator.announce(1, 0, 0xffffffff, 7);
+  const Announcement last = m.opener.announced(1, 0);
+  EXPECT_TRUE(last.of(0xffffffff));
+  EXPECT_TRUE(last.before(0));
+  EXPECT_FALSE(last.before(0xffffffff));
+  EXPECT_FALSE(last.before(0xfffffffe));
+  m.creator.announce(0, 0, 0, 8);
+  const Announcement next = m.opener.announced(0, 0);
+  EXPECT_TRUE(next.laterThan(last));
+  EXPECT_FALSE(last.laterThan(next));
+  EXPECT_TRUE(last.laterThan(Announcement{}));
+  EXPECT_FALSE(Announcement{}.laterThan(last));
 }
 
 // Each stream's calls are counted on their own: a rank's latest call on one
@@ -85,14 +104,14 @@ TEST(ShmBoard, EachStreamHasItsOwnAnnouncements) {
   m.creator.announce(2, 3, 7, 70);  // the last rank's last stream: inside the mapping
   m.creator.announce(2, 0, 1, 10);
   m.creator.announce(1, 3, 4, 40);
-  EXPECT_EQ(m.opener.announced(2, 3).call, 8u);
+  EXPECT_TRUE(m.opener.announced(2, 3).of(7));
   EXPECT_EQ(m.opener.announced(2, 3).check, 70u);
-  EXPECT_EQ(m.opener.announced(2, 0).call, 2u);
+  EXPECT_TRUE(m.opener.announced(2, 0).of(1));
   EXPECT_EQ(m.opener.announced(2, 0).check, 10u);
-  EXPECT_EQ(m.opener.announced(1, 3).call, 5u);
-  for (int stream : {1, 2}) EXPECT_EQ(m.opener.announced(2, stream).call, 0u);
-  EXPECT_EQ(m.opener.announced(1, 0).call, 0u);
-  EXPECT_EQ(m.opener.announced(0, 3).call, 0u);
+  EXPECT_TRUE(m.opener.announced(1, 3).of(4));
+  for (int stream : {1, 2}) EXPECT_FALSE(m.opener.announced(2, stream).made);
+  EXPECT_FALSE(m.opener.announced(1, 0).made);
+  EXPECT_FALSE(m.opener.announced(0, 3).made);
   // Slots and announcements do not overlap.
   EXPECT_EQ(m.opener.published(0, 2, 1), nullptr);
   EXPECT_EQ(m.opener.published(0, 2, 2), nullptr);
@@ -123,11 +142,11 @@ TEST(ShmBoard, AnAnnouncementLeftHalfWrittenIsReadAsNone) {
   auto* lines = reinterpret_cast<Board::AnnouncementLine*>(static_cast<uint8_t*>(base) +
                                                            2 * kLanes * kRanks * slotBytes);
   created->announce(1, 2, 4, 44);
-  ASSERT_EQ(opened->announced(1, 2).call, 5u);   // the line computed is the one read
+  ASSERT_TRUE(opened->announced(1, 2).of(4));    // the line computed is the one read
   lines[1 * kStreams + 2].version.fetch_add(1);  // the first half of a next announcement
   const auto start = std::chrono::steady_clock::now();
   std::atomic<bool> returned{false};
-  Announcement seen{1, 1};
+  Announcement seen{true, 1, 1};
   std::thread reader([&] {
     seen = opened->announced(1, 2);
     returned = true;
@@ -139,11 +158,11 @@ TEST(ShmBoard, AnAnnouncementLeftHalfWrittenIsReadAsNone) {
     std::_Exit(1);  // the reader spins for good
   }
   reader.join();
-  EXPECT_EQ(seen.call, 0u);
+  EXPECT_FALSE(seen.made);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
   // The other lines read as before.
   created->announce(0, 2, 6, 66);
-  EXPECT_EQ(opened->announced(0, 2).call, 7u);
+  EXPECT_TRUE(opened->announced(0, 2).of(6));
   munmap(base, static_cast<size_t>(st.st_size));
 }
 
@@ -154,10 +173,10 @@ TEST(ShmBoard, AReaderNeverSeesHalfAnAnnouncement) {
     for (uint32_t i = 0; i < kCalls; ++i) m.creator.announce(0, 0, i, uint64_t{i} * 7 + 1);
   });
   uint32_t last = 0, torn = 0;
-  while (last < kCalls) {
+  while (last + 1 < kCalls) {
     const Announcement seen = m.opener.announced(0, 0);
-    if (seen.call == 0) continue;
-    if (seen.check != uint64_t{seen.call - 1} * 7 + 1) ++torn;
+    if (!seen.made) continue;
+    if (seen.check != uint64_t{seen.call} * 7 + 1) ++torn;
     EXPECT_GE(seen.call, last);  // never back in time
     last = seen.call;
   }
@@ -265,7 +284,7 @@ TEST(ShmBoard, WideSlotsKeepToThemselves) {
       }
   for (int r = 0; r < kRanks; ++r)
     for (int stream = 0; stream < kStreams; ++stream) {
-      EXPECT_EQ(m.opener.announced(r, stream).call, 41u);
+      EXPECT_TRUE(m.opener.announced(r, stream).of(40));
       EXPECT_EQ(m.opener.announced(r, stream).check, 4000u + r);
     }
 }
@@ -289,7 +308,7 @@ TEST(ShmBoard, PointToPointCountsAreEachPairsOwn) {
     }
   for (int r = 0; r < kRanks; ++r)
     for (int stream = 0; stream < kStreams; ++stream)
-      EXPECT_EQ(m.opener.announced(r, stream).call, 10u) << r << " " << stream;
+      EXPECT_TRUE(m.opener.announced(r, stream).of(9)) << r << " " << stream;
 }
 
 }  // namespace

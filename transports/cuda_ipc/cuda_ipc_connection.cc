@@ -17,10 +17,6 @@ constexpr uint64_t kRecordCheck = 0x6970635f72656364;
 // progress() rather than one per call.
 constexpr size_t kRecordsAhead = 8;
 
-uint64_t channelBase(uint64_t tag) {
-  return tag & (uint64_t{0xff} << 56);
-}
-
 }  // namespace
 
 namespace {
@@ -345,18 +341,17 @@ CudaIpcConnection::Unexpected& CudaIpcConnection::unexpectedOf(const Record& r) 
 }
 
 void CudaIpcConnection::failPostedBefore(uint64_t tag) {
-  const uint8_t channel = channelOf(tag);
-  for (auto it = posted_.lower_bound(channelBase(tag));
-       it != posted_.end() && channelOf(it->first) == channel;) {
-    // Not one whose message is arriving, nor one after.
-    if (it->second.consumed > 0 || it->second.arriving || !tagBefore(it->first, tag)) {
-      ++it;
-      continue;
+  rangesBefore(tag, [&](uint64_t first, uint64_t last) {
+    for (auto it = posted_.lower_bound(first); it != posted_.end() && it->first <= last;) {
+      if (it->second.consumed > 0 || it->second.arriving) {  // its message is arriving
+        ++it;
+        continue;
+      }
+      it->second.request->fail(invalidUsage(strCat("rank ", peer(), " moved past this message")),
+                               Request::Failure::kOvertaken, Tag{tag, 0});
+      it = posted_.erase(it);
     }
-    it->second.request->fail(invalidUsage(strCat("rank ", peer(), " moved past this message")),
-                             Request::Failure::kOvertaken, Tag{tag, 0});
-    it = posted_.erase(it);
-  }
+  });
 }
 
 Status CudaIpcConnection::chunkArrived(const Record& r) {
@@ -525,9 +520,16 @@ Result<bool> CudaIpcConnection::progress() {
   return moved;
 }
 
+void CudaIpcConnection::forgetArrivalsBefore(uint64_t tag) {
+  std::lock_guard lock(mutex_);
+  latestArrived_.forgetBefore(tag);
+}
+
 std::optional<Tag> CudaIpcConnection::unclaimed(uint8_t channel, uint64_t below) {
   std::lock_guard lock(mutex_);
-  auto it = firstBefore(unexpected_, channel, below);
+  // A bound of another channel than `channel` would be the caller's mistake.
+  if (channelOf(below) != channel) return std::nullopt;
+  auto it = firstBefore(unexpected_, below);
   if (it == unexpected_.end()) return std::nullopt;
   return Tag{it->first, it->second.check};
 }

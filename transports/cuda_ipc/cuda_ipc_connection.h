@@ -139,6 +139,7 @@ class CudaIpcConnection final : public Connection {
   bool ended() const override { return control_->ended(); }
   uint64_t peerFailedCall() const override { return control_->peerFailedCall(); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override;
+  void forgetArrivalsBefore(uint64_t tag) override;
   bool mayHaveUnclaimed() const override;
   int peer() const override { return control_->peer(); }
 

@@ -164,6 +164,11 @@ void abortWith(Connection& connection, const Status& reason, uint64_t callMark) 
 
 }  // namespace
 
+void IpcOrFallback::forgetArrivalsBefore(uint64_t tag) {
+  ipc_->forgetArrivalsBefore(tag);
+  fallback_.forgetArrivalsBefore(tag);
+}
+
 void IpcOrFallback::abortInCall(const Status& reason, uint64_t callMark) {
   Connection* chosen = nullptr;
   {

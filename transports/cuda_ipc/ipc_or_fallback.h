@@ -39,6 +39,7 @@ class IpcOrFallback final : public Connection {
   Status peerFailure() const override { return current().peerFailure(); }
   bool ended() const override { return current().ended(); }
   uint64_t peerFailedCall() const override { return current().peerFailedCall(); }
+  void forgetArrivalsBefore(uint64_t tag) override;
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
     return current().unclaimed(channel, below);
   }

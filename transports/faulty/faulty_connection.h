@@ -129,6 +129,7 @@ class FaultyConnection final : public Connection {
   bool ended() const override;
   uint64_t peerFailedCall() const override { return inner_->peerFailedCall(); }
   bool mayHaveUnclaimed() const override { return inner_->mayHaveUnclaimed(); }
+  void forgetArrivalsBefore(uint64_t tag) override { inner_->forgetArrivalsBefore(tag); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
     return inner_->unclaimed(channel, below);
   }

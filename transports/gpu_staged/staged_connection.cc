@@ -5,6 +5,7 @@
 
 #include "src/common/log.h"
 #include "src/common/strcat.h"
+#include "transports/channel_order.h"
 
 namespace braid::transport::gpu_staged {
 
@@ -195,7 +196,8 @@ RequestPtr StagedConnection::postRecv(void* data, size_t bytes, Tag tag) {
 bool StagedConnection::RecvHolders::mayWait(const Recv& r) const {
   if (largestArrived >= r.bytes) return true;
   for (const Pending& p : pending)
-    if (p.tag.channel() == r.tag.channel() && p.tag.value < r.tag.value && p.bytes >= r.bytes)
+    if (p.tag.channel() == r.tag.channel() && tagBefore(p.tag.value, r.tag.value) &&
+        p.bytes >= r.bytes)
       return true;
   return false;
 }

@@ -78,6 +78,7 @@ class StagedConnection final : public Connection {
   Status peerFailure() const override { return host_.peerFailure(); }
   bool ended() const override { return host_.ended(); }
   uint64_t peerFailedCall() const override { return host_.peerFailedCall(); }
+  void forgetArrivalsBefore(uint64_t tag) override { host_.forgetArrivalsBefore(tag); }
   std::optional<Tag> unclaimed(uint8_t channel, uint64_t below) override {
     return host_.unclaimed(channel, below);
   }

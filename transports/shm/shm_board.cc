@@ -126,7 +126,7 @@ void Board::sleepUntilPublished(int lane, int rank, uint32_t sequence, int timeo
 void Board::announce(int rank, int stream, uint32_t callIndex, uint64_t check) {
   AnnouncementLine& a = line(rank, stream);
   const uint32_t version = a.version.fetch_add(1, std::memory_order_acq_rel) + 1;
-  a.call.store(callIndex + 1, std::memory_order_release);
+  a.call.store(callIndex, std::memory_order_release);
   a.check.store(check, std::memory_order_release);
   a.version.store(version + 1, std::memory_order_release);
 }
@@ -143,7 +143,8 @@ Announcement Board::announced(int rank, int stream) const {
   Clock::time_point giveUp{};
   for (int attempt = 0;; ++attempt) {
     const uint32_t before = a.version.load(std::memory_order_acquire);
-    const Announcement seen{a.call.load(std::memory_order_acquire),
+    // Version 0: never written.
+    const Announcement seen{before != 0, a.call.load(std::memory_order_acquire),
                             a.check.load(std::memory_order_acquire)};
     if ((before & 1) == 0 && a.version.load(std::memory_order_relaxed) == before) return seen;
     if (attempt < kSpins) continue;

@@ -57,9 +57,23 @@ constexpr size_t kMaxBoardPayloadBytes = 65536;
 size_t boardPayloadBytes(size_t wanted);
 
 // What a rank announced: the index of its latest call and what it called.
+// Call indices are 32 bits and wrap: of two, the one less than half their
+// range ahead is the later.
 struct Announcement {
-  uint32_t call = 0;  // 1 + the call's index; 0 before any call
+  bool made = false;  // false: no call announced yet (or the line unreadable)
+  uint32_t call = 0;  // the call's index
   uint64_t check = 0;
+
+  // Whether the announced call is `callIndex`, or one before it.
+  bool of(uint32_t callIndex) const { return made && call == callIndex; }
+  bool before(uint32_t callIndex) const {
+    return made && static_cast<int32_t>(call - callIndex) < 0;
+  }
+  // Whether this announces a later call than `other` (a call, where other
+  // announces none).
+  bool laterThan(const Announcement& other) const {
+    return made && (!other.made || static_cast<int32_t>(call - other.call) > 0);
+  }
 };
 
 class Board {
