@@ -7,7 +7,8 @@
 // its future, on which DDP chains its gradient division, completes there or
 // on the group's completion thread (completion_thread.h).
 //
-// Only braid.h is used of braid. The Work is in braid_work.cc; errors,
+// Only braid.h is used of braid. The Work is in braid_work.cc, the store
+// callbacks in store_adapter.h; errors,
 // dtype/op mapping and tensor checks in tensor_checks.cc.
 #include <Python.h>
 #include <braid.h>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "braid_work.h"
+#include "store_adapter.h"
 #include "tensor_checks.h"
 
 namespace braid_torch {
@@ -36,49 +38,6 @@ constexpr const char* kBackendName = "braid";
 constexpr double kLongestTimeout = 1e7;
 // Streams for send and recv: one per sending rank, up to this many.
 constexpr int kMostPointToPointStreams = 8;
-
-// braidStore_t over a c10d::Store. Store failures are exceptions; they
-// become error codes here, and their text is kept for the init error.
-struct StoreAdapter {
-  c10d::Store* store;
-  std::string lastError;
-
-  // c10::Error's what() carries a C++ backtrace; the message alone reads better.
-  static std::string messageOf(const std::exception& e) {
-    if (const auto* c10Error = dynamic_cast<const c10::Error*>(&e))
-      return c10Error->what_without_backtrace();
-    return e.what();
-  }
-
-  static braidResult_t set(void* context, const char* key, const void* value, size_t bytes) {
-    auto* self = static_cast<StoreAdapter*>(context);
-    try {
-      const auto* p = static_cast<const uint8_t*>(value);
-      self->store->set(key, std::vector<uint8_t>(p, p + bytes));
-      return braidSuccess;
-    } catch (const std::exception& e) {
-      self->lastError = messageOf(e);
-      return braidSystemError;
-    }
-  }
-
-  static braidResult_t get(void* context, const char* key, void* value, size_t capacity,
-                           size_t* bytes, double timeoutSeconds) {
-    auto* self = static_cast<StoreAdapter*>(context);
-    auto start = std::chrono::steady_clock::now();
-    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000));
-    try {
-      self->store->wait({key}, timeout);
-      std::vector<uint8_t> v = self->store->get(key);
-      *bytes = v.size();
-      std::memcpy(value, v.data(), std::min(capacity, v.size()));
-      return braidSuccess;
-    } catch (const std::exception& e) {
-      self->lastError = messageOf(e);
-      return std::chrono::steady_clock::now() - start >= timeout ? braidTimeout : braidSystemError;
-    }
-  }
-};
 
 class ProcessGroupBraid : public c10d::ProcessGroup {
  public:
