@@ -23,6 +23,22 @@
 namespace braid::transport::cuda_ipc {
 namespace {
 
+// The stand-in frees memory as cudaFree does, after the work queued before
+// it: a test that drops its buffers with copies still queued on them must
+// not see a copy into unmapped memory.
+TEST(FakeIpcDeviceMemory, FreeingWaitsForTheWorkQueuedBeforeIt) {
+  FakeIpcDevice device;
+  device.workDelay = std::chrono::milliseconds(20);
+  auto from = std::make_unique<DeviceBuffer>(device, 4096);
+  auto to = std::make_unique<DeviceBuffer>(device, 4096);
+  from->fill(3);
+  ASSERT_TRUE(device.enqueueCopy(to->data(), from->data(), 4096).isOk());
+  to.reset();
+  from.reset();
+  EXPECT_TRUE(device.synchronize().isOk()) << device.synchronize().message();
+  EXPECT_EQ(device.copies.load(), 1u);
+}
+
 TEST_F(CudaIpcPair, MessagesOfEverySizeArriveBothWays) {
   // Empty, under a slot, one slot exactly, and many slots (the 4 slots wrap
   // several times, so each is reused only after the peer drained it).

@@ -185,6 +185,7 @@ class FakeIpcDevice final : public IpcDevice {
       ++device_.liveMappings;
     }
     ~Memory() override {
+      device_.drainBeforeFree();
       device_.removeRange(data_);
       ::munmap(data_, bytes_);
       if (!owned_.empty()) ::shm_unlink(owned_.c_str());
@@ -209,6 +210,7 @@ class FakeIpcDevice final : public IpcDevice {
       ++device_.liveMappings;
     }
     ~OwnBytes() {
+      device_.drainBeforeFree();
       device_.removeRange(data_.get());
       --device_.liveMappings;
     }
@@ -292,6 +294,12 @@ class FakeIpcDevice final : public IpcDevice {
     return std::unique_ptr<DeviceMemory>(new Memory(*this, data, fields.bytes, "", handle));
   }
 
+  // Freeing waits for the work queued before it, as cudaFree does: a copy
+  // still queued on freed memory would otherwise run into an unmapping.
+  void drainBeforeFree() {
+    std::unique_lock lock(mutex_);
+    idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  }
   void addRange(void* data, size_t bytes) {
     std::lock_guard lock(rangesMutex_);
     ranges_[reinterpret_cast<uintptr_t>(data)] = bytes;
