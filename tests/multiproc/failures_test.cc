@@ -268,9 +268,14 @@ void destroyWhileAnotherThreadCalls(RankContext& ctx, bool abortFirst) {
     return;
   }
   braidResult_t r = braidInternalError;
+  std::atomic<bool> calling{false};
   std::thread caller([&] {
+    calling = true;
     r = braidAllReduce(x.data(), x.data(), x.size(), braidFloat32, braidSum, ctx.comm, nullptr);
   });
+  // Destroy must find the call inside the communicator: a call that came
+  // after it would be a call on a destroyed handle.
+  while (!calling) ::usleep(1000);
   ::usleep(300000);
   const auto start = std::chrono::steady_clock::now();
   if (abortFirst) {

@@ -308,7 +308,7 @@ TEST(RendezvousServer, AProvenRankMayTakeItsTimeOverItsJoinRequest) {
   info.secret.fill(0x7c);
   auto loopback = tcp::SocketAddress::parse("127.0.0.1:0");
   ASSERT_TRUE(loopback.isOk());
-  auto root = startRendezvousServer(*loopback, info.secret, 30, /*strangerSeconds=*/0.3);
+  auto root = startRendezvousServer(*loopback, info.secret, 30, /*strangerSeconds=*/1.0);
   ASSERT_TRUE(root.isOk()) << root.status().message();
   info.root = *root;
   std::vector<Result<std::vector<std::string>>> tables(2, internalError("not run"));
@@ -320,7 +320,7 @@ TEST(RendezvousServer, AProvenRankMayTakeItsTimeOverItsJoinRequest) {
         tables[rank] = client.status();
         return;
       }
-      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
       tables[rank] = client->exchange(2, "rank-" + std::to_string(rank), Deadline::after(10));
     });
   for (auto& t : ranks) t.join();

@@ -131,7 +131,7 @@ TEST_F(DriverIpcDeviceTest, AWaitForARecordThatNeverRunsFailsSynchronizeInTime) 
   auto producer = makeDevice();
   auto consumer = makeDevice();
   ASSERT_TRUE(producer && consumer);
-  consumer->setSynchronizeLimit(0.2);
+  consumer->setSynchronizeLimit(0.5);
   auto filled = take(producer->createEvent());
   ASSERT_TRUE(filled);
   auto peerFilled = take(consumer->openEvent(filled->handle()));
@@ -145,14 +145,14 @@ TEST_F(DriverIpcDeviceTest, AWaitForARecordThatNeverRunsFailsSynchronizeInTime) 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(waited.code(), ErrorCode::kTimeout) << waited.message();
-  EXPECT_NE(waited.message().find("did not finish in 0.2 s"), std::string::npos)
+  EXPECT_NE(waited.message().find("did not finish in 0.5 s"), std::string::npos)
       << waited.message();
-  EXPECT_LT(seconds, 2.0);
+  EXPECT_LT(seconds, 3.0);
   // From then on each wait looks once and does not wait the limit again:
   // destroying a communicator synchronizes each of its connections.
   const auto again = std::chrono::steady_clock::now();
   EXPECT_EQ(consumer->synchronize().code(), ErrorCode::kTimeout);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - again).count(), 0.1);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - again).count(), 0.4);
   gate.open.store(true);
   ASSERT_OK(producer->synchronize());
   ASSERT_OK(finishedWithin(*consumer, 2.0));  // the record ran after all
