@@ -84,6 +84,7 @@ class CudaStream : public ::testing::Test {
   }
 };
 
+using braid::testing::HeldFill;
 using braid::testing::SlowFill;
 
 // "GPU work" after the call: copies what the call left in `from`.

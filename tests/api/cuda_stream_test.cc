@@ -67,11 +67,13 @@ int orderedRank(const braidUniqueId& id, int rank) {
   // Work before: the inputs are written 100 ms after the call is made.
   for (int i = 0; i < kCount; ++i) send[i] = -1.0f;
   SlowFill fill{send, kCount, static_cast<float>(100 * rank)};
+  HeldFill hold(fill);
   if (fake.launchKernel(cudaStream, SlowFill::run, &fill) != 0) return 13;
   const unsigned long copiesBefore = fake.copyCount();
   if (braidAllReduce(send, recv, kCount, braidFloat32, braidSum, comm, stream) != braidSuccess)
     return 14;
   if (fill.done.load()) return 15;  // the call waited for the work before it
+  hold.release();
   // Work after: reads the result.
   float seen[kCount] = {};
   Snapshot snapshot{recv, seen, kCount};
@@ -141,6 +143,7 @@ int exchangeRank(const braidUniqueId& id, int rank) {
   braidStream_t stream = r.stream;
   for (int i = 0; i < kCount; ++i) send[i] = recv[i] = -1.0f;
   SlowFill fill{send, kCount, static_cast<float>(10000 * (rank + 1))};
+  HeldFill hold(fill);
   if (fake.launchKernel(cudaStream, SlowFill::run, &fill) != 0) return 13;
   const int peer = 1 - rank;
   if (braidGroupStart() != braidSuccess) return 14;
@@ -148,6 +151,7 @@ int exchangeRank(const braidUniqueId& id, int rank) {
   if (braidRecv(recv, kCount, braidFloat32, peer, comm, stream) != braidSuccess) return 16;
   if (braidGroupEnd() != braidSuccess) return 17;
   if (fill.done.load()) return 18;  // braidGroupEnd returned at once
+  hold.release();
   static float seen[kCount];
   Snapshot snapshot{recv, seen, kCount};
   if (fake.launchKernel(cudaStream, Snapshot::run, &snapshot) != 0) return 19;
@@ -220,10 +224,14 @@ TEST_F(CudaStream, ThePerThreadDefaultStreamIsRefused) {
 TEST_F(OneRankOnACudaStream, CallsReleasedAtOnceAfterAFailureNeverHoldTheCudaStream) {
   float data[8] = {}, out[8] = {};
   SlowFill fill{data, 8, 1.0f};
+  HeldFill hold(fill);
   ASSERT_EQ(fake.launchKernel(cudaStream_, SlowFill::run, &fill), 0);
   EXPECT_BRAID_OK(braidCommSetTimeout(comm_, 0.02));
   for (int call = 0; call < 3; ++call)
     EXPECT_BRAID_OK(braidAllReduce(data, out, 8, braidFloat32, braidSum, comm_, stream_));
+  // Held ten times the calls' timeout after they were made, at the least.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  hold.release();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   int state = fake.streamQuery(cudaStream_);
   while (state != 0 && std::chrono::steady_clock::now() < deadline) {
@@ -281,9 +289,11 @@ TEST_F(OneRankOnACudaStream, AGroupRunsAtItsEndBetweenTheWorkBeforeAndAfterIt) {
   EXPECT_BRAID_OK(braidAllReduce(hostIn, host, kCount, braidFloat32, braidSum, comm_, stream_));
   // Work queued after the calls but before the group ends comes before them.
   SlowFill fill{source, kCount, 7.0f};
+  HeldFill hold(fill);
   ASSERT_EQ(fake.launchKernel(cudaStream_, SlowFill::run, &fill), 0);
   EXPECT_BRAID_OK(braidGroupEnd());
   EXPECT_FALSE(fill.done.load());  // braidGroupEnd did not wait for it
+  hold.release();
   float seenTarget[kCount] = {}, seenHost[kCount] = {};
   Snapshot afterTarget{target, seenTarget, kCount}, afterHost{host, seenHost, kCount};
   ASSERT_EQ(fake.launchKernel(cudaStream_, Snapshot::run, &afterTarget), 0);
