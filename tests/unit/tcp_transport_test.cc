@@ -2,6 +2,8 @@
 #include "transports/tcp/tcp_transport.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <string>
@@ -10,6 +12,33 @@
 
 namespace braid::tcp {
 namespace {
+
+// A socket bound to a port and then connected to that same port, with no
+// one listening, is connected to itself (a simultaneous open): what a
+// dialling rank gets when the kernel picks the dialled port as its source.
+// connectTo takes it for "nothing listens there", not for the peer.
+TEST(TcpSocket, AConnectionToItselfIsToldFromOneToAListener) {
+  Fd self(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(self.valid());
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(self.get(), reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
+  socklen_t length = sizeof(at);
+  ASSERT_EQ(::getsockname(self.get(), reinterpret_cast<sockaddr*>(&at), &length), 0);
+  ASSERT_EQ(::connect(self.get(), reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
+  EXPECT_TRUE(connectedToItself(self.get()));
+
+  auto loopback = SocketAddress::parse("127.0.0.1:0");
+  ASSERT_TRUE(loopback.isOk());
+  auto listener = listenOn(*loopback);
+  ASSERT_TRUE(listener.isOk()) << listener.status().message();
+  auto listening = SocketAddress::ofSocket(listener->get(), false);
+  ASSERT_TRUE(listening.isOk());
+  auto dialled = connectTo(*listening, Deadline::after(5));
+  ASSERT_TRUE(dialled.isOk()) << dialled.status().message();
+  EXPECT_FALSE(connectedToItself(dialled->get()));
+}
 
 // Connections to a rank's data port that never prove themselves (a port
 // scanner, a stray client) are handshaken beside the ranks', not before

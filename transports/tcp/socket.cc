@@ -139,6 +139,15 @@ Status setNonBlocking(int fd, bool on) {
   return Status::ok();
 }
 
+bool connectedToItself(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t localLength = sizeof(local), peerLength = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &localLength) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLength) != 0)
+    return false;
+  return localLength == peerLength && std::memcmp(&local, &peer, localLength) == 0;
+}
+
 Status setNoDelay(int fd) {
   int one = 1;
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
@@ -175,6 +184,8 @@ Result<Fd> connectTo(const SocketAddress& address, Deadline deadline, WhenRefuse
         err = ETIMEDOUT;
       }
     }
+    // Connected to itself: nothing listens at the address yet (or any more).
+    if (err == 0 && connectedToItself(fd.get())) err = ECONNREFUSED;
     if (err == 0) {
       BRAID_RETURN_IF_ERROR(setNoDelay(fd.get()));
       return fd;

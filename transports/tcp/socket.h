@@ -77,6 +77,10 @@ Result<Fd> listenOn(const SocketAddress& address);
 enum class WhenRefused { kRetry, kFail };
 Result<Fd> connectTo(const SocketAddress& address, Deadline deadline,
                      WhenRefused whenRefused = WhenRefused::kRetry);
+// True when `fd` is connected to itself: a connect to a port nobody listens
+// on, from that same port (the kernel may pick it as the source port while
+// the dialled port is free), completes as a simultaneous open.
+bool connectedToItself(int fd);
 // Waits for one incoming connection.
 Result<Fd> acceptFrom(int listenFd, Deadline deadline);
 
