@@ -116,6 +116,19 @@ class JobRunner {
     return moved;
   }
 
+  // Before sleeping: a transfer that ends from now on wakes the sleeper
+  // (transports/completion_signal.h).
+  void watchTransfers() const {
+    for (const auto& a : active_) a.request->watch();
+  }
+  // True if a transfer ended since the last reap(): by another thread that
+  // progressed a shared connection, say.
+  bool anyTransferEnded() const {
+    for (const auto& a : active_)
+      if (a.request->state() != Request::State::kPending) return true;
+    return false;
+  }
+
   void collectConnections(std::vector<transport::Connection*>* out) const {
     for (const auto& a : active_) out->push_back(job_.connections[steps_[a.step].peer]);
   }

@@ -17,6 +17,7 @@
 #include "src/common/strcat.h"
 #include "src/job_runner.h"
 #include "src/state_dump.h"
+#include "transports/completion_signal.h"
 
 namespace braid {
 
@@ -243,7 +244,22 @@ Status runJobs(std::span<Job> jobs) {
     bool ready = false;
     for (transport::Connection* c : polled) ready = !c->prepareToSleep() || ready;
     if (ready) continue;
-    if (::poll(fds.data(), fds.size(), waitMs) <= 0) continue;
+    // Another thread on a shared connection may have completed a request
+    // of ours since the reap, or may do so while we sleep (the signal).
+    for (auto& r : runners)
+      if (!r->finished()) r->watchTransfers();
+    transport::CompletionSignal::beginSleep();
+    bool ended = false;
+    for (auto& r : runners) ended = ended || (!r->finished() && r->anyTransferEnded());
+    if (ended) {
+      transport::CompletionSignal::endSleep();
+      continue;
+    }
+    if (const int signal = transport::CompletionSignal::fd(); signal >= 0)
+      fds.push_back({signal, POLLIN, 0});
+    const int woken = ::poll(fds.data(), fds.size(), waitMs);
+    transport::CompletionSignal::endSleep();
+    if (woken <= 0) continue;
     // Idle connections that woke us are read now; busy ones are progressed
     // at the top of the loop anyway.
     for (size_t i = 0; i < polled.size(); ++i)

@@ -16,6 +16,7 @@
 
 #include "src/common/deadline.h"
 #include "src/common/status.h"
+#include "transports/completion_signal.h"
 
 namespace braid::transport {
 
@@ -46,16 +47,26 @@ class Request {
   Failure failure() const { return failure_; }
   const Tag& mismatch() const { return mismatch_; }
 
-  void complete() { state_.store(State::kDone, std::memory_order_release); }
+  // Either may run on a thread other than the one waiting for the request,
+  // which may sleep meanwhile: once it marked the request watched (before
+  // its last look at the state), the signal wakes it.
+  void complete() {
+    state_.store(State::kDone, std::memory_order_seq_cst);
+    if (watched_.load(std::memory_order_seq_cst)) CompletionSignal::notify();
+  }
   void fail(Status error, Failure failure = Failure::kOther, Tag mismatch = {}) {
     error_ = std::move(error);
     failure_ = failure;
     mismatch_ = mismatch;
-    state_.store(State::kFailed, std::memory_order_release);
+    state_.store(State::kFailed, std::memory_order_seq_cst);
+    if (watched_.load(std::memory_order_seq_cst)) CompletionSignal::notify();
   }
+  // A thread about to sleep until this request ends.
+  void watch() { watched_.store(true, std::memory_order_seq_cst); }
 
  private:
   std::atomic<State> state_{State::kPending};
+  std::atomic<bool> watched_{false};
   Status error_;
   Failure failure_ = Failure::kOther;
   Tag mismatch_;

@@ -17,6 +17,7 @@
 #include "src/common/log.h"
 #include "src/common/secret.h"
 #include "src/common/strcat.h"
+#include "transports/completion_signal.h"
 #include "transports/tcp/socket.h"
 
 namespace braid::shm {
@@ -189,11 +190,17 @@ Result<size_t> ShmStream::writeSome(const iovec* iov, int count) {
   return copied;
 }
 
-Status ShmStream::drainDoorbell() {
+Status ShmStream::drainDoorbell(bool forAnother) {
   char bells[64];
   while (true) {
     ssize_t got = ::recv(doorbell_.get(), bells, sizeof(bells), MSG_DONTWAIT);
-    if (got > 0) continue;
+    if (got > 0) {
+      // Rung for another thread of this process, asleep on this connection
+      // (another braid stream's): it must look again, since its poll no
+      // longer sees the bell.
+      if (forAnother) transport::CompletionSignal::notify();
+      continue;
+    }
     if (got < 0 && errno == EINTR) continue;
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::ok();
     peerGone_ = true;  // end of stream or reset: the peer's process is gone
@@ -205,7 +212,7 @@ Result<size_t> ShmStream::readSome(void* into, size_t room) {
   if (closed_) return closedByPeer();
   if (slept_) {
     slept_ = false;
-    BRAID_RETURN_IF_ERROR(drainDoorbell());
+    BRAID_RETURN_IF_ERROR(drainDoorbell(sleptOn_ != std::this_thread::get_id()));
   }
   // closed before head: a producer sets closed after its last bytes.
   const bool finished = in_.control->closed.load(std::memory_order_acquire) != 0;
@@ -232,6 +239,7 @@ Result<size_t> ShmStream::readSome(void* into, size_t room) {
 
 bool ShmStream::prepareToSleep(bool sendsPending) {
   slept_ = true;
+  sleptOn_ = std::this_thread::get_id();
   in_.control->consumerSleeping.store(1, std::memory_order_seq_cst);
   if (sendsPending) out_.control->producerSleeping.store(1, std::memory_order_seq_cst);
   if (in_.control->head.load(std::memory_order_seq_cst) != inTail_) return false;

@@ -1,0 +1,81 @@
+#include "transports/completion_signal.h"
+
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <mutex>
+
+namespace braid::transport {
+namespace {
+
+// Never destroyed: threads that outlive main's return may still complete
+// requests. A forked child makes its own (the parent's descriptor would
+// carry wake-ups between the two processes), and so that a lock another
+// thread of the parent held at the fork is not inherited held.
+struct SignalState {
+  std::mutex mutex;  // orders the last sleeper's drain with a new sleeper's start
+  int sleepers = 0;  // under mutex; the atomic count is for notify()
+  int fd = -1;
+};
+
+SignalState* state = nullptr;
+std::once_flag made;
+
+void makeState() {
+  state = new SignalState;
+  state->fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+void remakeInChild() {
+  // The parent's state is left as it was (its fd stays open, unused here).
+  makeState();
+  detail::completionSleepers.store(0);
+}
+
+SignalState& signalState() {
+  std::call_once(made, [] {
+    makeState();
+    (void)pthread_atfork(nullptr, nullptr, remakeInChild);
+  });
+  return *state;
+}
+
+}  // namespace
+
+void CompletionSignal::beginSleep() {
+  SignalState& s = signalState();
+  {
+    std::lock_guard lock(s.mutex);
+    ++s.sleepers;
+    detail::completionSleepers.fetch_add(1, std::memory_order_seq_cst);
+  }
+  // A completion stores its request's state, then loads the count; the
+  // sleeper stores the count, then loads its requests' states: with both in
+  // one total order, either the completion sees this sleeper or the sleeper
+  // sees the completion.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void CompletionSignal::endSleep() {
+  SignalState& s = signalState();
+  std::lock_guard lock(s.mutex);
+  detail::completionSleepers.fetch_sub(1, std::memory_order_seq_cst);
+  if (--s.sleepers > 0 || s.fd < 0) return;
+  uint64_t count;
+  (void)::read(s.fd, &count, sizeof(count));  // nonblocking: EAGAIN when unrung
+}
+
+int CompletionSignal::fd() {
+  return signalState().fd;
+}
+
+void CompletionSignal::wake() {
+  const int fd = signalState().fd;
+  if (fd < 0) return;
+  const uint64_t one = 1;
+  (void)::write(fd, &one, sizeof(one));
+}
+
+}  // namespace braid::transport
