@@ -13,9 +13,11 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/unit/stream_connection_fixtures.h"
+#include "transports/completion_signal.h"
 #include "transports/shm/shm_stream.h"
 #include "transports/tcp/socket_stream.h"
 
@@ -408,6 +410,30 @@ TEST(ShmRings, FittedToHalfTheRoomOfDevShm) {
   EXPECT_EQ(shm::fittedRingBytes(kMiB, 64 * kMiB, 8), kMiB / 2);
   // Nothing fits: the smallest ring, and the pairs beyond the room fall back to TCP.
   EXPECT_EQ(shm::fittedRingBytes(kMiB, kMiB, 256), shm::kMinRingBytes);
+}
+
+// Two threads on one shared-memory connection (two braid streams): one gets
+// ready to sleep, so the peer's next message rings the bell for it, and the
+// other reads that message, draining the bell. The sleeper's poll no longer
+// sees the bell, so the reader must wake the process's sleepers instead.
+TEST(ShmDoorbell, ABellDrainedForAnotherThreadWakesTheSleepers) {
+  Pair p("shm");
+  CompletionSignal::beginSleep();  // leaves the signal unrung: the last sleeper drains it
+  CompletionSignal::endSleep();
+  int32_t x = 5, y = 0;
+  auto received = p.b->postRecv(&y, sizeof(y), Tag{1, 1});
+  std::thread([&] { EXPECT_TRUE(p.b->prepareToSleep()); }).join();
+  CompletionSignal::beginSleep();  // the thread above, asleep in the engine
+  auto sent = p.a->postSend(&x, sizeof(x), Tag{1, 1});
+  for (int i = 0; i < 100 && received->state() == Request::State::kPending; ++i) {
+    ASSERT_TRUE(p.a->progress().isOk());
+    ASSERT_TRUE(p.b->progress().isOk());
+  }
+  ASSERT_EQ(received->state(), Request::State::kDone);
+  EXPECT_EQ(y, 5);
+  pollfd signal{CompletionSignal::fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&signal, 1, 0), 1) << "the sleeper was not woken";
+  CompletionSignal::endSleep();
 }
 
 }  // namespace
