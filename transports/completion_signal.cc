@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <new>
 
 namespace braid::transport {
 namespace {
@@ -20,17 +21,21 @@ struct SignalState {
   int fd = -1;
 };
 
+// In static storage, so that a forked child makes its own without the
+// allocator, which another thread of the parent may have held at the fork.
+alignas(SignalState) unsigned char storage[sizeof(SignalState)];
 SignalState* state = nullptr;
 std::once_flag made;
 
 void makeState() {
-  state = new SignalState;
+  state = new (storage) SignalState;
   state->fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
 void remakeInChild() {
-  // The parent's state is left as it was (its fd stays open, unused here).
-  makeState();
+  const int inherited = state->fd;
+  makeState();  // over the parent's copy, whose lock may be held for good
+  if (inherited >= 0) ::close(inherited);
   detail::completionSleepers.store(0);
 }
 

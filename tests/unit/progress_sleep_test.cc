@@ -4,6 +4,8 @@
 // sleeper must wake for it, not sleep out its poll (up to 200 ms a time).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 
 #include "algorithms/schedule.h"
 #include "src/progress.h"
+#include "transports/completion_signal.h"
 #include "transports/loopback/loopback_connection.h"
 
 namespace braid {
@@ -140,6 +143,31 @@ TEST(SleepingEngine, WakesWhenAnotherThreadCompletesItsRequest) {
 
 TEST(SleepingEngine, DoesNotSleepOnARequestCompletedAfterItsLastLook) {
   EXPECT_LT(bestOfThree(true, false), 0.1) << "slept with a request already complete";
+}
+
+// A forked child (a rank started by fork) signals its own sleepers, never
+// the parent's through an inherited descriptor.
+TEST(SleepingEngine, AForkedChildHasASignalOfItsOwn) {
+  using transport::CompletionSignal;
+  CompletionSignal::beginSleep();
+  CompletionSignal::endSleep();  // the last sleeper leaves the signal unrung
+  CompletionSignal::beginSleep();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    CompletionSignal::beginSleep();
+    CompletionSignal::notify();
+    pollfd own{CompletionSignal::fd(), POLLIN, 0};
+    const bool rung = ::poll(&own, 1, 0) == 1;
+    CompletionSignal::endSleep();
+    ::_exit(rung ? 0 : 1);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's signal did not ring";
+  pollfd parent{CompletionSignal::fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&parent, 1, 0), 0) << "the child rang the parent's signal";
+  CompletionSignal::endSleep();
 }
 
 }  // namespace
