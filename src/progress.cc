@@ -234,7 +234,10 @@ Status runJobs(std::span<Job> jobs) {
     for (auto& r : runners)
       if (!r->finished() && r->job().abortFd >= 0) abortFds.insert(r->job().abortFd);
     for (int fd : abortFds) fds.push_back({fd, POLLIN, 0});
-    int waitMs = static_cast<int>(std::clamp((timeout - idle) * 1000.0 + 1, 1.0, 200.0));
+    double sleepMs = std::clamp((timeout - idle) * 1000.0 + 1, 1.0, 200.0);
+    for (transport::Connection* c : polled)
+      sleepMs = std::min(sleepMs, 1.0 + static_cast<double>(c->sleepAtMost().count()) / 1000.0);
+    const int waitMs = static_cast<int>(sleepMs);
     if (fds.empty()) {
       usleep(1000);
       continue;

@@ -79,6 +79,9 @@ class StreamConnection final : public Connection {
     return stream_->pollForWrite(sendsPending_.load(std::memory_order_relaxed));
   }
   bool prepareToSleep() override;
+  // Until the oldest large message held for its receive is due to be
+  // copied out (Options::unclaimedDescriptorWait), whose sender waits.
+  std::chrono::microseconds sleepAtMost() const override;
   void abort(const Status& reason) override;
   void abortInCall(const Status& reason, uint64_t callMark) override;
   int peer() const override { return peer_; }

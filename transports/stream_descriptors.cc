@@ -198,6 +198,19 @@ bool StreamConnection::holdsUnclaimed(std::chrono::microseconds olderThan) const
   return false;
 }
 
+std::chrono::microseconds StreamConnection::sleepAtMost() const {
+  std::lock_guard lock(mutex_);
+  auto least = Connection::sleepAtMost();
+  if (unexpectedDescriptors_ == 0) return least;
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [tag, u] : unexpected_)
+    if (u.remote != 0)
+      least = std::min(least, std::max(std::chrono::microseconds(0),
+                                       std::chrono::duration_cast<std::chrono::microseconds>(
+                                           u.arrived + options_.unclaimedDescriptorWait - now)));
+  return least;
+}
+
 Status StreamConnection::copyOutUnclaimed(std::chrono::microseconds olderThan) {
   if (!holdsUnclaimed(olderThan)) return Status::ok();
   const auto now = std::chrono::steady_clock::now();

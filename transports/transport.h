@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -117,6 +118,10 @@ class Connection {
   // Called just before the caller sleeps on pollFd(); false means bytes can
   // move already (or arrived meanwhile), so the caller must not sleep.
   virtual bool prepareToSleep() { return true; }
+  // How long the caller may sleep at most before this connection has work
+  // that no descriptor announces (a message held for its receive that is
+  // due to be copied out, say); the caller sleeps no longer.
+  virtual std::chrono::microseconds sleepAtMost() const { return std::chrono::hours(1); }
 
   // Fails every pending request and closes, telling the peer `reason`
   // (best effort). A reason whose code is kOk is an orderly close: the

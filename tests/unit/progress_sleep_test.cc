@@ -18,6 +18,7 @@
 
 #include "algorithms/schedule.h"
 #include "src/progress.h"
+#include "tests/unit/stream_connection_fixtures.h"
 #include "transports/completion_signal.h"
 #include "transports/loopback/loopback_connection.h"
 
@@ -168,6 +169,54 @@ TEST(SleepingEngine, AForkedChildHasASignalOfItsOwn) {
   pollfd parent{CompletionSignal::fd(), POLLIN, 0};
   EXPECT_EQ(::poll(&parent, 1, 0), 0) << "the child rang the parent's signal";
   CompletionSignal::endSleep();
+}
+
+// A large message whose receive is not posted (the sender is a call ahead)
+// waits on the receiver as a descriptor, and its sender for the ack, until
+// the receiver copies it out after StreamConnection's unclaimedDescriptorWait
+// (20 ms): an engine asleep meanwhile must wake for that, not sleep out its
+// poll (200 ms).
+TEST(SleepingEngine, WakesWhenAHeldMessageIsDueToBeCopiedOut) {
+  if (!transport::selfReadable()) GTEST_SKIP() << "process_vm_readv is not permitted here";
+  transport::Pair p("shm_cma");
+  std::vector<uint8_t> ahead(1 << 20, 3), late(64, 4);
+  // Rank 0 of 2 (connection b) waits for the 64-byte message, tag 2.
+  algo::Schedule schedule;
+  schedule.recv(1, {algo::BufferId::kRecv, 0, 64});
+  std::vector<uint8_t> send(64), recv(64);
+  transport::LoopbackConnection self(0);
+  std::vector<Connection*> connections = {&self, p.b.get()};
+  Job job;
+  job.schedule = &schedule;
+  job.send = send.data();
+  job.recv = recv.data();
+  job.nranks = 2;
+  job.dtype = DataType::kUint8;
+  job.connections = connections;
+  job.tagFor = [](bool, int, uint32_t) { return transport::tag(2); };
+  job.callName = "receive";
+  job.timeoutSeconds = 30;
+  Status status = internalError("not run");
+  std::thread receiver([&] { status = runJobs({&job, 1}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // asleep by now
+  const auto start = Clock::now();
+  RequestPtr sent = p.a->postSend(ahead.data(), ahead.size(), transport::tag(1));
+  while (sent->state() == Request::State::kPending &&
+         Clock::now() - start < std::chrono::seconds(5))
+    (void)p.a->progress();
+  const double acked = std::chrono::duration<double>(Clock::now() - start).count();
+  RequestPtr last = p.a->postSend(late.data(), late.size(), transport::tag(2));
+  while (last->state() == Request::State::kPending &&
+         Clock::now() - start < std::chrono::seconds(10))
+    (void)p.a->progress();
+  receiver.join();
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(sent->state(), Request::State::kDone);
+  EXPECT_LT(acked, 0.15) << "the held message was copied out only when the poll ran out";
+  std::vector<uint8_t> got(ahead.size());
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), transport::tag(1));
+  p.drive({r});
+  EXPECT_EQ(got, ahead);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ class IpcOrFallback final : public Connection {
   int pollFd() const override { return current().pollFd(); }
   bool wantsWrite() const override { return current().wantsWrite(); }
   bool prepareToSleep() override;
+  std::chrono::microseconds sleepAtMost() const override { return current().sleepAtMost(); }
   void abort(const Status& reason) override;
   void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return current().peerFailure(); }

@@ -122,6 +122,7 @@ class FaultyConnection final : public Connection {
   int pollFd() const override;
   bool wantsWrite() const override;
   bool prepareToSleep() override;
+  std::chrono::microseconds sleepAtMost() const override { return inner_->sleepAtMost(); }
   void abort(const Status& reason) override;
   void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return inner_->peerFailure(); }
