@@ -14,6 +14,7 @@
 #include "src/peer_links.h"
 #include "src/state_dump.h"
 #include "src/stream.h"
+#include "transports/completion_signal.h"
 #include "transports/loopback/loopback_connection.h"
 #include "transports/shm/shm_stream.h"
 
@@ -35,6 +36,9 @@ Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo&
                                                            const algo::LinkModel* parentLink) {
   BRAID_RETURN_IF_ERROR(Selector::validate(config.algo));
   if (log::enabled(log::Level::kInfo)) installStateDumpSignal();
+  // The process's completion signal (one eventfd, kept for good) is made
+  // with its first communicator, not at some later call's first sleep.
+  (void)transport::CompletionSignal::fd();
   Deadline deadline = Deadline::after(config.timeoutSeconds);
   PhaseTimes times;  // logged at the end (BRAID_DEBUG=INFO)
   BRAID_ASSIGN_OR_RETURN(RendezvousClient client,

@@ -121,6 +121,10 @@ class JobRunner {
   void watchTransfers() const {
     for (const auto& a : active_) a.request->watch();
   }
+  // After the sleep: one this thread completes itself signals no one.
+  void unwatchTransfers() const {
+    for (const auto& a : active_) a.request->unwatch();
+  }
   // True if a transfer ended since the last reap(): by another thread that
   // progressed a shared connection, say.
   bool anyTransferEnded() const {

@@ -249,19 +249,24 @@ Status runJobs(std::span<Job> jobs) {
     if (ready) continue;
     // Another thread on a shared connection may have completed a request
     // of ours since the reap, or may do so while we sleep (the signal).
-    for (auto& r : runners)
-      if (!r->finished()) r->watchTransfers();
+    auto watch = [&](bool on) {
+      for (auto& r : runners)
+        if (!r->finished()) on ? r->watchTransfers() : r->unwatchTransfers();
+    };
+    watch(true);
     transport::CompletionSignal::beginSleep();
     bool ended = false;
     for (auto& r : runners) ended = ended || (!r->finished() && r->anyTransferEnded());
     if (ended) {
       transport::CompletionSignal::endSleep();
+      watch(false);
       continue;
     }
     if (const int signal = transport::CompletionSignal::fd(); signal >= 0)
       fds.push_back({signal, POLLIN, 0});
     const int woken = ::poll(fds.data(), fds.size(), waitMs);
     transport::CompletionSignal::endSleep();
+    watch(false);
     if (woken <= 0) continue;
     // Idle connections that woke us are read now; busy ones are progressed
     // at the top of the loop anyway.

@@ -64,6 +64,7 @@ class Request {
   }
   // A thread about to sleep until this request ends.
   void watch() { watched_.store(true, std::memory_order_seq_cst); }
+  void unwatch() { watched_.store(false, std::memory_order_relaxed); }
 
  private:
   std::atomic<State> state_{State::kPending};

@@ -191,6 +191,9 @@ void CudaIpcConnection::postRecordReceives() {
     InRecord& in = recordsIn_.back();
     in.request = control_->postRecv(&in.record, sizeof(in.record),
                                     Tag{channelBits_ | nextRecordIn_++, kRecordCheck});
+    // The control connection may be shared (createShared): another thread
+    // may complete this while the caller sleeps.
+    in.request->watch();
   }
 }
 
@@ -199,6 +202,7 @@ Status CudaIpcConnection::sendRecord(const Record& record) {
   OutRecord& out = recordsOut_.back();
   out.request = control_->postSend(&out.record, sizeof(out.record),
                                    Tag{channelBits_ | nextRecordOut_++, kRecordCheck});
+  out.request->watch();
   return Status::ok();
 }
 

@@ -133,6 +133,7 @@ class CudaIpcConnection final : public Connection {
   int pollFd() const override { return control_->pollFd(); }
   bool wantsWrite() const override { return control_->wantsWrite(); }
   bool prepareToSleep() override { return control_->prepareToSleep(); }
+  std::chrono::microseconds sleepAtMost() const override { return control_->sleepAtMost(); }
   void abort(const Status& reason) override { abortInCall(reason, 0); }
   void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return control_->peerFailure(); }

@@ -65,7 +65,13 @@ RequestPtr IpcOrFallback::queue(Queued post) {
 }
 
 void IpcOrFallback::choose(Connection& chosen) {
-  for (Queued& q : queued_) forwarded_.emplace_back(q.request, forward(chosen, q));
+  for (Queued& q : queued_) {
+    // Another thread may complete it on the shared connection while the
+    // caller sleeps on this one: watched, it wakes the caller.
+    RequestPtr theirs = forward(chosen, q);
+    theirs->watch();
+    forwarded_.emplace_back(q.request, std::move(theirs));
+  }
   queued_.clear();
   anyForwarded_.store(!forwarded_.empty(), std::memory_order_release);
   chosen_.store(&chosen, std::memory_order_release);

@@ -197,6 +197,7 @@ bool FaultyConnection::releaseDue(Clock::time_point now) {
   while (!held_.empty() && held_.front().due <= now) {
     Held& h = held_.front();
     relays_.push_back({h.request, inner_->postSend(h.data, h.bytes, h.tag)});
+    relays_.back().inner->watch();  // completed by whichever thread progresses inner_
     held_.pop_front();
     released = true;
   }

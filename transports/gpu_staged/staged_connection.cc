@@ -232,6 +232,7 @@ Result<bool> StagedConnection::startRecv(Recv& r, RecvHolders& holders) {
   }
   r.bounce = std::move(bounce);
   r.onHost = host_.postRecv(r.bounce.data(), r.bytes, r.tag);
+  r.onHost->watch();  // host_ may be shared: another thread may complete it
   return true;
 }
 
@@ -296,6 +297,7 @@ Status StagedConnection::postCopiedSends(bool& moved) {
       giveBack(std::move(s.copied));
     }
     s.onHost = host_.postSend(s.bounce.data(), s.bytes, s.tag);
+    s.onHost->watch();
     moved = true;
   }
   return Status::ok();

@@ -73,6 +73,7 @@ class StagedConnection final : public Connection {
   int pollFd() const override { return host_.pollFd(); }
   bool wantsWrite() const override { return host_.wantsWrite(); }
   bool prepareToSleep() override;
+  std::chrono::microseconds sleepAtMost() const override { return host_.sleepAtMost(); }
   void abort(const Status& reason) override { abortInCall(reason, 0); }
   void abortInCall(const Status& reason, uint64_t callMark) override;
   Status peerFailure() const override { return host_.peerFailure(); }

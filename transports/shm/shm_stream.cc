@@ -190,15 +190,15 @@ Result<size_t> ShmStream::writeSome(const iovec* iov, int count) {
   return copied;
 }
 
-Status ShmStream::drainDoorbell(bool forAnother) {
+Status ShmStream::drainDoorbell() {
   char bells[64];
   while (true) {
     ssize_t got = ::recv(doorbell_.get(), bells, sizeof(bells), MSG_DONTWAIT);
     if (got > 0) {
-      // Rung for another thread of this process, asleep on this connection
-      // (another braid stream's): it must look again, since its poll no
-      // longer sees the bell.
-      if (forAnother) transport::CompletionSignal::notify();
+      // Maybe rung for another thread of this process asleep on this
+      // connection (another braid stream's), whose poll no longer sees the
+      // bell: the sleepers look again. The caller is none of them.
+      transport::CompletionSignal::notify();
       continue;
     }
     if (got < 0 && errno == EINTR) continue;
@@ -212,7 +212,7 @@ Result<size_t> ShmStream::readSome(void* into, size_t room) {
   if (closed_) return closedByPeer();
   if (slept_) {
     slept_ = false;
-    BRAID_RETURN_IF_ERROR(drainDoorbell(sleptOn_ != std::this_thread::get_id()));
+    BRAID_RETURN_IF_ERROR(drainDoorbell());
   }
   // closed before head: a producer sets closed after its last bytes.
   const bool finished = in_.control->closed.load(std::memory_order_acquire) != 0;
@@ -239,7 +239,6 @@ Result<size_t> ShmStream::readSome(void* into, size_t room) {
 
 bool ShmStream::prepareToSleep(bool sendsPending) {
   slept_ = true;
-  sleptOn_ = std::this_thread::get_id();
   in_.control->consumerSleeping.store(1, std::memory_order_seq_cst);
   if (sendsPending) out_.control->producerSleeping.store(1, std::memory_order_seq_cst);
   if (in_.control->head.load(std::memory_order_seq_cst) != inTail_) return false;

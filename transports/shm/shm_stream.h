@@ -109,8 +109,7 @@ class ShmStream final : public transport::ByteStream {
   };
   size_t copyIn(const iovec* iov, int count, size_t limit);
   void ring(std::atomic<uint32_t>& sleeping);
-  // `forAnother`: the bell was rung for another thread of this process.
-  Status drainDoorbell(bool forAnother);
+  Status drainDoorbell();
   Status closedByPeer() const;
 
   Segment segment_;
@@ -123,7 +122,6 @@ class ShmStream final : public transport::ByteStream {
   uint64_t outHead_ = 0, outTailSeen_ = 0;  // the producer's own view
   uint64_t inTail_ = 0;                     // the consumer's own view
   bool slept_ = false;                      // a doorbell may be waiting
-  std::thread::id sleptOn_;                 // by the thread that slept last
   bool peerGone_ = false;                   // the doorbell socket closed
   bool closed_ = false;
 };
