@@ -116,14 +116,18 @@ class JobRunner {
     return moved;
   }
 
-  // Before sleeping: a transfer that ends from now on wakes the sleeper
-  // (transports/completion_signal.h).
-  void watchTransfers() const {
-    for (const auto& a : active_) a.request->watch();
+  // On before sleeping: a transfer that ends from then on wakes the
+  // sleeper (transports/completion_signal.h). Off after the sleep: one this
+  // thread completes itself signals no one.
+  void watchTransfers(bool on) const {
+    for (const auto& a : active_) on ? a.request->watch() : a.request->unwatch();
   }
-  // After the sleep: one this thread completes itself signals no one.
-  void unwatchTransfers() const {
-    for (const auto& a : active_) a.request->unwatch();
+  // The sum of its transfers' progress marks: it changes when bytes of one
+  // of them moved, whichever thread moved them (Request::noteProgress).
+  uint64_t transferProgressMarks() const {
+    uint64_t sum = 0;
+    for (const auto& a : active_) sum += a.request->progressMarks();
+    return sum;
   }
   // True if a transfer ended since the last reap(): by another thread that
   // progressed a shared connection, say.

@@ -126,15 +126,20 @@ Status runJobs(std::span<Job> jobs) {
       if (runners[j]->job().serialKey == key && !runners[j]->finished()) return true;
     return false;
   };
+  // Bytes moved on a connection the jobs use, and bytes moved for the jobs
+  // themselves: the threads of several streams share the connections, and
+  // what one stream's calls move is no progress of a call stuck on another.
   auto lastMoved = Clock::now();
+  auto lastOwnMoved = lastMoved;
   auto lastStallCheck = lastMoved;
+  uint64_t progressMarksSeen = 0;
   std::vector<pollfd> fds;
   std::vector<transport::Connection*> connections;  // with requests of running jobs
   std::set<transport::Connection*> watched;
   std::vector<transport::Connection*> polled;  // polled[i] owns fds[i]
   uint64_t dumpsSeen = stateDumpRequests();
   while (true) {
-    bool moved = false, allDone = true;
+    bool moved = false, ownMoved = false, allDone = true;
     if (const uint64_t dumps = stateDumpRequests(); dumps != dumpsSeen) {
       dumpsSeen = dumps;
       for (auto& r : runners)
@@ -148,7 +153,7 @@ Status runJobs(std::span<Job> jobs) {
       const Job& job = r->job();
       if (job.aborted && job.aborted->load(std::memory_order_relaxed))
         r->failWith(invalidUsage(strCat(job.callName, ": communicator aborted")));
-      moved |= r->advance();
+      ownMoved |= r->advance();
       // Ended on a local step: the reap below passes it by.
       if (r->finished()) r->checkUnclaimed();
     }
@@ -160,23 +165,35 @@ Status runJobs(std::span<Job> jobs) {
     for (transport::Connection* c : connections) {
       auto progressed = c->progress();
       // A dead connection has failed its requests; reap() reports them.
-      if (progressed.isOk()) moved |= *progressed;
+      if (progressed.isOk() && *progressed) {
+        moved = true;
+        ownMoved |= !c->reportsPartialProgress();
+      }
     }
     for (auto& r : runners) {
       if (r->finished()) continue;
-      moved |= r->reap();
+      ownMoved |= r->reap();
       if (!r->finished()) r->checkPeers();
       if (r->finished()) r->checkUnclaimed();
       allDone = allDone && r->finished();
     }
     if (allDone) break;
     auto now = Clock::now();
-    if (moved) {
-      lastMoved = now;
+    if (moved && !ownMoved) {
+      uint64_t marks = 0;
+      for (auto& r : runners)
+        if (!r->finished()) marks += r->transferProgressMarks();
+      ownMoved = marks != progressMarksSeen;
+      progressMarksSeen = marks;
+    }
+    if (ownMoved) {
+      lastOwnMoved = lastMoved = now;
       continue;
     }
-    double idle = std::chrono::duration<double>(now - lastMoved).count();
-    if (idle >= kStallCheckSeconds && now - lastStallCheck >= kStallCheckInterval) {
+    if (moved) lastMoved = now;
+    const double idle = std::chrono::duration<double>(now - lastMoved).count();
+    const double stuck = std::chrono::duration<double>(now - lastOwnMoved).count();
+    if (stuck >= kStallCheckSeconds && now - lastStallCheck >= kStallCheckInterval) {
       lastStallCheck = now;
       bool failed = false;
       for (auto& r : runners)
@@ -194,6 +211,15 @@ Status runJobs(std::span<Job> jobs) {
         spin = std::max(spin, r->job().spinSeconds);
         pureSpin = std::max(pureSpin, r->job().pureSpinSeconds);
       }
+    if (stuck >= timeout) {
+      for (auto& r : runners)
+        if (!r->finished())
+          r->failWith(timeoutError(strCat(r->job().callName, " on rank ", r->job().rank,
+                                          ": no progress for ", timeout, " s (BRAID_TIMEOUT); ",
+                                          r->progressText())));
+      break;
+    }
+    if (moved) continue;  // others' bytes: the connections are busy
     if (idle < spin) {
       // The first microseconds spin on the CPU alone (a peer on another core
       // answers within them); after that every pass yields, so that a peer
@@ -203,14 +229,6 @@ Status runJobs(std::span<Job> jobs) {
       else
         sched_yield();
       continue;
-    }
-    if (idle >= timeout) {
-      for (auto& r : runners)
-        if (!r->finished())
-          r->failWith(timeoutError(strCat(r->job().callName, " on rank ", r->job().rank,
-                                          ": no progress for ", timeout, " s (BRAID_TIMEOUT); ",
-                                          r->progressText())));
-      break;
     }
     // Sleep on every connection of the running calls, not only the busy
     // ones: a peer that gives up says so on a connection we may not be
@@ -234,7 +252,7 @@ Status runJobs(std::span<Job> jobs) {
     for (auto& r : runners)
       if (!r->finished() && r->job().abortFd >= 0) abortFds.insert(r->job().abortFd);
     for (int fd : abortFds) fds.push_back({fd, POLLIN, 0});
-    double sleepMs = std::clamp((timeout - idle) * 1000.0 + 1, 1.0, 200.0);
+    double sleepMs = std::clamp((timeout - stuck) * 1000.0 + 1, 1.0, 200.0);
     for (transport::Connection* c : polled)
       sleepMs = std::min(sleepMs, 1.0 + static_cast<double>(c->sleepAtMost().count()) / 1000.0);
     const int waitMs = static_cast<int>(sleepMs);
@@ -251,7 +269,7 @@ Status runJobs(std::span<Job> jobs) {
     // of ours since the reap, or may do so while we sleep (the signal).
     auto watch = [&](bool on) {
       for (auto& r : runners)
-        if (!r->finished()) on ? r->watchTransfers() : r->unwatchTransfers();
+        if (!r->finished()) r->watchTransfers(on);
     };
     watch(true);
     transport::CompletionSignal::beginSleep();

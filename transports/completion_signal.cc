@@ -16,8 +16,9 @@ namespace {
 // carry wake-ups between the two processes), and so that a lock another
 // thread of the parent held at the fork is not inherited held.
 struct SignalState {
-  std::mutex mutex;  // orders the last sleeper's drain with a new sleeper's start
-  int sleepers = 0;  // under mutex; the atomic count is for notify()
+  // Orders the last sleeper's drain with a new sleeper's start: the count
+  // of sleepers (detail::completionSleepers) changes only under it.
+  std::mutex mutex;
   int fd = -1;
 };
 
@@ -53,7 +54,6 @@ void CompletionSignal::beginSleep() {
   SignalState& s = signalState();
   {
     std::lock_guard lock(s.mutex);
-    ++s.sleepers;
     detail::completionSleepers.fetch_add(1, std::memory_order_seq_cst);
   }
   // A completion stores its request's state, then loads the count; the
@@ -66,8 +66,8 @@ void CompletionSignal::beginSleep() {
 void CompletionSignal::endSleep() {
   SignalState& s = signalState();
   std::lock_guard lock(s.mutex);
-  detail::completionSleepers.fetch_sub(1, std::memory_order_seq_cst);
-  if (--s.sleepers > 0 || s.fd < 0) return;
+  const int othersAsleep = detail::completionSleepers.fetch_sub(1, std::memory_order_seq_cst) - 1;
+  if (othersAsleep > 0 || s.fd < 0) return;
   uint64_t count;
   (void)::read(s.fd, &count, sizeof(count));  // nonblocking: EAGAIN when unrung
 }

@@ -271,7 +271,10 @@ Result<bool> StreamConnection::sendSome() {
       const size_t take = std::min(left, total - front.sent);
       front.sent += take;
       left -= take;
-      if (front.sent < total) break;
+      if (front.sent < total) {
+        if (front.request) front.request->noteProgress();
+        break;
+      }
       if (isDescriptor(h.tag, h.remote))
         awaitingAck_.push_back(std::move(front));
       else if (front.request)
@@ -412,6 +415,7 @@ Result<bool> StreamConnection::recvSome() {
         if (headerGot_ == sizeof(FrameHeader)) headerArrived();
       } else {
         size_t take = std::min(avail, header_.bytes - payloadGot_);
+        if (matched_) matched_->request->noteProgress();
         if (matched_ && matched_->reduces()) {
           combineArriving(&staging_[stagingBegin_], take);
         } else {
@@ -455,6 +459,7 @@ Result<bool> StreamConnection::recvSome() {
     if (*got == 0) return moved;
     moved = true;
     if (direct) {
+      if (matched_) matched_->request->noteProgress();
       payloadGot_ += *got;
       if (payloadGot_ == header_.bytes && finishFrameAndStop()) return true;
     } else {

@@ -74,6 +74,7 @@ class StreamConnection final : public Connection {
   RequestPtr postRecvReduce(void* dst, const void* local, size_t bytes, Tag tag,
                             const Combiner& combiner) override;
   Result<bool> progress() override;
+  bool reportsPartialProgress() const override { return true; }
   int pollFd() const override { return stream_->pollFd(); }
   bool wantsWrite() const override {
     return stream_->pollForWrite(sendsPending_.load(std::memory_order_relaxed));
@@ -143,6 +144,7 @@ class StreamConnection final : public Connection {
     uint64_t toKey;  // the key the peer gave for it
     size_t bytes;
     size_t done = 0;
+    RequestPtr request;  // the send whose payload it writes
   };
   struct Unexpected {
     uint64_t check;

@@ -112,7 +112,7 @@ void StreamConnection::pushRequested() {
     // is answered at once with nothing written: the receiver copies it all.
     if (!stream_->canWritePeer() || pushRefused_ || h.bytes > s.header.bytes) break;
     pushes_.push_back({h.check, s.header.remote, s.data + h.bytes, h.remote + h.bytes, h.key,
-                       static_cast<size_t>(s.header.bytes - h.bytes)});
+                       static_cast<size_t>(s.header.bytes - h.bytes), 0, s.request});
     return;
   }
   queueControl({kPushedTag, h.check, 0, descriptor, 0}, nullptr);
@@ -153,6 +153,7 @@ Result<bool> StreamConnection::pushSome() {
         push.done += n;
         budget -= n;
         moved = true;
+        if (push.request) push.request->noteProgress();
       }
     }
     if (push.done < push.bytes) continue;
@@ -275,6 +276,7 @@ Result<bool> StreamConnection::pullSome() {
     p.copied += n;
     budget -= n;
     moved = true;
+    p.request->noteProgress();
     if (p.copied < p.bytes || p.awaitingPushed) continue;
     // The receive completes once the ack is written, so that a caller done
     // with this connection never leaves the sender waiting for it.

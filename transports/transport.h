@@ -65,10 +65,16 @@ class Request {
   // A thread about to sleep until this request ends.
   void watch() { watched_.store(true, std::memory_order_seq_cst); }
   void unwatch() { watched_.store(false, std::memory_order_relaxed); }
+  // Some of its bytes moved (sent, arrived or copied), whichever thread
+  // moved them: the call that waits for it progresses though it has not
+  // ended. Noted by connections whose reportsPartialProgress() is true.
+  void noteProgress() { progressMarks_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t progressMarks() const { return progressMarks_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<State> state_{State::kPending};
   std::atomic<bool> watched_{false};
+  std::atomic<uint64_t> progressMarks_{0};
   Status error_;
   Failure failure_ = Failure::kOther;
   Tag mismatch_;
@@ -111,6 +117,11 @@ class Connection {
   // Returns true if anything moved. An error means the connection is dead;
   // every pending request has then failed.
   virtual Result<bool> progress() = 0;
+  // True if every request whose bytes it moves notes so (Request::
+  // noteProgress) before it ends: then a caller whose thread shares the
+  // connection with others can tell the bytes of its own requests from
+  // theirs. False: progress() returning true may be anyone's.
+  virtual bool reportsPartialProgress() const { return false; }
 
   // The fd to wait on with poll(2) when progress() moved nothing, and
   // whether output is pending (wait for POLLOUT too); -1 when none.

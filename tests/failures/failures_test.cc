@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -237,6 +238,59 @@ TEST(PeerFailure, StalledPeerGivesTimeoutNamingIt) {
   EXPECT_NE(std::string(reports[0].message).find("rank 1"), std::string::npos)
       << reports[0].message;
   EXPECT_LT(reports[0].seconds, scaled(2.5));
+}
+
+// Two braid streams share the communicator's connections: the bytes that
+// one stream's calls move are no progress of a call stuck on the other. Its
+// timeout then fails the communicator, and so the other stream's calls, on
+// both ranks.
+TEST(PeerFailure, ACallStuckOnOneStreamTimesOutWhileAnotherStreamMovesBytes) {
+  auto reports = runRanks(2, "1", [](braidComm_t comm, int rank) -> braidResult_t {
+    braidStream_t stuck = nullptr, busy = nullptr;
+    if (braidStreamCreate(comm, &stuck) != braidSuccess) return braidInternalError;
+    if (braidStreamCreate(comm, &busy) != braidSuccess) return braidInternalError;
+    // Rank 1 never sends what rank 0's stuck stream waits for.
+    std::vector<float> never(1000, 0.0f);
+    if (rank == 0 &&
+        braidRecv(never.data(), never.size(), braidFloat32, 1, comm, stuck) != braidSuccess)
+      return braidInternalError;
+    // Meanwhile both ranks keep the other stream busy on the same
+    // connection until a call fails, or rank 0 says that time is up (the
+    // first element of each call carries its verdict, so that both ranks
+    // make the same calls).
+    const auto start = std::chrono::steady_clock::now();
+    auto elapsed = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    std::vector<int32_t> traffic(64 * 1024, 1);
+    braidResult_t busyResult = braidSuccess;
+    for (int32_t stop = 0; !stop && busyResult == braidSuccess;) {
+      traffic[0] = rank == 0 && elapsed() > scaled(6.0) ? 1 : 0;
+      busyResult = braidAllReduce(traffic.data(), traffic.data(), traffic.size(), braidInt32,
+                                  braidMax, comm, busy);
+      if (busyResult == braidSuccess) busyResult = braidStreamSynchronize(busy);
+      stop = traffic[0];
+    }
+    const double busyEnded = elapsed();
+    std::fprintf(stderr, "rank %d: the busy stream ended after %.2f s: %s\n", rank, busyEnded,
+                 braidGetLastError(nullptr));
+    if (busyResult == braidSuccess || busyEnded > scaled(2.5)) return braidInProgress;
+    braidStreamDestroy(busy);
+    if (rank == 1) {
+      braidStreamDestroy(stuck);
+      return busyResult;
+    }
+    const braidResult_t result = braidStreamSynchronize(stuck);
+    const std::string message = braidGetLastError(nullptr);
+    braidStreamDestroy(stuck);
+    std::fprintf(stderr, "rank 0: the stuck call: %s\n", message.c_str());
+    // Its error names it, and what it waited for.
+    const bool named = message.find("braidRecv (peer 1)") != std::string::npos &&
+                       message.find("receive from rank 1") != std::string::npos;
+    return named ? result : braidInternalError;
+  });
+  EXPECT_EQ(reports[1].result, braidRemoteError) << reports[1].message;
+  EXPECT_EQ(reports[0].result, braidTimeout) << reports[0].message;
 }
 
 TEST(Abort, FromAnotherThreadEndsTheCallWithinASecond) {

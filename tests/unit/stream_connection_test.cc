@@ -256,6 +256,31 @@ TEST_P(Connection, ReceivePostedWhileItsMessageArrivesTakesItAtOnce) {
   }
 }
 
+// A caller that shares the connection with other threads' calls tells its
+// own progress from theirs by its requests' marks: a message that takes many
+// passes marks its send and its receive before they end, and marks no
+// request of another message.
+TEST_P(Connection, BytesOfAMessageMarkItsRequestsBeforeTheyEnd) {
+  Pair p(GetParam());
+  EXPECT_TRUE(p.a->reportsPartialProgress());
+  std::vector<uint8_t> out(8 << 20, 3), got(out.size()), other(64);
+  RequestPtr s = p.a->postSend(out.data(), out.size(), tag(1));
+  RequestPtr r = p.b->postRecv(got.data(), got.size(), tag(1));
+  RequestPtr unrelated = p.b->postRecv(other.data(), other.size(), tag(2));
+  bool sendMarked = false, recvMarked = false;
+  for (int pass = 0; pass < 100000 && r->state() == Request::State::kPending; ++pass) {
+    (void)p.a->progress();
+    (void)p.b->progress();
+    sendMarked = sendMarked || (s->state() == Request::State::kPending && s->progressMarks() > 0);
+    recvMarked = recvMarked || (r->state() == Request::State::kPending && r->progressMarks() > 0);
+  }
+  p.drive({s, r});
+  EXPECT_TRUE(sendMarked) << "the send's bytes moved over many passes, unmarked";
+  EXPECT_TRUE(recvMarked) << "the receive's bytes arrived over many passes, unmarked";
+  EXPECT_EQ(unrelated->progressMarks(), 0u);
+  EXPECT_EQ(unrelated->state(), Request::State::kPending);
+}
+
 // The read that completes the last receive posted stops there, when this
 // end waits for nothing else on the connection: the next message stays in
 // the stream until its receive is posted, and then goes straight where it
