@@ -61,10 +61,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
   // `parentLink`: the cost model of the communicator this one was split
   // from, when all of that one's ranks share one host; taken instead of
-  // probing the same links again (src/link_probe.h).
+  // probing the same links again (src/link_probe.h). `endedBy`: a flag
+  // (the parent's abort) that ends the waits for the other ranks at once.
   static Result<std::shared_ptr<Communicator>> create(const RendezvousInfo& rendezvous, int nranks,
                                                       int rank, Config config,
-                                                      const algo::LinkModel* parentLink = nullptr);
+                                                      const algo::LinkModel* parentLink = nullptr,
+                                                      const std::atomic<bool>* endedBy = nullptr);
   ~Communicator();
 
   // The streams of the link probe, never a user's: the probe's ring of ranks

@@ -33,13 +33,14 @@ topo::TransportSet builtTransports() {
 
 Result<std::shared_ptr<Communicator>> Communicator::create(const RendezvousInfo& rendezvous,
                                                            int nranks, int rank, Config config,
-                                                           const algo::LinkModel* parentLink) {
+                                                           const algo::LinkModel* parentLink,
+                                                           const std::atomic<bool>* endedBy) {
   BRAID_RETURN_IF_ERROR(Selector::validate(config.algo));
   if (log::enabled(log::Level::kInfo)) installStateDumpSignal();
   // The process's completion signal (one eventfd, kept for good) is made
   // with its first communicator, not at some later call's first sleep.
   (void)transport::CompletionSignal::fd();
-  Deadline deadline = Deadline::after(config.timeoutSeconds);
+  Deadline deadline = Deadline::after(config.timeoutSeconds).endedBy(endedBy);
   PhaseTimes times;  // logged at the end (BRAID_DEBUG=INFO)
   BRAID_ASSIGN_OR_RETURN(RendezvousClient client,
                          RendezvousClient::connect(rendezvous, rank, deadline));
@@ -246,8 +247,15 @@ Result<std::shared_ptr<Communicator>> Communicator::split(int color, int key) {
   // child takes its figures (every rank holds the same) rather than probing.
   const bool oneHost = ranksOnHostOf(0) == nranks_;
   const algo::LinkModel parentLink = selector_.link();
-  return create(info, static_cast<int>(members.size()), newRank, config_,
-                oneHost ? &parentLink : nullptr);
+  // An abort of this communicator from another thread ends the split
+  // within moments, as it ends any call on it, rather than leaving it to
+  // wait out BRAID_TIMEOUT for a rank that never joins.
+  auto created = create(info, static_cast<int>(members.size()), newRank, config_,
+                        oneHost ? &parentLink : nullptr, &aborted_);
+  if (!created.isOk() && aborted())
+    return invalidUsage(
+        strCat("braidCommSplit: communicator aborted (", created.status().message(), ")"));
+  return created;
 }
 
 }  // namespace braid

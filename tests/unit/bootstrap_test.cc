@@ -12,10 +12,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+
+#include "src/common/deadline.h"
+#include "src/common/env.h"
+#include "src/communicator.h"
 
 namespace braid {
 namespace {
@@ -462,6 +467,50 @@ TEST(SocketAddress, NumericParseRefusesNamesAndNul) {
   EXPECT_FALSE(tcp::SocketAddress::parseNumeric("localhost:80").isOk());
   EXPECT_FALSE(tcp::SocketAddress::parse(std::string("127.0.0.1\0x:80", 14)).isOk());
   EXPECT_TRUE(tcp::SocketAddress::parse("localhost:80").isOk()) << "BRAID_ADDR may name a host";
+}
+
+}  // namespace
+}  // namespace braid
+
+namespace braid {
+namespace {
+
+TEST(Deadline, AFlagEndsItAtOnceAndBoundsEachWait) {
+  std::atomic<bool> flag{false};
+  const Deadline deadline = Deadline::after(60).endedBy(&flag);
+  EXPECT_FALSE(deadline.expired());
+  EXPECT_LE(deadline.remainingMs(1000), Deadline::kFlagCheckMs);
+  EXPECT_LE(deadline.within(10).remainingMs(1000), Deadline::kFlagCheckMs)
+      << "within() keeps the flag";
+  EXPECT_GT(Deadline::after(60).remainingMs(1000), 900) << "without a flag, waits as asked";
+  flag = true;
+  EXPECT_TRUE(deadline.expired());
+  EXPECT_TRUE(deadline.within(10).expired());
+  EXPECT_EQ(deadline.remainingMs(1000), 0);
+}
+
+// A split's init waits for the other ranks of the new communicator, one of
+// which may never come; an abort of the parent ends it as it ends any call
+// on the parent (Communicator::split hands create its abort flag). Last in
+// this file: its rendezvous server still waits for the missing rank.
+TEST(CommunicatorInit, AnAbortFlagEndsAnInitThatWaitsForARankThatNeverJoins) {
+  auto info = startOnLoopback(0x3c);
+  ASSERT_TRUE(info.isOk()) << info.status().message();
+  auto config = loadConfig();
+  ASSERT_TRUE(config.isOk()) << config.status().message();
+  config->timeoutSeconds = 20;
+  std::atomic<bool> aborted{false};
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    aborted = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto created = Communicator::create(*info, 2, 0, *config, nullptr, &aborted);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  aborter.join();
+  EXPECT_FALSE(created.isOk()) << "rank 1 never joined";
+  EXPECT_LT(seconds, 2.0) << created.status().message();
 }
 
 }  // namespace
