@@ -12,6 +12,8 @@ rank's inputs, gathered through gloo.
     python3 tests/torch/collectives_test.py --ranks 3
 """
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -285,6 +287,37 @@ class Checker:
             # arrive in the order sent: x, then y.)
             self.expect_equal(from_next, self.inputs(torch.float32, (count,), 84, nxt),
                               f"two-way ring from the next rank count={count}")
+
+        # A send still pending to one rank holds up no send to another: rank
+        # 0 sends a large message to rank 1, busy elsewhere for a while, then
+        # a small one to rank 2, which gets it at once.
+        if n >= 3:
+            count = 2000000
+            busy_seconds = 1.5
+            dist.barrier(group=self.braid)
+            if self.rank == 0:
+                large = self.inputs(torch.float32, (count,), 85)
+                works = [dist.isend(large, 1, group=self.braid),
+                         dist.isend(torch.full((4,), 7.0), 2, group=self.braid)]
+                for w in works:
+                    w.wait()
+            elif self.rank == 1:
+                time.sleep(busy_seconds)
+                got = torch.zeros(count)
+                dist.recv(got, 0, group=self.braid)
+                self.expect_equal(got, self.inputs(torch.float32, (count,), 85, 0),
+                                  "a large send taken late")
+            elif self.rank == 2:
+                word = torch.zeros(4)
+                start = time.monotonic()
+                dist.recv(word, 0, group=self.braid)
+                waited = time.monotonic() - start
+                self.expect_equal(word, torch.full((4,), 7.0), "a small send after a large one")
+                if waited > busy_seconds / 2:
+                    raise AssertionError(
+                        f"rank 2 waited {waited:.2f} s for a small send queued behind a large "
+                        f"one to a rank busy for {busy_seconds} s")
+            dist.barrier(group=self.braid)
 
     def subgroups(self):
         # Groups of some ranks, numbered within the group, next to the whole.

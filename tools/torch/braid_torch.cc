@@ -36,8 +36,9 @@ namespace {
 constexpr const char* kBackendName = "braid";
 // braidCommSetTimeout's largest, in seconds.
 constexpr double kLongestTimeout = 1e7;
-// Streams for send and recv: one per sending rank, up to this many.
-constexpr int kMostPointToPointStreams = 8;
+// Streams for send and recv: one per ordered pair of ranks, up to this
+// many (8 ranks; each is a thread on every rank).
+constexpr int kMostPointToPointStreams = 56;
 
 class ProcessGroupBraid : public c10d::ProcessGroup {
  public:
@@ -61,16 +62,18 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
         check(braidCommSetTimeout(comm_, std::min<double>(timeout.count(), kLongestTimeout)),
               "setting the timeout");
       // Collectives keep the order of the calls on one stream. Sends and
-      // receives go on streams of their own, one per sending rank (rank s
-      // sends on stream s, a receive from s waits on stream s), so that
-      // messages between two ranks keep their order, a pending recv holds
-      // up no collective, and a recv from one rank no send to another
+      // receives go on streams of their own, one per ordered pair of ranks
+      // (what s sends to r goes on the stream of (s, r) at both ends), so
+      // that messages between two ranks keep their order, a pending recv
+      // holds up no collective, a recv from one rank no send to another
       // (irecv from the left, then isend to the right, on every rank of a
-      // ring). Past kMostPointToPointStreams ranks, senders share them by
-      // rank modulo their number. Every rank creates them in this order,
-      // as braid requires.
+      // ring), and a send to one rank no send to another (a large one to a
+      // rank that takes it late). Past kMostPointToPointStreams pairs, pairs
+      // share them by their number modulo that. Every rank creates them in
+      // this order, as braid requires.
       check(braidStreamCreate(comm_, &collectives_), "creating a stream");
-      p2p_.resize(std::min(size, kMostPointToPointStreams), nullptr);
+      const int pairs = size * (size - 1);
+      p2p_.resize(std::clamp(pairs, 1, kMostPointToPointStreams), nullptr);
       for (braidStream_t& stream : p2p_)
         check(braidStreamCreate(comm_, &stream), "creating a stream");
     } catch (...) {
@@ -332,7 +335,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     checkCpu(t, "send's tensor");
     auto work = newWork(c10d::OpType::SEND, "braid:send", {});
     at::Tensor d = work->dense(t, false);
-    return submit(work, pointToPointStream(getRank()), "send", [&](braidStream_t s) {
+    const int receiver = checkPeer(dstRank, "send");
+    return submit(work, pointToPointStream(getRank(), receiver), "send", [&](braidStream_t s) {
       return braidSend(d.data_ptr(), bytesOf(d), braidUint8, dstRank, comm_, s);
     });
   }
@@ -342,7 +346,7 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     checkCpu(t, "recv's tensor");
     auto work = newWork(c10d::OpType::RECV, "braid:recv", {t});
     at::Tensor d = work->dense(t, true);
-    return submit(work, pointToPointStream(checkPeer(srcRank, "recv")), "recv",
+    return submit(work, pointToPointStream(checkPeer(srcRank, "recv"), getRank()), "recv",
                   [&](braidStream_t s) {
                     return braidRecv(d.data_ptr(), bytesOf(d), braidUint8, srcRank, comm_, s);
                   });
@@ -426,9 +430,11 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     return inside != braidSuccess ? inside : end;
   }
 
-  // The stream that carries the messages `sender` sends.
-  braidStream_t pointToPointStream(int sender) const {
-    return p2p_[static_cast<size_t>(sender) % p2p_.size()];
+  // The stream that carries the messages `sender` sends to `receiver`.
+  braidStream_t pointToPointStream(int sender, int receiver) const {
+    const int size = getSize();
+    const int pair = sender * (size - 1) + (receiver > sender ? receiver - 1 : receiver);
+    return p2p_[static_cast<size_t>(pair) % p2p_.size()];
   }
 
   int checkPeer(int64_t peer, const char* what) {
