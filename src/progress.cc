@@ -179,17 +179,20 @@ Status runJobs(std::span<Job> jobs) {
     }
     if (allDone) break;
     auto now = Clock::now();
-    if (moved && !ownMoved) {
-      uint64_t marks = 0;
-      for (auto& r : runners)
-        if (!r->finished()) marks += r->transferProgressMarks();
-      ownMoved = marks != progressMarksSeen;
-      progressMarksSeen = marks;
-    }
     if (ownMoved) {
       lastOwnMoved = lastMoved = now;
       continue;
     }
+    // Bytes of the jobs' transfers that moved, whichever thread moved them
+    // (this one, or another that shares a connection while this one slept),
+    // reset the timeout's clock only: this thread has nothing to do for them.
+    // (A pass after one that reaped sees a sum of other transfers: one
+    // spurious reset, right after a real one.)
+    uint64_t marks = 0;
+    for (auto& r : runners)
+      if (!r->finished()) marks += r->transferProgressMarks();
+    if (marks != progressMarksSeen) lastOwnMoved = now;
+    progressMarksSeen = marks;
     if (moved) lastMoved = now;
     const double idle = std::chrono::duration<double>(now - lastMoved).count();
     const double stuck = std::chrono::duration<double>(now - lastOwnMoved).count();

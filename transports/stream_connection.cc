@@ -272,7 +272,10 @@ Result<bool> StreamConnection::sendSome() {
       front.sent += take;
       left -= take;
       if (front.sent < total) {
-        if (front.request) front.request->noteProgress();
+        // The frames behind it go as soon as it has, whatever the peer does
+        // (another stream's large message may be ahead of a call's).
+        for (const PendingSend& s : sends_)
+          if (s.request) s.request->noteProgress();
         break;
       }
       if (isDescriptor(h.tag, h.remote))

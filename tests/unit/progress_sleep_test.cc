@@ -37,7 +37,8 @@ using Clock = std::chrono::steady_clock;
 // look at its requests.
 class SharedConnection final : public Connection {
  public:
-  explicit SharedConnection(bool completeAtSleep) : completeAtSleep_(completeAtSleep) {
+  explicit SharedConnection(bool completeAtSleep, bool reportsPartialProgress = false)
+      : completeAtSleep_(completeAtSleep), reportsPartialProgress_(reportsPartialProgress) {
     if (::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) pipe_[0] = pipe_[1] = -1;
   }
   ~SharedConnection() override {
@@ -59,6 +60,7 @@ class SharedConnection final : public Connection {
     return postRecv(nullptr, 0, Tag{});
   }
   Result<bool> progress() override { return false; }
+  bool reportsPartialProgress() const override { return reportsPartialProgress_; }
   int pollFd() const override { return pipe_[0]; }
   bool wantsWrite() const override { return false; }
   bool prepareToSleep() override {
@@ -80,18 +82,27 @@ class SharedConnection final : public Connection {
 
   // Delivers the message, as another thread's progress would.
   void deliver() { std::atomic_load(&recv_)->complete(); }
+  // Moves part of it, likewise, once it is posted.
+  void deliverPart() {
+    RequestPtr r;
+    while (!(r = std::atomic_load(&recv_)))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    r->noteProgress();
+  }
 
   std::atomic<int> sleeps{0};
 
  private:
   bool completeAtSleep_;
+  bool reportsPartialProgress_;
   int pipe_[2] = {-1, -1};
   RequestPtr recv_;
 };
 
 // Rank 0 of 2 receives 64 bytes from rank 1, sleeping at once when idle.
 // Returns how long the job took after `deliver` ran.
-double runOneReceive(SharedConnection& peer, const std::function<void()>& deliver) {
+double runOneReceive(SharedConnection& peer, const std::function<void()>& deliver,
+                     double timeoutSeconds = 30) {
   algo::Schedule schedule;
   schedule.recv(1, {algo::BufferId::kRecv, 0, 64});
   std::vector<uint8_t> send(64), recv(64);
@@ -107,7 +118,9 @@ double runOneReceive(SharedConnection& peer, const std::function<void()>& delive
   job.connections = connections;
   job.tagFor = [](bool, int, uint32_t k) { return Tag{k, 1}; };
   job.callName = "receive";
-  job.timeoutSeconds = 30;  // the poll's own limit, 200 ms, is what a lost wake-up costs
+  // By default far off: the poll's own limit, 200 ms, is what a lost
+  // wake-up costs.
+  job.timeoutSeconds = timeoutSeconds;
   std::atomic<int64_t> deliveredAt{0};
   std::thread other([&] {
     deliver();
@@ -217,6 +230,24 @@ TEST(SleepingEngine, WakesWhenAHeldMessageIsDueToBeCopiedOut) {
   RequestPtr r = p.b->postRecv(got.data(), got.size(), transport::tag(1));
   p.drive({r});
   EXPECT_EQ(got, ahead);
+}
+
+// Another thread that moves a job's bytes on a shared connection (marking
+// its request) while the job's own thread sleeps, having moved nothing, keeps
+// the job's timeout away: a message that arrives in parts over 1.2 s against
+// a timeout of 0.4 s.
+TEST(SleepingEngine, BytesAnotherThreadMovesForItsRequestKeepItsTimeoutAway) {
+  SharedConnection peer(false, /*reportsPartialProgress=*/true);
+  runOneReceive(
+      peer,
+      [&] {
+        for (int part = 0; part < 24; ++part) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          peer.deliverPart();
+        }
+        peer.deliver();
+      },
+      0.4);
 }
 
 }  // namespace

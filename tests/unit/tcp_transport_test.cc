@@ -5,7 +5,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +43,60 @@ TEST(TcpSocket, AConnectionToItselfIsToldFromOneToAListener) {
   auto dialled = connectTo(*listening, Deadline::after(5));
   ASSERT_TRUE(dialled.isOk()) << dialled.status().message();
   EXPECT_FALSE(connectedToItself(dialled->get()));
+}
+
+// The local ports of this host's sockets dialling 127.0.0.1:`port` whose
+// handshake is under way (SYN_SENT), from /proc/net/tcp.
+std::set<std::string> dialsUnderWay(uint16_t port) {
+  std::set<std::string> out;
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  char remote[16];
+  std::snprintf(remote, sizeof(remote), "0100007F:%04X", port);
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, rem, state;
+    if (fields >> slot >> local >> rem >> state && rem == remote && state == "02")
+      out.insert(local);
+  }
+  return out;
+}
+
+// A dial whose handshake outlasts one slice of a deadline that a flag may
+// end (50 ms) goes on with the same socket; before, it was closed and dialled
+// again every slice, so a handshake slower than that never finished. A full
+// listen queue makes the handshake wait for its SYN's retransmission.
+TEST(TcpSocket, ADialOutlastsTheSlicesOfADeadlineAFlagMayEnd) {
+  auto loopback = SocketAddress::parse("127.0.0.1:0");
+  ASSERT_TRUE(loopback.isOk());
+  auto listener = listenOn(*loopback);
+  ASSERT_TRUE(listener.isOk()) << listener.status().message();
+  ASSERT_EQ(::listen(listener->get(), 0), 0);
+  auto listening = SocketAddress::ofSocket(listener->get(), false);
+  ASSERT_TRUE(listening.isOk());
+  // Fill the queue: dial until a dial does not complete at once.
+  std::vector<Fd> queued;
+  for (int i = 0; i < 16; ++i) {
+    auto filled = connectTo(*listening, Deadline::after(0.2));
+    if (!filled.isOk()) break;
+    queued.push_back(std::move(*filled));
+  }
+  ASSERT_FALSE(queued.empty());
+  std::atomic<bool> flag{false};
+  Result<Fd> dialled = internalError("not dialled");
+  std::thread dialler([&] { dialled = connectTo(*listening, Deadline::after(10).endedBy(&flag)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const std::set<std::string> early = dialsUnderWay(listening->port());
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  const std::set<std::string> later = dialsUnderWay(listening->port());
+  // Room in the queue: the dial completes.
+  while (acceptFrom(listener->get(), Deadline::after(0.1)).isOk()) {
+  }
+  dialler.join();
+  ASSERT_EQ(early.size(), 1u) << "one dial under way at 150 ms";
+  EXPECT_EQ(later, early) << "the dial of 150 ms was dropped by 600 ms";
+  EXPECT_TRUE(dialled.isOk()) << dialled.status().message();
 }
 
 // Connections to a rank's data port that never prove themselves (a port

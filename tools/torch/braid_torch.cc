@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -37,7 +38,7 @@ constexpr const char* kBackendName = "braid";
 // braidCommSetTimeout's largest, in seconds.
 constexpr double kLongestTimeout = 1e7;
 // Streams for send and recv: one per ordered pair of ranks, up to this
-// many (8 ranks; each is a thread on every rank).
+// many (8 ranks; each is a thread on every rank). Even.
 constexpr int kMostPointToPointStreams = 56;
 
 class ProcessGroupBraid : public c10d::ProcessGroup {
@@ -72,8 +73,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
       // share them by their number modulo that. Every rank creates them in
       // this order, as braid requires.
       check(braidStreamCreate(comm_, &collectives_), "creating a stream");
-      const int pairs = size * (size - 1);
-      p2p_.resize(std::clamp(pairs, 1, kMostPointToPointStreams), nullptr);
+      const int64_t pairs = int64_t{size} * (size - 1);
+      p2p_.resize(std::clamp<int64_t>(pairs, 1, kMostPointToPointStreams), nullptr);
       for (braidStream_t& stream : p2p_)
         check(braidStreamCreate(comm_, &stream), "creating a stream");
     } catch (...) {
@@ -430,11 +431,17 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
     return inside != braidSuccess ? inside : end;
   }
 
-  // The stream that carries the messages `sender` sends to `receiver`.
+  // The stream that carries the messages `sender` sends to `receiver`: the
+  // number of the unordered pair, and which way. Where pairs share streams
+  // (past kMostPointToPointStreams), the two ways of one pair never do, so
+  // irecv from a rank, then isend to it, on both, completes.
   braidStream_t pointToPointStream(int sender, int receiver) const {
-    const int size = getSize();
-    const int pair = sender * (size - 1) + (receiver > sender ? receiver - 1 : receiver);
-    return p2p_[static_cast<size_t>(pair) % p2p_.size()];
+    if (p2p_.size() < 2 || sender == receiver) return p2p_[0];
+    const int64_t low = std::min(sender, receiver), high = std::max(sender, receiver);
+    const int64_t n = getSize();
+    const int64_t pair = low * n - low * (low + 1) / 2 + (high - low - 1);  // 0 .. n(n-1)/2 - 1
+    const int64_t ways = static_cast<int64_t>(p2p_.size()) / 2;
+    return p2p_[static_cast<size_t>(2 * (pair % ways) + (sender > receiver ? 1 : 0))];
   }
 
   int checkPeer(int64_t peer, const char* what) {

@@ -175,8 +175,14 @@ Result<Fd> connectTo(const SocketAddress& address, Deadline deadline, WhenRefuse
         ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.storage), address.length);
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
+      // Up to a second for this attempt, in the deadline's slices (50 ms
+      // where a flag may end it): a handshake slower than one slice goes on.
+      const Deadline attempt = deadline.within(1.0);
       pollfd p{fd.get(), POLLOUT, 0};
-      int ready = ::poll(&p, 1, deadline.remainingMs(1000));
+      int ready;
+      do {
+        ready = ::poll(&p, 1, attempt.remainingMs(1000));
+      } while ((ready == 0 || (ready < 0 && errno == EINTR)) && !attempt.expired());
       if (ready > 0) {
         socklen_t len = sizeof(err);
         getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
