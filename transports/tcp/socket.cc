@@ -183,6 +183,7 @@ Result<Fd> connectTo(const SocketAddress& address, Deadline deadline, WhenRefuse
       do {
         ready = ::poll(&p, 1, attempt.remainingMs(1000));
       } while ((ready == 0 || (ready < 0 && errno == EINTR)) && !attempt.expired());
+      if (ready == 0) ready = ::poll(&p, 1, 0);  // done just as the attempt ran out
       if (ready > 0) {
         socklen_t len = sizeof(err);
         getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
