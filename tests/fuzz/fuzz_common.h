@@ -2,6 +2,8 @@
 // the input), and a Result that failed must say why.
 #pragma once
 
+#include <unistd.h>  // environ
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,8 +11,6 @@
 #include <vector>
 
 #include "src/common/status.h"
-
-extern char** environ;
 
 namespace braid::fuzz {
 
