@@ -70,8 +70,8 @@ class ProcessGroupBraid : public c10d::ProcessGroup {
       // (irecv from the left, then isend to the right, on every rank of a
       // ring), and a send to one rank no send to another (a large one to a
       // rank that takes it late). Past kMostPointToPointStreams pairs, pairs
-      // share them by their number modulo that. Every rank creates them in
-      // this order, as braid requires.
+      // share them (pointToPointStream). Every rank creates them in this
+      // order, as braid requires.
       check(braidStreamCreate(comm_, &collectives_), "creating a stream");
       const int64_t pairs = int64_t{size} * (size - 1);
       p2p_.resize(std::clamp<int64_t>(pairs, 1, kMostPointToPointStreams), nullptr);
